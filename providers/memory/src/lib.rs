@@ -1,0 +1,102 @@
+//! The in-process lock provider: every node is a [`MemoryLockProvider`] on one shared
+//! [`MemoryLockStore`].
+//!
+//! It is a real provider, not a test double: use it where all contenders live in one process
+//! (several tasks or several schedulers in one binary), and as the reference the conformance kit
+//! compares other providers with. It keeps ShedLock's record semantics (records are kept after
+//! release), checks the owner of every release and extend, and issues fencing tokens.
+//!
+//! ```
+//! use std::time::Duration;
+//! use shedlock_core::{LockConfiguration, LockingTaskExecutor, TaskOutcome};
+//! use shedlock_memory::MemoryLockStore;
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), shedlock_core::LockError> {
+//! let store = MemoryLockStore::new();
+//! let (node_a, node_b) = (LockingTaskExecutor::new(store.node()), LockingTaskExecutor::new(store.node()));
+//! let config = LockConfiguration::new("report", Duration::from_secs(60), Duration::ZERO)?;
+//! let outer = node_a.execute(&config, async {
+//!     // While node A runs the task, node B skips it.
+//!     node_b.execute(&config, async {}).await
+//! }).await?;
+//! assert_eq!(outer, TaskOutcome::Executed(Ok(TaskOutcome::Skipped)));
+//! # Ok(()) }
+//! ```
+
+mod storage;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use shedlock_core::{
+    Acquisition, Capabilities, Clock, LockConfiguration, LockError, LockProvider, MonotonicClock,
+    StorageBasedLockProvider,
+};
+
+pub use storage::MemoryLockStore;
+
+impl MemoryLockStore {
+    /// A new empty store whose expiry decisions use a monotonic clock, so a wall-clock step
+    /// (NTP) neither frees nor prolongs a lock.
+    pub fn new() -> Self {
+        Self::with_clock(Arc::new(MonotonicClock::new()))
+    }
+
+    /// A new provider ("node") on this store, with the host name as holder.
+    pub fn node(&self) -> MemoryLockProvider {
+        MemoryLockProvider {
+            inner: StorageBasedLockProvider::new(self.clone()),
+        }
+    }
+
+    /// A new node that identifies itself as `holder` and reads `node_clock` as its own wall
+    /// clock. Expiry is still decided by the store's clock: the provider declares server time,
+    /// so a skewed node clock changes nothing.
+    pub fn node_with(&self, holder: &str, node_clock: Arc<dyn Clock>) -> MemoryLockProvider {
+        MemoryLockProvider {
+            inner: StorageBasedLockProvider::new(self.clone())
+                .with_holder(holder)
+                .with_clock(node_clock),
+        }
+    }
+}
+
+impl Default for MemoryLockStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One node's view of a [`MemoryLockStore`].
+#[derive(Debug)]
+pub struct MemoryLockProvider {
+    inner: StorageBasedLockProvider,
+}
+
+impl MemoryLockProvider {
+    /// A provider with a store of its own: all its users share locks only with each other.
+    pub fn new() -> Self {
+        MemoryLockStore::new().node()
+    }
+
+    /// Forgets which lock names this node has seen, as a restarted node would.
+    pub fn clear_name_cache(&self) {
+        self.inner.clear_name_cache();
+    }
+}
+
+impl Default for MemoryLockProvider {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait]
+impl LockProvider for MemoryLockProvider {
+    async fn try_lock(&self, config: &LockConfiguration) -> Result<Acquisition, LockError> {
+        self.inner.try_lock(config).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+}

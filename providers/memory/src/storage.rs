@@ -1,0 +1,169 @@
+//! The records, kept in a map behind one mutex: each statement is atomic by construction.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use shedlock_core::{
+    Capabilities, Clock, HeldRecord, LockError, LockHolder, LockRecord, LockStorage, RecordOutcome,
+    TimeSource,
+};
+
+/// One lock's record, shaped like ShedLock's row, plus the fencing counter.
+#[derive(Debug, Clone)]
+struct Record {
+    lock_until: SystemTime,
+    locked_at: SystemTime,
+    locked_by: String,
+    /// The last token issued for this name; survives release, so tokens never repeat.
+    fencing_token: u64,
+}
+
+#[derive(Debug, Default)]
+struct Records {
+    by_name: HashMap<String, Record>,
+}
+
+/// The shared lock table. Clones share the same records.
+#[derive(Debug, Clone)]
+pub struct MemoryLockStore {
+    records: Arc<Mutex<Records>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl MemoryLockStore {
+    /// A new empty store whose expiry decisions read `clock` (a [`shedlock_core::ManualClock`]
+    /// gives tests exact control of time).
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            records: Arc::new(Mutex::new(Records::default())),
+            clock,
+        }
+    }
+
+    /// The holder and expiry of `name`, as a skipped run reports it; `None` if never locked.
+    pub fn holder(&self, name: &str) -> Option<LockHolder> {
+        let records = self.records.lock().unwrap();
+        records.by_name.get(name).map(describe)
+    }
+
+    /// Creates or overwrites the record for `name` as another program would have left it
+    /// (Java ShedLock, a crashed node), for migration and conformance tests.
+    pub fn put_record(
+        &self,
+        name: &str,
+        lock_until: SystemTime,
+        locked_at: SystemTime,
+        locked_by: &str,
+    ) {
+        let mut records = self.records.lock().unwrap();
+        let fencing_token = records.by_name.get(name).map_or(0, |r| r.fencing_token);
+        records.by_name.insert(
+            name.to_owned(),
+            Record {
+                lock_until,
+                locked_at,
+                locked_by: locked_by.to_owned(),
+                fencing_token,
+            },
+        );
+    }
+}
+
+fn describe(record: &Record) -> LockHolder {
+    LockHolder {
+        locked_by: Some(record.locked_by.clone()),
+        held_until: Some(record.lock_until),
+    }
+}
+
+impl MemoryLockStore {
+    fn take(
+        &self,
+        record: &LockRecord<'_>,
+        existing: Option<&Record>,
+        now: SystemTime,
+    ) -> (Record, u64) {
+        let fencing_token = existing.map_or(0, |r| r.fencing_token) + 1;
+        let new = Record {
+            lock_until: now + record.lock_at_most_for,
+            locked_at: now,
+            locked_by: record.locked_by.to_owned(),
+            fencing_token,
+        };
+        (new, fencing_token)
+    }
+}
+
+#[async_trait]
+impl LockStorage for MemoryLockStore {
+    fn provider_name(&self) -> &'static str {
+        "memory"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(TimeSource::Server)
+            .with_fencing(true)
+            .with_extend(true)
+            .with_time_precision(Duration::from_nanos(1))
+    }
+
+    async fn insert_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
+        let now = self.clock.now();
+        let mut records = self.records.lock().unwrap();
+        if let Some(existing) = records.by_name.get(record.name) {
+            return Ok(RecordOutcome::NotAcquired(Some(describe(existing))));
+        }
+        let (new, fencing_token) = self.take(record, None, now);
+        records.by_name.insert(record.name.to_owned(), new);
+        Ok(RecordOutcome::Acquired {
+            fencing_token: Some(fencing_token),
+        })
+    }
+
+    async fn update_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
+        let now = self.clock.now();
+        let mut records = self.records.lock().unwrap();
+        let Some(existing) = records.by_name.get_mut(record.name) else {
+            return Ok(RecordOutcome::Missing);
+        };
+        if existing.lock_until > now {
+            return Ok(RecordOutcome::NotAcquired(Some(describe(existing))));
+        }
+        let (new, fencing_token) = self.take(record, Some(existing), now);
+        *existing = new;
+        Ok(RecordOutcome::Acquired {
+            fencing_token: Some(fencing_token),
+        })
+    }
+
+    async fn extend(
+        &self,
+        held: &HeldRecord,
+        lock_at_most_for: Duration,
+        _node_now: SystemTime,
+    ) -> Result<bool, LockError> {
+        let now = self.clock.now();
+        let mut records = self.records.lock().unwrap();
+        match records.by_name.get_mut(&held.name) {
+            Some(record) if record.locked_by == held.locked_by && record.lock_until > now => {
+                record.lock_until = now + lock_at_most_for;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn unlock(&self, held: &HeldRecord, _node_now: SystemTime) -> Result<bool, LockError> {
+        let now = self.clock.now();
+        let mut records = self.records.lock().unwrap();
+        match records.by_name.get_mut(&held.name) {
+            Some(record) if record.locked_by == held.locked_by && record.lock_until > now => {
+                record.lock_until = now.max(record.locked_at + held.lock_at_least_for);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+}

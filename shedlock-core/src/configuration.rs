@@ -1,0 +1,190 @@
+//! What a task asks of its lock: a name and two time bounds, checked once at construction.
+
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::duration::{DurationParseError, parse_duration};
+
+/// A lock request that broke one of the rules of [`LockConfiguration::new`].
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum ConfigurationError {
+    /// Every lock needs a name: the name is the lock.
+    #[error("lock name must not be empty")]
+    EmptyName,
+    /// A lock that is held for no time at all protects nothing.
+    #[error("lock {name:?}: lock_at_most_for must be greater than zero")]
+    ZeroLockAtMostFor {
+        /// The lock the configuration was for.
+        name: String,
+    },
+    /// The minimum hold cannot exceed the safety-net maximum.
+    #[error(
+        "lock {name:?}: lock_at_least_for ({lock_at_least_for:?}) must not exceed lock_at_most_for ({lock_at_most_for:?})"
+    )]
+    LockAtLeastExceedsAtMost {
+        /// The lock the configuration was for.
+        name: String,
+        /// The requested minimum hold.
+        lock_at_least_for: Duration,
+        /// The requested maximum hold.
+        lock_at_most_for: Duration,
+    },
+    /// One of the durations was given as text that does not parse.
+    #[error("lock {name:?}: {field}: {source}")]
+    InvalidDuration {
+        /// The lock the configuration was for.
+        name: String,
+        /// `lock_at_most_for` or `lock_at_least_for`.
+        field: &'static str,
+        /// What was wrong with the text.
+        source: DurationParseError,
+    },
+}
+
+/// A validated lock request: `name`, held at most `lock_at_most_for`, at least `lock_at_least_for`.
+///
+/// `lock_at_most_for` is the safety net for a holder that dies: the lock frees itself then.
+/// Pick it well above the task's longest run, or two nodes may run the task at once.
+/// `lock_at_least_for` keeps the lock after an early finish, so nodes whose clocks or schedules
+/// are a little apart do not run the same tick twice.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LockConfiguration {
+    name: String,
+    lock_at_most_for: Duration,
+    lock_at_least_for: Duration,
+}
+
+impl LockConfiguration {
+    /// Checks the rules: the name is not empty, `lock_at_most_for > 0`, and
+    /// `lock_at_least_for <= lock_at_most_for`. Providers add their own limits (name length,
+    /// allowed characters) when the lock is taken.
+    pub fn new(
+        name: impl Into<String>,
+        lock_at_most_for: Duration,
+        lock_at_least_for: Duration,
+    ) -> Result<Self, ConfigurationError> {
+        let name = name.into();
+        if name.is_empty() {
+            return Err(ConfigurationError::EmptyName);
+        }
+        if lock_at_most_for.is_zero() {
+            return Err(ConfigurationError::ZeroLockAtMostFor { name });
+        }
+        if lock_at_least_for > lock_at_most_for {
+            return Err(ConfigurationError::LockAtLeastExceedsAtMost {
+                name,
+                lock_at_least_for,
+                lock_at_most_for,
+            });
+        }
+        Ok(Self {
+            name,
+            lock_at_most_for,
+            lock_at_least_for,
+        })
+    }
+
+    /// Like [`new`](Self::new), with durations as text (`"PT30S"`, `"5m"`, `"30000"`); see
+    /// [`parse_duration`](crate::parse_duration).
+    pub fn parse(
+        name: impl Into<String>,
+        lock_at_most_for: &str,
+        lock_at_least_for: &str,
+    ) -> Result<Self, ConfigurationError> {
+        let name = name.into();
+        let parse = |field, text| {
+            parse_duration(text).map_err(|source| ConfigurationError::InvalidDuration {
+                name: name.clone(),
+                field,
+                source,
+            })
+        };
+        let at_most = parse("lock_at_most_for", lock_at_most_for)?;
+        let at_least = parse("lock_at_least_for", lock_at_least_for)?;
+        Self::new(name, at_most, at_least)
+    }
+
+    /// The lock's name, which is its identity in storage.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How long the lock is held if its holder never releases it.
+    pub fn lock_at_most_for(&self) -> Duration {
+        self.lock_at_most_for
+    }
+
+    /// How long the lock stays held after acquisition even if released earlier.
+    pub fn lock_at_least_for(&self) -> Duration {
+        self.lock_at_least_for
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn accepts_valid_bounds() {
+        let config = LockConfiguration::new("report", 10 * S, 2 * S).unwrap();
+        assert_eq!(config.name(), "report");
+        assert_eq!(config.lock_at_most_for(), 10 * S);
+        assert_eq!(config.lock_at_least_for(), 2 * S);
+        LockConfiguration::new("equal", S, S).unwrap();
+        LockConfiguration::new("no-minimum", S, Duration::ZERO).unwrap();
+    }
+
+    #[test]
+    fn rejects_empty_name() {
+        let err = LockConfiguration::new("", S, Duration::ZERO).unwrap_err();
+        assert_eq!(err, ConfigurationError::EmptyName);
+        assert_eq!(err.to_string(), "lock name must not be empty");
+    }
+
+    #[test]
+    fn rejects_zero_at_most_naming_the_lock() {
+        let err = LockConfiguration::new("report", Duration::ZERO, Duration::ZERO).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "lock \"report\": lock_at_most_for must be greater than zero"
+        );
+    }
+
+    #[test]
+    fn rejects_at_least_above_at_most_naming_both() {
+        let err = LockConfiguration::new("report", S, 2 * S).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "lock \"report\": lock_at_least_for (2s) must not exceed lock_at_most_for (1s)"
+        );
+    }
+
+    #[test]
+    fn parses_text_durations() {
+        let config = LockConfiguration::parse("report", "PT1M", "30s").unwrap();
+        assert_eq!(config.lock_at_most_for(), 60 * S);
+        assert_eq!(config.lock_at_least_for(), 30 * S);
+        let config = LockConfiguration::parse("report", "1500", "0").unwrap();
+        assert_eq!(config.lock_at_most_for(), Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn text_errors_name_the_lock_field_and_input() {
+        let err = LockConfiguration::parse("report", "5 minutes", "0").unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message
+                .starts_with("lock \"report\": lock_at_most_for: invalid duration \"5 minutes\""),
+            "{message}"
+        );
+        let err = LockConfiguration::parse("report", "1m", "2m").unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigurationError::LockAtLeastExceedsAtMost { .. }
+        ));
+    }
+}

@@ -1,0 +1,269 @@
+//! Parsing of lock durations in the three spellings ShedLock users already write.
+
+use std::time::Duration;
+
+use thiserror::Error;
+
+/// A duration string that none of the accepted spellings matches.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error(
+    "invalid duration {input:?}: {reason} (expected ISO-8601 like \"PT30S\", human like \"1h30m\", or milliseconds like \"30000\")"
+)]
+pub struct DurationParseError {
+    /// The text as given, quoted in the message so the user can find it in their config.
+    pub input: String,
+    /// Which rule the text broke.
+    pub reason: String,
+}
+
+/// Parses a lock duration the way ShedLock's `lockAtMostForString` does, plus combined human units.
+///
+/// Accepted, case-insensitively:
+/// - ISO-8601 durations: `PT30S`, `PT1M30S`, `PT0.5S`, `P1DT2H` (days are 24 h, no months or years);
+/// - human durations, one or more `<number><unit>` parts with units `ms`, `s`, `m`, `h`, `d`:
+///   `30s`, `5m`, `1h30m`, `1m500ms`;
+/// - a plain integer, taken as milliseconds: `30000`.
+///
+/// Negative values are rejected: a lock cannot be held for less than nothing.
+pub fn parse_duration(input: &str) -> Result<Duration, DurationParseError> {
+    let error = |reason: &str| DurationParseError {
+        input: input.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let text = input.trim();
+    if text.is_empty() {
+        return Err(error("it is empty"));
+    }
+    if text.starts_with('-') {
+        return Err(error("it is negative"));
+    }
+    let text = text.strip_prefix('+').unwrap_or(text);
+    if text.bytes().all(|b| b.is_ascii_digit()) {
+        let millis: u64 = text.parse().map_err(|_| error("it is too large"))?;
+        return Ok(Duration::from_millis(millis));
+    }
+    let upper = text.to_ascii_uppercase();
+    if let Some(iso) = upper.strip_prefix('P') {
+        return parse_iso(iso).map_err(|reason| error(&reason));
+    }
+    parse_human(&text.to_ascii_lowercase()).map_err(|reason| error(&reason))
+}
+
+/// Splits `text` into `(number, unit)` parts: `1h30m` gives `[("1","h"), ("30","m")]`.
+fn split_parts(text: &str) -> Result<Vec<(&str, &str)>, String> {
+    let mut parts = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if number_len == 0 {
+            return Err(format!("expected a number before {rest:?}"));
+        }
+        let (number, after) = rest.split_at(number_len);
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        if unit_len == 0 {
+            return Err(format!("the number {number:?} has no unit"));
+        }
+        let (unit, next) = after.split_at(unit_len);
+        parts.push((number, unit));
+        rest = next;
+    }
+    Ok(parts)
+}
+
+/// Converts `number` (decimal allowed) times `unit_nanos` to a duration, without overflow or rounding up.
+fn scaled(number: &str, unit_nanos: u128) -> Result<Duration, String> {
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
+        return Err(format!("{number:?} is not a number"));
+    }
+    let whole: u128 = if whole.is_empty() {
+        0
+    } else {
+        whole
+            .parse()
+            .map_err(|_| format!("{number:?} is too large"))?
+    };
+    let mut nanos = whole
+        .checked_mul(unit_nanos)
+        .ok_or_else(|| format!("{number:?} is too large"))?;
+    if !fraction.is_empty() {
+        if fraction.len() > 9 {
+            return Err(format!("{number:?} has more than 9 decimal places"));
+        }
+        let digits: u128 = fraction
+            .parse()
+            .map_err(|_| format!("{number:?} is not a number"))?;
+        let scale = 10u128.pow(fraction.len() as u32);
+        if !(digits * unit_nanos).is_multiple_of(scale) {
+            return Err(format!("{number:?} is finer than a nanosecond"));
+        }
+        nanos += digits * unit_nanos / scale;
+    }
+    let secs =
+        u64::try_from(nanos / 1_000_000_000).map_err(|_| format!("{number:?} is too large"))?;
+    Ok(Duration::new(secs, (nanos % 1_000_000_000) as u32))
+}
+
+const NANOS_PER_MILLI: u128 = 1_000_000;
+const NANOS_PER_SECOND: u128 = 1_000 * NANOS_PER_MILLI;
+const NANOS_PER_MINUTE: u128 = 60 * NANOS_PER_SECOND;
+const NANOS_PER_HOUR: u128 = 60 * NANOS_PER_MINUTE;
+const NANOS_PER_DAY: u128 = 24 * NANOS_PER_HOUR;
+
+fn sum(parts: impl IntoIterator<Item = Result<Duration, String>>) -> Result<Duration, String> {
+    parts.into_iter().try_fold(Duration::ZERO, |total, part| {
+        total
+            .checked_add(part?)
+            .ok_or_else(|| "it is too large".to_owned())
+    })
+}
+
+/// `iso` is what follows the `P`, upper-cased: `T1M30S`, `1DT2H`.
+fn parse_iso(iso: &str) -> Result<Duration, String> {
+    let (date, time) = match iso.split_once('T') {
+        Some((date, "")) => {
+            return Err(format!("nothing follows the 'T' in {date:?}T"));
+        }
+        Some((date, time)) => (date, time),
+        None => (iso, ""),
+    };
+    if date.is_empty() && time.is_empty() {
+        return Err("an ISO-8601 duration needs at least one part after 'P'".to_owned());
+    }
+    let date_parts = split_parts(date)?;
+    let time_parts = split_parts(time)?;
+    let mut last_rank = 0;
+    let ranked = date_parts
+        .into_iter()
+        .map(|(n, u)| (n, u, true))
+        .chain(time_parts.into_iter().map(|(n, u)| (n, u, false)));
+    let mut durations = Vec::new();
+    for (number, unit, in_date) in ranked {
+        let (rank, nanos) = match (in_date, unit) {
+            (true, "D") => (1, NANOS_PER_DAY),
+            (true, "W" | "Y" | "M") => {
+                return Err(format!(
+                    "'{unit}' in the date part has no fixed length; use days ('D') or time parts after 'T'"
+                ));
+            }
+            (false, "H") => (2, NANOS_PER_HOUR),
+            (false, "M") => (3, NANOS_PER_MINUTE),
+            (false, "S") => (4, NANOS_PER_SECOND),
+            _ => return Err(format!("unknown ISO-8601 unit '{unit}'")),
+        };
+        if rank <= last_rank {
+            return Err(format!("unit '{unit}' is repeated or out of order"));
+        }
+        if unit != "S" && number.contains('.') {
+            return Err(format!(
+                "only seconds may have a fraction, not '{number}{unit}'"
+            ));
+        }
+        last_rank = rank;
+        durations.push(scaled(number, nanos));
+    }
+    sum(durations)
+}
+
+fn parse_human(text: &str) -> Result<Duration, String> {
+    let mut last_rank = 0;
+    let mut durations = Vec::new();
+    for (number, unit) in split_parts(text)? {
+        let (rank, nanos) = match unit {
+            "d" => (1, NANOS_PER_DAY),
+            "h" => (2, NANOS_PER_HOUR),
+            "m" => (3, NANOS_PER_MINUTE),
+            "s" => (4, NANOS_PER_SECOND),
+            "ms" => (5, NANOS_PER_MILLI),
+            _ => return Err(format!("unknown unit {unit:?} (use ms, s, m, h or d)")),
+        };
+        if rank <= last_rank {
+            return Err(format!("unit {unit:?} is repeated or out of order"));
+        }
+        last_rank = rank;
+        durations.push(scaled(number, nanos));
+    }
+    sum(durations)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(millis: u64) -> Duration {
+        Duration::from_millis(millis)
+    }
+
+    #[test]
+    fn iso_8601() {
+        assert_eq!(parse_duration("PT30S").unwrap(), ms(30_000));
+        assert_eq!(parse_duration("PT1M30S").unwrap(), ms(90_000));
+        assert_eq!(parse_duration("pt1m").unwrap(), ms(60_000));
+        assert_eq!(parse_duration("PT0.5S").unwrap(), ms(500));
+        assert_eq!(parse_duration("PT.25S").unwrap(), ms(250));
+        assert_eq!(parse_duration("P1DT2H").unwrap(), ms((26 * 3600) * 1000));
+        assert_eq!(parse_duration("P2D").unwrap(), ms(2 * 86_400_000));
+        assert_eq!(parse_duration("PT0S").unwrap(), Duration::ZERO);
+    }
+
+    #[test]
+    fn human() {
+        assert_eq!(parse_duration("30s").unwrap(), ms(30_000));
+        assert_eq!(parse_duration("5m").unwrap(), ms(300_000));
+        assert_eq!(parse_duration("1h30m").unwrap(), ms(5_400_000));
+        assert_eq!(parse_duration("1M500MS").unwrap(), ms(60_500));
+        assert_eq!(parse_duration("250ms").unwrap(), ms(250));
+        assert_eq!(parse_duration("1.5s").unwrap(), ms(1_500));
+        assert_eq!(parse_duration(" 2d ").unwrap(), ms(2 * 86_400_000));
+    }
+
+    #[test]
+    fn milliseconds() {
+        assert_eq!(parse_duration("30000").unwrap(), ms(30_000));
+        assert_eq!(parse_duration("+5").unwrap(), ms(5));
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+    }
+
+    #[test]
+    fn rejects_with_the_input_quoted() {
+        for bad in [
+            "",
+            "  ",
+            "-5",
+            "-PT1S",
+            "PT",
+            "P",
+            "P1M",
+            "P1Y",
+            "PT1X",
+            "1x",
+            "s",
+            "1.2.3s",
+            "5m1h",
+            "1s1s",
+            "PT1.5M",
+            "30 s",
+            "1e3",
+            "0.0000000001s",
+            "99999999999999999999999",
+            "PT1S2M",
+        ] {
+            let err = parse_duration(bad).expect_err(bad);
+            assert_eq!(err.input, bad);
+            assert!(
+                err.to_string().contains(&format!("{bad:?}")),
+                "message must quote the input: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn rejects_overflow_instead_of_wrapping() {
+        let err = parse_duration("P99999999999999999D").unwrap_err();
+        assert!(err.reason.contains("too large"), "{err}");
+    }
+}
