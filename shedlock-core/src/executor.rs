@@ -44,6 +44,8 @@ impl<T> TaskOutcome<T> {
 /// A lock the current task holds, innermost last.
 #[derive(Clone)]
 struct ActiveLock {
+    /// The executor's provider: the same name on another provider is another lock.
+    provider: Arc<dyn LockProvider>,
     name: String,
     handle: Arc<dyn LockHandle>,
 }
@@ -94,7 +96,8 @@ pub async fn extend_active_lock(lock_at_most_for: Duration) -> Result<bool, Lock
 ///
 /// Fails closed: when the provider errors (backend down, timeout, bad schema), the task does not
 /// run and the error is returned. When the task panics, the lock is released and the panic
-/// continues. A task that runs the same lock name again inside itself runs it directly.
+/// continues. A task that runs the same lock name again inside itself, on this executor or a
+/// clone of it, runs it directly.
 #[derive(Clone)]
 pub struct LockingTaskExecutor {
     provider: Arc<dyn LockProvider>,
@@ -131,13 +134,13 @@ impl LockingTaskExecutor {
         F: Future,
     {
         let held = active_locks();
-        if held.iter().any(|active| active.name == config.name()) {
+        if self.holds(&held, config) {
             return Ok(TaskOutcome::Executed(task.await));
         }
         let Some(handle) = self.acquire(config).await? else {
             return Ok(TaskOutcome::Skipped);
         };
-        let result = run_caught(held, config, &handle, task).await;
+        let result = run_caught(held, &self.provider, config, &handle, task).await;
         finish(config, &*handle, result).await
     }
 
@@ -159,7 +162,7 @@ impl LockingTaskExecutor {
         Fut: Future,
     {
         let held = active_locks();
-        if held.iter().any(|active| active.name == config.name()) {
+        if self.holds(&held, config) {
             return Ok(TaskOutcome::Executed(task(CancellationToken::new()).await));
         }
         if !self.provider.capabilities().extend {
@@ -177,10 +180,16 @@ impl LockingTaskExecutor {
         let keeper = keep_alive(config, handle.clone(), started, lost.clone());
         let result = tokio::select! {
             biased;
-            result = run_caught(held, config, &handle, task(lost)) => result,
+            result = run_caught(held, &self.provider, config, &handle, task(lost)) => result,
             never = keeper => match never {},
         };
         finish(config, &*handle, result).await
+    }
+
+    fn holds(&self, held: &[ActiveLock], config: &LockConfiguration) -> bool {
+        held.iter().any(|active| {
+            active.name == config.name() && Arc::ptr_eq(&active.provider, &self.provider)
+        })
     }
 
     async fn acquire(
@@ -211,12 +220,14 @@ impl LockingTaskExecutor {
 /// be released before the panic continues.
 async fn run_caught<F: Future>(
     held: Arc<Vec<ActiveLock>>,
+    provider: &Arc<dyn LockProvider>,
     config: &LockConfiguration,
     handle: &Arc<dyn LockHandle>,
     task: F,
 ) -> Result<F::Output, Box<dyn Any + Send>> {
     let mut inner = Vec::clone(&held);
     inner.push(ActiveLock {
+        provider: provider.clone(),
         name: config.name().to_owned(),
         handle: handle.clone(),
     });

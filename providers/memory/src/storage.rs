@@ -16,13 +16,14 @@ struct Record {
     lock_until: SystemTime,
     locked_at: SystemTime,
     locked_by: String,
-    /// The last token issued for this name; survives release, so tokens never repeat.
-    fencing_token: u64,
 }
 
 #[derive(Debug, Default)]
 struct Records {
     by_name: HashMap<String, Record>,
+    /// The last fencing token issued, for any name: one counter for the store means a token
+    /// never repeats, even after a record is removed.
+    last_fencing_token: u64,
 }
 
 /// The shared lock table. Clones share the same records.
@@ -48,6 +49,12 @@ impl MemoryLockStore {
         records.by_name.get(name).map(describe)
     }
 
+    /// Deletes the record of `name`, as an operator freeing a stuck lock by hand would; returns
+    /// whether there was one. Fencing tokens keep increasing: they come from a store-wide counter.
+    pub fn remove_record(&self, name: &str) -> bool {
+        self.records.lock().unwrap().by_name.remove(name).is_some()
+    }
+
     /// Creates or overwrites the record for `name` as another program would have left it
     /// (Java ShedLock, a crashed node), for migration and conformance tests.
     pub fn put_record(
@@ -58,14 +65,12 @@ impl MemoryLockStore {
         locked_by: &str,
     ) {
         let mut records = self.records.lock().unwrap();
-        let fencing_token = records.by_name.get(name).map_or(0, |r| r.fencing_token);
         records.by_name.insert(
             name.to_owned(),
             Record {
                 lock_until,
                 locked_at,
                 locked_by: locked_by.to_owned(),
-                fencing_token,
             },
         );
     }
@@ -78,21 +83,21 @@ fn describe(record: &Record) -> LockHolder {
     }
 }
 
-impl MemoryLockStore {
-    fn take(
-        &self,
-        record: &LockRecord<'_>,
-        existing: Option<&Record>,
-        now: SystemTime,
-    ) -> (Record, u64) {
-        let fencing_token = existing.map_or(0, |r| r.fencing_token) + 1;
-        let new = Record {
-            lock_until: now + record.lock_at_most_for,
-            locked_at: now,
-            locked_by: record.locked_by.to_owned(),
-            fencing_token,
-        };
-        (new, fencing_token)
+impl Records {
+    /// Writes `record` as the holder of its name and issues the next fencing token.
+    fn take(&mut self, record: &LockRecord<'_>, now: SystemTime) -> RecordOutcome {
+        self.last_fencing_token += 1;
+        self.by_name.insert(
+            record.name.to_owned(),
+            Record {
+                lock_until: now + record.lock_at_most_for,
+                locked_at: now,
+                locked_by: record.locked_by.to_owned(),
+            },
+        );
+        RecordOutcome::Acquired {
+            fencing_token: Some(self.last_fencing_token),
+        }
     }
 }
 
@@ -115,27 +120,19 @@ impl LockStorage for MemoryLockStore {
         if let Some(existing) = records.by_name.get(record.name) {
             return Ok(RecordOutcome::NotAcquired(Some(describe(existing))));
         }
-        let (new, fencing_token) = self.take(record, None, now);
-        records.by_name.insert(record.name.to_owned(), new);
-        Ok(RecordOutcome::Acquired {
-            fencing_token: Some(fencing_token),
-        })
+        Ok(records.take(record, now))
     }
 
     async fn update_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
         let now = self.clock.now();
         let mut records = self.records.lock().unwrap();
-        let Some(existing) = records.by_name.get_mut(record.name) else {
-            return Ok(RecordOutcome::Missing);
-        };
-        if existing.lock_until > now {
-            return Ok(RecordOutcome::NotAcquired(Some(describe(existing))));
+        match records.by_name.get(record.name) {
+            None => Ok(RecordOutcome::Missing),
+            Some(existing) if existing.lock_until > now => {
+                Ok(RecordOutcome::NotAcquired(Some(describe(existing))))
+            }
+            Some(_) => Ok(records.take(record, now)),
         }
-        let (new, fencing_token) = self.take(record, Some(existing), now);
-        *existing = new;
-        Ok(RecordOutcome::Acquired {
-            fencing_token: Some(fencing_token),
-        })
     }
 
     async fn extend(
