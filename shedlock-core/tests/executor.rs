@@ -416,7 +416,7 @@ mod keep_alive {
                 let mut others_ran = 0;
                 for _ in 0..15 {
                     tokio::time::sleep(Duration::from_millis(100)).await;
-                    others_ran += usize::from(runs(&b, &config).await);
+                    others_ran += usize::from(runs(b, config).await);
                 }
                 (others_ran, lost.is_cancelled())
             })
