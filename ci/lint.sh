@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The checks that keep the tree clean: formatting, clippy with warnings as errors, and docs
+# without warnings.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
