@@ -119,6 +119,11 @@ impl LockingTaskExecutor {
         }
     }
 
+    /// An executor on a provider already shared as a trait object.
+    pub fn from_arc(provider: Arc<dyn LockProvider>) -> Self {
+        Self { provider }
+    }
+
     /// The provider locks come from.
     pub fn provider(&self) -> &Arc<dyn LockProvider> {
         &self.provider
@@ -152,14 +157,16 @@ impl LockingTaskExecutor {
     /// decides what to do, typically stop at the next safe point. Needs a provider with
     /// [`Capabilities::extend`](crate::Capabilities::extend); otherwise nothing runs and
     /// [`LockError::Unsupported`] is returned.
-    pub async fn execute_with_keep_alive<F, Fut>(
+    ///
+    /// The task is an async closure (`async |lost| { ... }`), so it can borrow from its
+    /// surroundings; a closure returning a future works too.
+    pub async fn execute_with_keep_alive<F, T>(
         &self,
         config: &LockConfiguration,
         task: F,
-    ) -> Result<TaskOutcome<Fut::Output>, LockError>
+    ) -> Result<TaskOutcome<T>, LockError>
     where
-        F: FnOnce(CancellationToken) -> Fut,
-        Fut: Future,
+        F: AsyncFnOnce(CancellationToken) -> T,
     {
         let held = active_locks();
         if self.holds(&held, config) {

@@ -390,7 +390,7 @@ async fn a_backend_error_means_the_task_does_not_run() {
         .unwrap_err();
     assert!(error.to_string().contains("connection refused"), "{error}");
     let error = executor
-        .execute_with_keep_alive(&config, |_| async { ran.fetch_add(1, Ordering::SeqCst) })
+        .execute_with_keep_alive(&config, async |_| ran.fetch_add(1, Ordering::SeqCst))
         .await
         .unwrap_err();
     assert!(matches!(error, LockError::Backend { .. }));
@@ -409,14 +409,12 @@ mod keep_alive {
             LockingTaskExecutor::new(store.node()),
         );
         let config = config("long-job", Duration::from_millis(600), Duration::ZERO);
-        let (b_ref, config_ref) = (&b, &config);
         let outcome = a
-            .execute_with_keep_alive(&config, |lost| async move {
-                let (b, config) = (b_ref, config_ref);
+            .execute_with_keep_alive(&config, async |lost| {
                 let mut others_ran = 0;
                 for _ in 0..15 {
                     tokio::time::sleep(Duration::from_millis(100)).await;
-                    others_ran += usize::from(runs(b, config).await);
+                    others_ran += usize::from(runs(&b, &config).await);
                 }
                 (others_ran, lost.is_cancelled())
             })
@@ -436,8 +434,7 @@ mod keep_alive {
         let a = LockingTaskExecutor::new(store.node());
         let config = config("lost-job", Duration::from_millis(300), Duration::ZERO);
         let outcome = a
-            .execute_with_keep_alive(&config, |lost| async {
-                let lost = lost;
+            .execute_with_keep_alive(&config, async |lost| {
                 // Someone takes the lock over behind our back (an operator, a clock jump).
                 let now = SystemTime::now();
                 store.put_record("lost-job", now + 60 * SECOND, now, "intruder");
@@ -477,7 +474,7 @@ mod keep_alive {
         let executor = LockingTaskExecutor::new(NoExtend(store.node()));
         let config = config("job", SECOND, Duration::ZERO);
         let error = executor
-            .execute_with_keep_alive(&config, |_| async {})
+            .execute_with_keep_alive(&config, async |_| {})
             .await
             .unwrap_err();
         assert!(matches!(error, LockError::Unsupported { .. }), "{error}");
