@@ -1,0 +1,663 @@
+//! The etcd lock provider for shedlock-rs, wire-compatible with Java ShedLock's
+//! `EtcdLockProvider`.
+//!
+//! A lock is one key, `shedlock:<env>:<name>` (env `default` unless set), attached to a lease
+//! granted for this acquisition alone:
+//!
+//! - **acquire** grants a lease of `ceil(lock_at_most_for)` seconds, then runs one transaction:
+//!   if the key does not exist, put it on the lease (ShedLock's own condition, so Java and Rust
+//!   nodes exclude each other), else read who holds it;
+//! - **release** and **extend** are transactions that compare the key's value, unique per
+//!   acquisition, so they only ever act on this acquisition (ShedLock checks nothing). Extend
+//!   moves the key onto a new lease of `ceil(new lock_at_most_for)`; release deletes the key, or
+//!   while `lock_at_least_for` still runs, moves it onto a lease of the rest, rounded up;
+//! - **time** is etcd's: leases expire on the server, so a node whose clock is wrong cannot
+//!   break exclusion ([`TimeSource::Server`]). The one duration measured here, how much of
+//!   `lock_at_least_for` is left at release, uses this process's monotonic clock from the moment
+//!   the acquire was answered, which can only overestimate it;
+//! - **fencing tokens** are the revision of the acquiring put: etcd raises its revision with
+//!   every write, so tokens strictly increase per name (and across names).
+//!
+//! Leases count whole seconds, so every duration is rounded up to a second (the provider
+//! declares a 1 s [`Capabilities::time_precision`]), and etcd raises a lease below its minimum
+//! TTL (about 2 s with default settings) to that minimum: a lock is never shorter than asked,
+//! but may be held up to that much longer.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use shedlock_core::{LockConfiguration, LockingTaskExecutor};
+//! use shedlock_etcd::EtcdLockProvider;
+//! # async fn run() -> Result<(), shedlock_core::LockError> {
+//! let provider = EtcdLockProvider::builder()
+//!     .env("production")
+//!     .connect("http://127.0.0.1:2379")
+//!     .await?;
+//! let executor = LockingTaskExecutor::new(provider);
+//! let config = LockConfiguration::new("nightly-report", Duration::from_secs(600), Duration::ZERO)?;
+//! let _ = executor.execute(&config, async { /* the task */ }).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Building: `protoc`
+//!
+//! The `etcd-client` crate compiles etcd's protobuf definitions when it is built, which needs
+//! the `protoc` compiler: on Debian or Ubuntu `apt-get install protobuf-compiler`, elsewhere
+//! install it from <https://github.com/protocolbuffers/protobuf/releases> or point the `PROTOC`
+//! environment variable at a `protoc` binary. Without it the build stops in `etcd-client`'s
+//! build script with "Could not find `protoc`" (Cargo runs that script before this crate's
+//! own build script, which repeats the advice where it gets the chance).
+//!
+//! # Unknown outcomes
+//!
+//! Every operation is bounded by the operation timeout (5 s unless set), applied per request by
+//! the client and to the operation as a whole. An acquire whose transaction got no answer may
+//! or may not have taken the lock, so [`LockProvider::try_lock`] returns an error, never "not
+//! acquired", and the executor does not run the task; the provider then revokes the lease it
+//! granted for that attempt, in the background, which removes the key if the put did land. The
+//! lease belongs to that attempt alone, so this can never free anyone else's lock.
+//!
+//! # Credentials
+//!
+//! A user and password may come in the URL (`http://user:password@host:2379`, percent-encoded)
+//! or from [`EtcdLockProviderBuilder::credentials`]. The provider keeps only a redacted copy of
+//! the URL for its `Debug` output, error messages and log lines.
+
+mod redact;
+mod storage;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{Client, ConnectOptions};
+use shedlock_core::{
+    Acquisition, Capabilities, ConfigurationError, LockConfiguration, LockError, LockHandle,
+    LockHolder, LockProvider, Operation, TimeSource,
+};
+use tokio::time::Instant;
+use tracing::debug;
+
+use storage::AcquireOutcome;
+
+/// The provider's name in errors and logs.
+pub const PROVIDER: &str = "etcd";
+
+/// ShedLock's key prefix: keys are `shedlock:<env>:<name>`.
+pub const DEFAULT_KEY_PREFIX: &str = "shedlock";
+
+/// ShedLock's default environment segment of the key.
+pub const DEFAULT_ENV: &str = "default";
+
+/// How long one lock operation may take before it fails with [`LockError::Timeout`].
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = shedlock_core::DEFAULT_OPERATION_TIMEOUT;
+
+/// User name and password for etcd's authentication, never printed.
+#[derive(Clone)]
+struct Credentials {
+    user: String,
+    password: String,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"***")
+            .finish()
+    }
+}
+
+/// Settings for an [`EtcdLockProvider`]; finish with [`connect`](Self::connect) or
+/// [`build`](Self::build).
+#[derive(Debug, Clone)]
+pub struct EtcdLockProviderBuilder {
+    key_prefix: String,
+    env: String,
+    holder: String,
+    operation_timeout: Duration,
+    credentials: Option<Credentials>,
+}
+
+impl Default for EtcdLockProviderBuilder {
+    fn default() -> Self {
+        Self {
+            key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
+            env: DEFAULT_ENV.to_owned(),
+            holder: shedlock_core::default_holder(),
+            operation_timeout: DEFAULT_OPERATION_TIMEOUT,
+            credentials: None,
+        }
+    }
+}
+
+impl EtcdLockProviderBuilder {
+    /// The first segment of every key, `shedlock` as in ShedLock. It must not be empty or
+    /// contain `:`, so that a key names exactly one prefix, env and lock.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// The environment segment, `default` as in ShedLock: services that share an etcd but not
+    /// their locks use different envs. It must not be empty or contain `:`.
+    pub fn env(mut self, env: impl Into<String>) -> Self {
+        self.env = env.into();
+        self
+    }
+
+    /// Who this node is, written into each lock's value for people reading the keys (the host
+    /// name unless set). Ownership does not depend on it: every acquisition's value also
+    /// carries a fresh UUID, so two processes on one host never release each other's locks.
+    pub fn holder(mut self, holder: impl Into<String>) -> Self {
+        self.holder = holder.into();
+        self
+    }
+
+    /// The longest one lock operation may take before it fails with [`LockError::Timeout`]; also
+    /// the client's connect timeout and per-request timeout.
+    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+
+    /// Authenticates as `user` (instead of credentials in the URL). The password is never
+    /// printed, logged or put into an error.
+    pub fn credentials(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.credentials = Some(Credentials {
+            user: user.into(),
+            password: password.into(),
+        });
+        self
+    }
+
+    /// Connects to `url` (`http://[user:password@]host:2379`; several endpoints separated by
+    /// commas) and checks, within the operation timeout, that etcd answers a read of the lock
+    /// keys. Fails with a [`LockError::Backend`] naming the redacted URL otherwise.
+    pub async fn connect(self, url: &str) -> Result<EtcdLockProvider, LockError> {
+        let provider = self.connect_lazy(url).await?;
+        let inner = &provider.inner;
+        let probe_key = storage::lock_key(&inner.key_prefix, &inner.env, "");
+        let mut client = inner.client.clone();
+        inner
+            .call(
+                Operation::Connect,
+                "",
+                storage::probe(&mut client, &probe_key),
+            )
+            .await?;
+        Ok(provider)
+    }
+
+    /// Like [`connect`](Self::connect) without the check: an application can start while etcd
+    /// is down, and each lock operation fails (bounded by the operation timeout) until etcd
+    /// answers. With credentials, etcd is asked for a token here, so it must answer.
+    pub async fn connect_lazy(self, url: &str) -> Result<EtcdLockProvider, LockError> {
+        self.validate()?;
+        let endpoint = redact::redact_url(url);
+        let mut credentials = self.credentials.clone();
+        let mut endpoints = Vec::new();
+        for part in url
+            .split(',')
+            .map(str::trim)
+            .filter(|part| !part.is_empty())
+        {
+            let (bare, from_url) = redact::split_credentials(part);
+            if let Some((user, password)) = from_url {
+                credentials.get_or_insert(Credentials { user, password });
+            }
+            endpoints.push(bare);
+        }
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(self.operation_timeout)
+            .with_timeout(self.operation_timeout);
+        if let Some(credentials) = credentials {
+            options = options.with_user(credentials.user, credentials.password);
+        }
+        let timeout = self.operation_timeout;
+        let client = tokio::time::timeout(timeout, Client::connect(endpoints, Some(options)))
+            .await
+            .map_err(|_| {
+                LockError::backend_message(
+                    PROVIDER,
+                    Operation::Connect,
+                    "",
+                    format!(
+                        "etcd at {endpoint} did not answer within {timeout:?}: is it running and reachable?"
+                    ),
+                )
+            })?
+            .map_err(|error| {
+                LockError::backend(
+                    PROVIDER,
+                    Operation::Connect,
+                    "",
+                    format!("could not connect to etcd at {endpoint}"),
+                    error,
+                )
+            })?;
+        Ok(self.finish(client, endpoint))
+    }
+
+    /// Uses a client the application already has (credentials and timeouts are the client's;
+    /// the operation timeout still bounds every lock operation).
+    pub fn build(self, client: Client) -> Result<EtcdLockProvider, LockError> {
+        self.validate()?;
+        Ok(self.finish(client, "a client given by the application".to_owned()))
+    }
+
+    fn validate(&self) -> Result<(), LockError> {
+        for (what, value) in [("key prefix", &self.key_prefix), ("env", &self.env)] {
+            let rule = if value.is_empty() {
+                "it must not be empty"
+            } else if value.contains(':') {
+                "it must not contain ':', the separator of the key layout <prefix>:<env>:<name>; \
+                 otherwise two different env/name pairs could map to one key"
+            } else {
+                continue;
+            };
+            return Err(invalid_setting(what, value, rule));
+        }
+        if self.operation_timeout.is_zero() {
+            return Err(invalid_setting(
+                "operation timeout",
+                "0s",
+                "it must be greater than zero",
+            ));
+        }
+        Ok(())
+    }
+
+    fn finish(self, client: Client, endpoint: String) -> EtcdLockProvider {
+        EtcdLockProvider {
+            inner: Arc::new(Inner {
+                client,
+                key_prefix: self.key_prefix,
+                env: self.env,
+                holder: self.holder,
+                operation_timeout: self.operation_timeout,
+                endpoint,
+            }),
+        }
+    }
+}
+
+fn invalid_setting(what: &str, value: &str, rule: &str) -> LockError {
+    LockError::backend_message(
+        PROVIDER,
+        Operation::Connect,
+        "",
+        format!("invalid {what} {value:?}: {rule}"),
+    )
+}
+
+/// Locks in etcd, one key and one lease per acquisition; see the crate docs for the layout and
+/// the guarantees. Cheap to clone (the client is shared).
+#[derive(Clone)]
+pub struct EtcdLockProvider {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    key_prefix: String,
+    env: String,
+    holder: String,
+    operation_timeout: Duration,
+    /// Where the client goes, with any password masked.
+    endpoint: String,
+}
+
+impl fmt::Debug for EtcdLockProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = &self.inner;
+        f.debug_struct("EtcdLockProvider")
+            .field("endpoint", &inner.endpoint)
+            .field("key_prefix", &inner.key_prefix)
+            .field("env", &inner.env)
+            .field("holder", &inner.holder)
+            .field("operation_timeout", &inner.operation_timeout)
+            .finish()
+    }
+}
+
+impl EtcdLockProvider {
+    /// Settings with ShedLock's defaults: prefix `shedlock`, env `default`, the host name as
+    /// holder, a 5 s operation timeout, no credentials.
+    pub fn builder() -> EtcdLockProviderBuilder {
+        EtcdLockProviderBuilder::default()
+    }
+
+    /// Connects to `url` with the default settings; see [`EtcdLockProviderBuilder::connect`].
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        Self::builder().connect(url).await
+    }
+
+    /// The etcd key of lock `name`, `<prefix>:<env>:<name>`, for operators who want to inspect
+    /// or free a lock by hand.
+    pub fn lock_key(&self, name: &str) -> Result<String, LockError> {
+        if name.is_empty() {
+            return Err(ConfigurationError::EmptyName.into());
+        }
+        Ok(storage::lock_key(
+            &self.inner.key_prefix,
+            &self.inner.env,
+            name,
+        ))
+    }
+}
+
+impl Inner {
+    /// Runs etcd requests bounded by the operation timeout, turning their failure into the
+    /// [`LockError`] the caller reports.
+    async fn call<T>(
+        &self,
+        operation: Operation,
+        name: &str,
+        call: impl Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, LockError> {
+        let started = Instant::now();
+        let error = match tokio::time::timeout(self.operation_timeout, call).await {
+            Ok(Ok(value)) => return Ok(value),
+            Err(_) => {
+                return Err(LockError::Timeout {
+                    provider: PROVIDER,
+                    operation,
+                    name: name.to_owned(),
+                    after: self.operation_timeout,
+                });
+            }
+            Ok(Err(error)) => error,
+        };
+        let unreachable = match &error {
+            etcd_client::Error::GRpcStatus(status) => match status.code() {
+                tonic::Code::DeadlineExceeded => {
+                    return Err(LockError::Timeout {
+                        provider: PROVIDER,
+                        operation,
+                        name: name.to_owned(),
+                        after: Duration::from_millis(started.elapsed().as_millis() as u64),
+                    });
+                }
+                tonic::Code::Unavailable => true,
+                _ => false,
+            },
+            etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+            _ => false,
+        };
+        let consequence = match operation {
+            Operation::Connect => "is it running and reachable?",
+            Operation::Acquire => "whether the lock was taken is unknown, so the task must not run",
+            Operation::Release => "the lock stays held until lock_at_most_for at the latest",
+            Operation::Extend => "the lock keeps its previous expiry",
+            _ => "",
+        };
+        let cause = if unreachable {
+            "is unreachable"
+        } else {
+            "failed"
+        };
+        Err(LockError::backend(
+            PROVIDER,
+            operation,
+            name,
+            format!("etcd at {} {cause}; {consequence}", self.endpoint),
+            error,
+        ))
+    }
+
+    /// Revokes leases in the background: leases that no longer carry our key (after it moved or
+    /// was deleted), or that carry a key of an attempt whose answer never came. Each lease is
+    /// this provider's own, so revoking it can only delete our own key. A revoke that fails
+    /// changes nothing: the lease ends at its TTL anyway.
+    fn revoke_in_background(self: &Arc<Self>, leases: Vec<i64>, why: &'static str) {
+        if leases.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner = self.clone();
+        runtime.spawn(async move {
+            for lease in leases {
+                let mut client = inner.client.clone();
+                let outcome = tokio::time::timeout(
+                    inner.operation_timeout,
+                    storage::revoke_lease(&mut client, lease),
+                )
+                .await;
+                match outcome {
+                    Ok(Ok(())) => debug!(lease, why, "revoked lease"),
+                    Ok(Err(error)) => debug!(
+                        lease, why, endpoint = %inner.endpoint, %error,
+                        "could not revoke lease; it ends at its TTL"
+                    ),
+                    Err(_) => debug!(
+                        lease, why, endpoint = %inner.endpoint,
+                        "revoking lease timed out; it ends at its TTL"
+                    ),
+                }
+            }
+        });
+    }
+}
+
+/// A duration as whole seconds for a lease, refusing what etcd cannot store.
+fn lease_secs(operation: Operation, name: &str, duration: Duration) -> Result<i64, LockError> {
+    storage::lease_secs(duration).ok_or_else(|| {
+        LockError::backend_message(
+            PROVIDER,
+            operation,
+            name,
+            format!(
+                "{duration:?} is longer than an etcd lease can be (at most {} s); nothing was written",
+                storage::MAX_LEASE_SECS
+            ),
+        )
+    })
+}
+
+#[async_trait]
+impl LockProvider for EtcdLockProvider {
+    async fn try_lock(&self, config: &LockConfiguration) -> Result<Acquisition, LockError> {
+        let name = config.name();
+        let key = self.lock_key(name)?;
+        let inner = &self.inner;
+        let ttl = lease_secs(Operation::Acquire, name, config.lock_at_most_for())?;
+        let value = storage::lock_value(&inner.holder);
+        let mut client = inner.client.clone();
+        let lease = inner
+            .call(
+                Operation::Acquire,
+                name,
+                storage::grant_lease(&mut client, ttl),
+            )
+            .await?;
+        let outcome = inner
+            .call(
+                Operation::Acquire,
+                name,
+                storage::acquire(&mut client, &key, &value, lease),
+            )
+            .await;
+        let acquired_at = Instant::now();
+        match outcome {
+            Ok(AcquireOutcome::Acquired { revision }) => {
+                Ok(Acquisition::Acquired(Box::new(EtcdLockHandle {
+                    inner: self.inner.clone(),
+                    name: name.to_owned(),
+                    key,
+                    value,
+                    fencing_token: u64::try_from(revision).ok(),
+                    acquired_at,
+                    lock_at_least_for: config.lock_at_least_for(),
+                    state: tokio::sync::Mutex::new(HandleState {
+                        finished: false,
+                        leases: vec![lease],
+                    }),
+                })))
+            }
+            Ok(AcquireOutcome::Held { value }) => {
+                inner.revoke_in_background(vec![lease], "lock not acquired");
+                Ok(Acquisition::NotAcquired(Some(LockHolder {
+                    locked_by: value.as_deref().and_then(storage::holder_of),
+                    held_until: None,
+                })))
+            }
+            Err(error) => {
+                inner.revoke_in_background(vec![lease], "acquire outcome unknown");
+                Err(error)
+            }
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(TimeSource::Server)
+            .with_fencing(true)
+            .with_extend(true)
+            .with_time_precision(Duration::from_secs(1))
+    }
+}
+
+/// One acquisition of an etcd lock: the key, the unique value written to it, and the leases
+/// it may be attached to.
+struct EtcdLockHandle {
+    inner: Arc<Inner>,
+    name: String,
+    key: String,
+    value: String,
+    fencing_token: Option<u64>,
+    /// When the acquire was answered (monotonic): the rest of lock_at_least_for is counted from
+    /// here, which can only overestimate it, since etcd applied the put before answering.
+    acquired_at: Instant,
+    lock_at_least_for: Duration,
+    /// Serializes this handle's release and extend.
+    state: tokio::sync::Mutex<HandleState>,
+}
+
+struct HandleState {
+    /// Released, or found lost: this acquisition is over and nothing more is sent.
+    finished: bool,
+    /// The leases our key may be attached to: one, unless a move to a new lease got no answer,
+    /// in which case the key is on one of them and all are revoked once it moves again.
+    leases: Vec<i64>,
+}
+
+impl fmt::Debug for EtcdLockHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdLockHandle")
+            .field("name", &self.name)
+            .field("key", &self.key)
+            .field("value", &self.value)
+            .field("fencing_token", &self.fencing_token)
+            .finish()
+    }
+}
+
+impl EtcdLockHandle {
+    /// Moves our key onto a new lease of `ttl` seconds if it is still ours. `Ok(true)`: moved,
+    /// and the old leases are revoked. `Ok(false)`: not ours; nothing changed.
+    async fn move_to_new_lease(
+        &self,
+        operation: Operation,
+        state: &mut HandleState,
+        ttl: i64,
+    ) -> Result<bool, LockError> {
+        let inner = &self.inner;
+        let mut client = inner.client.clone();
+        let lease = inner
+            .call(
+                operation,
+                &self.name,
+                storage::grant_lease(&mut client, ttl),
+            )
+            .await?;
+        let moved = inner
+            .call(
+                operation,
+                &self.name,
+                storage::move_to_lease(&mut client, &self.key, &self.value, lease),
+            )
+            .await;
+        match moved {
+            Ok(true) => {
+                let old = std::mem::replace(&mut state.leases, vec![lease]);
+                inner.revoke_in_background(old, "lock moved to a new lease");
+                Ok(true)
+            }
+            Ok(false) => {
+                let all = std::mem::take(&mut state.leases);
+                inner.revoke_in_background([all, vec![lease]].concat(), "lock no longer ours");
+                state.finished = true;
+                Ok(false)
+            }
+            Err(error) => {
+                // The key may now be on the new lease or still on the old ones: keep them all.
+                state.leases.push(lease);
+                Err(error)
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl LockHandle for EtcdLockHandle {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        self.fencing_token
+    }
+
+    fn time_source(&self) -> TimeSource {
+        TimeSource::Server
+    }
+
+    async fn unlock(&self) -> Result<bool, LockError> {
+        let mut state = self.state.lock().await;
+        if state.finished {
+            return Ok(false);
+        }
+        let remaining = self
+            .lock_at_least_for
+            .saturating_sub(self.acquired_at.elapsed());
+        if !remaining.is_zero() {
+            let ttl = lease_secs(Operation::Release, &self.name, remaining)?;
+            let released = self
+                .move_to_new_lease(Operation::Release, &mut state, ttl)
+                .await?;
+            state.finished = true;
+            return Ok(released);
+        }
+        let inner = &self.inner;
+        let mut client = inner.client.clone();
+        let deleted = inner
+            .call(
+                Operation::Release,
+                &self.name,
+                storage::delete_if_ours(&mut client, &self.key, &self.value),
+            )
+            .await?;
+        let leases = std::mem::take(&mut state.leases);
+        inner.revoke_in_background(leases, "lock released");
+        state.finished = true;
+        Ok(deleted)
+    }
+
+    async fn extend(&self, lock_at_most_for: Duration) -> Result<bool, LockError> {
+        if lock_at_most_for.is_zero() {
+            return Err(ConfigurationError::ZeroLockAtMostFor {
+                name: self.name.clone(),
+            }
+            .into());
+        }
+        let ttl = lease_secs(Operation::Extend, &self.name, lock_at_most_for)?;
+        let mut state = self.state.lock().await;
+        if state.finished {
+            return Ok(false);
+        }
+        self.move_to_new_lease(Operation::Extend, &mut state, ttl)
+            .await
+    }
+}

@@ -1,0 +1,467 @@
+//! The etcd provider against a real etcd: ShedLock interoperability, ownership, at-least,
+//! leases, fencing, names, unreachable servers and credential redaction.
+//!
+//! Needs `SHEDLOCK_TEST_ETCD_URL` (e.g. `http://127.0.0.1:2379`; `ci/start-backends.sh` starts
+//! one). Every test uses its own env segment, so tests run in parallel and repeatedly on one
+//! server.
+
+use std::error::Error as _;
+use std::time::Duration;
+
+use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
+use shedlock_core::{Acquisition, LockConfiguration, LockError, LockHandle, LockProvider};
+use shedlock_etcd::{EtcdLockProvider, EtcdLockProviderBuilder};
+use tokio::time::Instant;
+
+const MS: Duration = Duration::from_millis(1);
+const SECRET: &str = "sup3rs3cret-pw";
+
+fn etcd_url() -> String {
+    std::env::var("SHEDLOCK_TEST_ETCD_URL").unwrap_or_else(|_| {
+        panic!(
+            "SHEDLOCK_TEST_ETCD_URL is not set: point it at an etcd server, e.g. \
+             SHEDLOCK_TEST_ETCD_URL=http://127.0.0.1:2379 (ci/start-backends.sh starts one)"
+        )
+    })
+}
+
+fn unique_env() -> String {
+    format!("test-{}", uuid::Uuid::new_v4().simple())
+}
+
+fn builder(env: &str) -> EtcdLockProviderBuilder {
+    EtcdLockProvider::builder().env(env)
+}
+
+async fn provider(env: &str) -> EtcdLockProvider {
+    builder(env).connect(&etcd_url()).await.unwrap()
+}
+
+async fn raw() -> Client {
+    Client::connect([etcd_url()], None).await.unwrap()
+}
+
+fn config(name: &str, at_most: Duration, at_least: Duration) -> LockConfiguration {
+    LockConfiguration::new(name, at_most, at_least).unwrap()
+}
+
+async fn acquire(provider: &impl LockProvider, config: &LockConfiguration) -> Box<dyn LockHandle> {
+    match provider.try_lock(config).await.unwrap() {
+        Acquisition::Acquired(handle) => handle,
+        other => panic!("expected to acquire {:?}, got {other:?}", config.name()),
+    }
+}
+
+async fn assert_not_acquired(provider: &impl LockProvider, config: &LockConfiguration) {
+    let outcome = provider.try_lock(config).await.unwrap();
+    assert!(
+        !outcome.is_acquired(),
+        "{:?} should be held by someone else, but was acquired",
+        config.name()
+    );
+}
+
+/// The key's value, revision and lease, if it exists.
+async fn read(client: &mut Client, key: &str) -> Option<(String, i64, i64)> {
+    let response = client.get(key, None).await.unwrap();
+    response.kvs().first().map(|kv| {
+        (
+            String::from_utf8(kv.value().to_vec()).unwrap(),
+            kv.mod_revision(),
+            kv.lease(),
+        )
+    })
+}
+
+/// The remaining TTL of `lease` in seconds, -1 once it is gone.
+async fn lease_ttl(client: &mut Client, lease: i64) -> i64 {
+    client.lease_time_to_live(lease, None).await.unwrap().ttl()
+}
+
+fn full_text(error: &LockError) -> String {
+    let mut text = format!("{error} | {error:?}");
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(" | {cause}"));
+        source = cause.source();
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_written_the_way_shedlock_does_blocks_the_provider() {
+    let env = unique_env();
+    let provider = provider(&env).await;
+    let key = format!("shedlock:{env}:report");
+    assert_eq!(provider.lock_key("report").unwrap(), key);
+    let mut client = raw().await;
+    // What Java ShedLock does: a lease, then "if version(key) == 0, put on the lease".
+    let lease = client.lease_grant(10, None).await.unwrap().id();
+    let java_value = "ADDED:2026-11-29T10:15:30.123Z@java-host";
+    let put = client
+        .txn(
+            Txn::new()
+                .when([Compare::version(key.as_str(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(
+                    key.as_str(),
+                    java_value,
+                    Some(PutOptions::new().with_lease(lease)),
+                )]),
+        )
+        .await
+        .unwrap();
+    assert!(put.succeeded());
+
+    let config = config("report", Duration::from_secs(5), Duration::ZERO);
+    match provider.try_lock(&config).await.unwrap() {
+        Acquisition::NotAcquired(Some(holder)) => {
+            assert_eq!(holder.locked_by.as_deref(), Some("java-host"));
+        }
+        other => panic!("a ShedLock key must block us, got {other:?}"),
+    }
+    assert_eq!(read(&mut client, &key).await.unwrap().0, java_value);
+
+    // The Java node releases by revoking its lease: the lock is free.
+    client.lease_revoke(lease).await.unwrap();
+    let handle = acquire(&provider, &config).await;
+    assert!(handle.unlock().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_providers_key_blocks_shedlocks_acquire_and_has_its_layout() {
+    let env = unique_env();
+    let provider = builder(&env)
+        .holder("rust-node")
+        .connect(&etcd_url())
+        .await
+        .unwrap();
+    let handle = acquire(
+        &provider,
+        &config("report", Duration::from_secs(10), Duration::ZERO),
+    )
+    .await;
+    let key = format!("shedlock:{env}:report");
+    let mut client = raw().await;
+    let java = client
+        .txn(
+            Txn::new()
+                .when([Compare::version(key.as_str(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(key.as_str(), "ADDED:x@java-host", None)]),
+        )
+        .await
+        .unwrap();
+    assert!(
+        !java.succeeded(),
+        "ShedLock's acquire must fail while we hold the lock"
+    );
+
+    let (value, revision, lease) = read(&mut client, &key).await.unwrap();
+    let rest = value.strip_prefix("ADDED:").unwrap();
+    let (added, holder_uuid) = rest.split_once('@').unwrap();
+    chrono::DateTime::parse_from_rfc3339(added).unwrap();
+    let (holder, uuid) = holder_uuid.rsplit_once(':').unwrap();
+    assert_eq!(holder, "rust-node");
+    uuid::Uuid::parse_str(uuid).unwrap();
+    assert_eq!(handle.fencing_token(), Some(revision as u64));
+    let ttl = lease_ttl(&mut client, lease).await;
+    assert!(
+        (9..=10).contains(&ttl),
+        "the key's lease is lock_at_most_for: {ttl} s"
+    );
+
+    assert!(handle.unlock().await.unwrap());
+    assert!(
+        read(&mut client, &key).await.is_none(),
+        "release deletes the key"
+    );
+    // And revokes the lease, in the background.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while lease_ttl(&mut client, lease).await != -1 {
+        assert!(Instant::now() < deadline, "the lease was never revoked");
+        tokio::time::sleep(50 * MS).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_holder_whose_key_is_gone_cannot_release_or_extend_the_next_holders_lock() {
+    let env = unique_env();
+    let node_a = provider(&env).await;
+    let node_b = provider(&env).await;
+    let config = config("job", Duration::from_secs(10), Duration::ZERO);
+    let stale = acquire(&node_a, &config).await;
+    assert_not_acquired(&node_b, &config).await;
+    // A's lock goes away (as if its lease expired) and B takes it.
+    let mut client = raw().await;
+    let key = node_a.lock_key("job").unwrap();
+    client.delete(key.as_str(), None).await.unwrap();
+    let fresh = acquire(&node_b, &config).await;
+    let before = read(&mut client, &key).await.unwrap();
+
+    assert!(!stale.extend(Duration::from_secs(60)).await.unwrap());
+    assert!(!stale.unlock().await.unwrap());
+    assert_eq!(
+        read(&mut client, &key).await.unwrap(),
+        before,
+        "the stale holder changed nothing"
+    );
+    assert_not_acquired(&node_a, &config).await;
+    assert!(fresh.unlock().await.unwrap());
+    acquire(&node_a, &config).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_expires_at_lock_at_most_for_on_the_servers_lease() {
+    let env = unique_env();
+    let node_a = provider(&env).await;
+    let node_b = provider(&env).await;
+    let short = config("job", Duration::from_secs(1), Duration::ZERO);
+    let started = Instant::now();
+    let stale = acquire(&node_a, &short).await;
+    assert_not_acquired(&node_b, &short).await;
+    // etcd raises leases below its minimum TTL (2 s by default) and checks expiry twice a
+    // second, so allow up to 5 s.
+    let fresh = loop {
+        if let Acquisition::Acquired(handle) = node_b.try_lock(&short).await.unwrap() {
+            break handle;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the lock never expired"
+        );
+        tokio::time::sleep(100 * MS).await;
+    };
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "expired too early"
+    );
+    assert!(!stale.unlock().await.unwrap());
+    assert!(fresh.unlock().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn release_keeps_the_key_for_the_rest_of_lock_at_least_for() {
+    let env = unique_env();
+    let provider = provider(&env).await;
+    let mut client = raw().await;
+    let key = provider.lock_key("job").unwrap();
+    let handle = acquire(
+        &provider,
+        &config("job", Duration::from_secs(30), Duration::from_secs(5)),
+    )
+    .await;
+    let (value, _, first_lease) = read(&mut client, &key).await.unwrap();
+    tokio::time::sleep(300 * MS).await;
+    assert!(handle.unlock().await.unwrap());
+    let (kept_value, _, lease) = read(&mut client, &key)
+        .await
+        .expect("the key stays for the rest of lock_at_least_for");
+    assert_eq!(kept_value, value);
+    assert_ne!(
+        lease, first_lease,
+        "moved onto a lease of the remaining time"
+    );
+    let ttl = lease_ttl(&mut client, lease).await;
+    assert!(
+        (4..=5).contains(&ttl),
+        "5 s of at-least minus 0.3 s, rounded up to whole seconds: got {ttl} s"
+    );
+    assert_not_acquired(
+        &provider,
+        &config("job", Duration::from_secs(1), Duration::ZERO),
+    )
+    .await;
+    assert!(!handle.unlock().await.unwrap(), "released once only");
+    assert!(!handle.extend(Duration::from_secs(30)).await.unwrap());
+    assert_eq!(read(&mut client, &key).await.unwrap().2, lease);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn extend_moves_the_key_onto_a_longer_lease_while_held() {
+    let env = unique_env();
+    let provider = provider(&env).await;
+    let mut client = raw().await;
+    let key = provider.lock_key("job").unwrap();
+    let handle = acquire(
+        &provider,
+        &config("job", Duration::from_secs(3), Duration::ZERO),
+    )
+    .await;
+    let (value, _, old_lease) = read(&mut client, &key).await.unwrap();
+    assert!(handle.extend(Duration::from_millis(29_500)).await.unwrap());
+    let (same_value, _, lease) = read(&mut client, &key).await.unwrap();
+    assert_eq!(same_value, value);
+    let ttl = lease_ttl(&mut client, lease).await;
+    assert!(
+        (29..=30).contains(&ttl),
+        "29.5 s rounds up to 30 s: got {ttl} s"
+    );
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while lease_ttl(&mut client, old_lease).await != -1 {
+        assert!(Instant::now() < deadline, "the old lease was never revoked");
+        tokio::time::sleep(50 * MS).await;
+    }
+    assert!(
+        read(&mut client, &key).await.is_some(),
+        "revoking the old lease kept our key"
+    );
+    assert!(matches!(
+        handle.extend(Duration::ZERO).await,
+        Err(LockError::Configuration(_))
+    ));
+    assert!(handle.unlock().await.unwrap());
+    assert!(!handle.extend(Duration::from_secs(5)).await.unwrap());
+    assert!(read(&mut client, &key).await.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fencing_tokens_are_the_put_revisions_and_strictly_increase() {
+    let env = unique_env();
+    let provider = provider(&env).await;
+    assert!(provider.capabilities().fencing);
+    assert_eq!(
+        provider.capabilities().time_precision,
+        Duration::from_secs(1)
+    );
+    let mut client = raw().await;
+    let key = provider.lock_key("job").unwrap();
+    let config = config("job", Duration::from_secs(10), Duration::ZERO);
+    let mut last = 0;
+    for _ in 0..5 {
+        let handle = acquire(&provider, &config).await;
+        let token = handle.fencing_token().unwrap();
+        assert!(token > last, "token {token} should exceed {last}");
+        assert_eq!(read(&mut client, &key).await.unwrap().1 as u64, token);
+        last = token;
+        assert!(handle.unlock().await.unwrap());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn names_keep_their_own_keys_and_bad_settings_are_refused() {
+    let env = unique_env();
+    let provider = provider(&env).await;
+    let mut client = raw().await;
+    for name in [
+        "a",
+        "a:b",
+        "a:b:c",
+        ":",
+        "x/y",
+        "with space",
+        "ünïcödé",
+        "{tag}",
+    ] {
+        let handle = acquire(
+            &provider,
+            &config(name, Duration::from_secs(5), Duration::ZERO),
+        )
+        .await;
+        let key = format!("shedlock:{env}:{name}");
+        assert!(
+            read(&mut client, &key).await.is_some(),
+            "{name:?} has its own key"
+        );
+        assert!(handle.unlock().await.unwrap());
+    }
+    let a = acquire(
+        &provider,
+        &config("a", Duration::from_secs(5), Duration::ZERO),
+    )
+    .await;
+    let ab = acquire(
+        &provider,
+        &config("a:b", Duration::from_secs(5), Duration::ZERO),
+    )
+    .await;
+    assert!(a.unlock().await.unwrap() && ab.unlock().await.unwrap());
+
+    for (builder, what) in [
+        (EtcdLockProvider::builder().env("a:b"), "env"),
+        (EtcdLockProvider::builder().env(""), "env"),
+        (
+            EtcdLockProvider::builder().key_prefix("shed:lock"),
+            "key prefix",
+        ),
+        (
+            EtcdLockProvider::builder().operation_timeout(Duration::ZERO),
+            "operation timeout",
+        ),
+    ] {
+        let error = builder.connect(&etcd_url()).await.unwrap_err();
+        assert!(error.to_string().contains(what), "{error}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_server_is_a_clear_error_within_the_timeout() {
+    let started = Instant::now();
+    let error = EtcdLockProvider::builder()
+        .operation_timeout(Duration::from_secs(1))
+        .connect("http://127.0.0.1:1")
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(error.to_string().contains("http://127.0.0.1:1"), "{error}");
+
+    let lazy = EtcdLockProvider::builder()
+        .operation_timeout(Duration::from_secs(1))
+        .connect_lazy("http://127.0.0.1:1")
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let started = Instant::now();
+        let error = lazy
+            .try_lock(&config("job", Duration::from_secs(5), Duration::ZERO))
+            .await
+            .unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "took {:?}",
+            started.elapsed()
+        );
+        assert!(
+            matches!(error, LockError::Backend { .. } | LockError::Timeout { .. }),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("job"), "{error}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn credentials_never_appear_in_errors_or_debug_output() {
+    // In the URL, against a closed port: no token request can succeed.
+    let url = format!("http://root:{SECRET}@127.0.0.1:1");
+    let error = EtcdLockProvider::builder()
+        .operation_timeout(Duration::from_millis(500))
+        .connect(&url)
+        .await
+        .unwrap_err();
+    let text = full_text(&error);
+    assert!(!text.contains(SECRET), "{text}");
+    assert!(text.contains("root:***@127.0.0.1:1"), "{text}");
+
+    // Through the builder: its Debug output hides the password.
+    let builder = EtcdLockProvider::builder().credentials("root", SECRET);
+    let debug = format!("{builder:?}");
+    assert!(!debug.contains(SECRET) && debug.contains("***"), "{debug}");
+
+    // Against the real server, which has authentication off and refuses the attempt.
+    let result = builder
+        .operation_timeout(Duration::from_secs(2))
+        .connect(&etcd_url())
+        .await;
+    match result {
+        Err(error) => {
+            let text = full_text(&error);
+            assert!(!text.contains(SECRET), "{text}");
+        }
+        Ok(provider) => {
+            let debug = format!("{provider:?}");
+            assert!(!debug.contains(SECRET), "{debug}");
+        }
+    }
+}

@@ -1,0 +1,693 @@
+//! The Redis lock provider for shedlock-rs, wire-compatible with Java ShedLock's
+//! `RedisLockProvider`.
+//!
+//! A lock is one string key, `job-lock:<env>:<name>` (env `default` unless set), whose value is
+//! ShedLock's `ADDED:<ISO-8601 UTC>@<holder>:<uuid>`, unique per acquisition, and whose TTL is
+//! the lock's expiry:
+//!
+//! - **acquire** is one `SET key value NX PX <lock_at_most_for>`, exactly ShedLock's command, so
+//!   a Java node and a Rust node exclude each other on the same key;
+//! - **release** and **extend** are one Lua script each that first compares the whole value, so
+//!   they only ever touch this acquisition (ShedLock checks nothing unless `safeUpdate` is on);
+//!   release keeps the key for the rest of `lock_at_least_for`, computed from the key's TTL on
+//!   the server, and deletes it otherwise;
+//! - **time** is Redis' own: TTLs decide expiry, so a node whose clock is wrong cannot break
+//!   exclusion ([`TimeSource::Server`]);
+//! - **fencing tokens** are opt-in ([`RedisLockProviderBuilder::fencing`]): the acquire becomes one
+//!   script that also increments a per-name counter, `{<lock key>}:fencing`.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use shedlock_core::{LockConfiguration, LockingTaskExecutor};
+//! use shedlock_redis::RedisLockProvider;
+//! # async fn run() -> Result<(), shedlock_core::LockError> {
+//! let provider = RedisLockProvider::builder()
+//!     .env("production")
+//!     .connect("redis://127.0.0.1:6379")
+//!     .await?;
+//! let executor = LockingTaskExecutor::new(provider);
+//! let config = LockConfiguration::new("nightly-report", Duration::from_secs(600), Duration::ZERO)?;
+//! let _ = executor.execute(&config, async { /* the task */ }).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Unknown outcomes
+//!
+//! Every operation is bounded by the operation timeout (5 s unless set) and by the connection's
+//! own response timeout. The connection manager does not retry a command that failed. A `SET`
+//! whose answer never came may or may not have been applied, so [`LockProvider::try_lock`]
+//! returns an error ([`LockError::Timeout`] or [`LockError::Backend`]), never "not acquired", and
+//! the executor does not run the task. In the background the provider then sends one
+//! compare-and-delete for the value it tried to write: if the `SET` did land, the lock is freed
+//! at once instead of at `lock_at_most_for`; if not, nothing happens. The value is unique to that
+//! attempt, so this can never free anyone else's lock.
+//!
+//! # Redis Cluster
+//!
+//! Each lock is one key, and every script touches only that key, so locks work on a cluster
+//! unchanged: build a cluster connection with the `redis` crate (feature `cluster-async`) and
+//! pass it to [`RedisLockProviderBuilder::build`]. With fencing on, the acquire script also
+//! touches the counter key `{<lock key>}:fencing`; the braces make Redis Cluster hash it to the
+//! lock key's own slot, so the script never crosses slots. That works only if the lock key has
+//! no braces of its own, so with fencing on a name (or env, or prefix) containing `{` or `}` is
+//! refused with [`LockError::InvalidName`]. Without fencing any name is accepted.
+//!
+//! # Redis Sentinel
+//!
+//! Connect to the current master through the `redis` crate's Sentinel support (feature
+//! `sentinel`, `redis::sentinel::SentinelClient`) and pass the connection to
+//! [`RedisLockProviderBuilder::build`]. Redis replicates asynchronously: a failover can lose the
+//! last writes, so for a moment after one two nodes may both hold a lock, and a fencing counter
+//! may step back. This is Redis' limitation, shared by ShedLock; use fencing tokens with a
+//! resource that keeps the highest token it has seen if that matters.
+//!
+//! # Credentials
+//!
+//! Connection URLs may contain a password. The provider keeps only a redacted copy
+//! (`redis://user:***@host`) for its `Debug` output, error messages and log lines.
+
+mod redact;
+mod storage;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use shedlock_core::{
+    Acquisition, Capabilities, ConfigurationError, LockConfiguration, LockError, LockHandle,
+    LockProvider, Operation, TimeSource,
+};
+use tokio::time::Instant;
+use tracing::debug;
+
+use storage::Scripts;
+
+/// The provider's name in errors and logs.
+pub const PROVIDER: &str = "redis";
+
+/// ShedLock's key prefix: keys are `job-lock:<env>:<name>`.
+pub const DEFAULT_KEY_PREFIX: &str = "job-lock";
+
+/// ShedLock's default environment segment of the key.
+pub const DEFAULT_ENV: &str = "default";
+
+/// How long one lock operation may take before it fails with [`LockError::Timeout`].
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = shedlock_core::DEFAULT_OPERATION_TIMEOUT;
+
+/// Settings for a [`RedisLockProvider`]; finish with [`connect`](Self::connect),
+/// [`connect_lazy`](Self::connect_lazy) or [`build`](Self::build).
+#[derive(Debug, Clone)]
+pub struct RedisLockProviderBuilder {
+    key_prefix: String,
+    env: String,
+    holder: String,
+    operation_timeout: Duration,
+    fencing: bool,
+}
+
+impl Default for RedisLockProviderBuilder {
+    fn default() -> Self {
+        Self {
+            key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
+            env: DEFAULT_ENV.to_owned(),
+            holder: shedlock_core::default_holder(),
+            operation_timeout: DEFAULT_OPERATION_TIMEOUT,
+            fencing: false,
+        }
+    }
+}
+
+impl RedisLockProviderBuilder {
+    /// The first segment of every key, `job-lock` as in ShedLock. It must not be empty or
+    /// contain `:`, so that a key names exactly one prefix, env and lock.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// The environment segment, `default` as in ShedLock: services that share a Redis but not
+    /// their locks use different envs. It must not be empty or contain `:`.
+    pub fn env(mut self, env: impl Into<String>) -> Self {
+        self.env = env.into();
+        self
+    }
+
+    /// Who this node is, written into each lock's value for people reading the keys (the host
+    /// name unless set). Ownership does not depend on it: every acquisition's value also
+    /// carries a fresh UUID, so two processes on one host never release each other's locks.
+    pub fn holder(mut self, holder: impl Into<String>) -> Self {
+        self.holder = holder.into();
+        self
+    }
+
+    /// The longest one lock operation may take, including reconnecting, before it fails with
+    /// [`LockError::Timeout`]. The connection manager built by [`connect`](Self::connect) uses it
+    /// as its response and connection timeout too.
+    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+
+    /// Issues fencing tokens: each acquisition increments the counter `{<lock key>}:fencing` in
+    /// the same script as its `SET NX`, and the handle carries the new value. Off by default,
+    /// because it adds one counter key per lock name that never expires, and because with it
+    /// names may not contain `{` or `}` (see the crate docs on Redis Cluster).
+    pub fn fencing(mut self, enabled: bool) -> Self {
+        self.fencing = enabled;
+        self
+    }
+
+    /// Connects to `url` (`redis://[user:password@]host[:port][/db]`, `rediss://`,
+    /// `redis+unix://`) with a connection manager that reconnects in the background, and waits
+    /// for the first connection. Fails with a [`LockError::Backend`] naming the redacted URL when
+    /// the server cannot be reached within the operation timeout.
+    pub async fn connect(self, url: &str) -> Result<RedisLockProvider, LockError> {
+        let endpoint = redact::redact_url(url);
+        self.validate()?;
+        let (client, config) = self.client(url, &endpoint)?;
+        let started = Instant::now();
+        let manager = tokio::time::timeout(
+            self.operation_timeout,
+            ConnectionManager::new_with_config(client, config),
+        )
+        .await
+        .map_err(|_| {
+            LockError::backend_message(
+                PROVIDER,
+                Operation::Connect,
+                "",
+                format!(
+                    "Redis at {endpoint} did not answer within {:?}: is it running and reachable?",
+                    self.operation_timeout
+                ),
+            )
+        })?
+        .map_err(|error| {
+            LockError::backend(
+                PROVIDER,
+                Operation::Connect,
+                "",
+                format!(
+                    "could not connect to Redis at {endpoint} (gave up after {:?}): is it running and reachable?",
+                    started.elapsed()
+                ),
+                error,
+            )
+        })?;
+        Ok(self.finish(manager, endpoint))
+    }
+
+    /// Like [`connect`](Self::connect) but connects on first use, so an application can start
+    /// while Redis is down; each lock operation then fails (bounded by the operation timeout)
+    /// until Redis answers. Must be called inside a Tokio runtime.
+    pub fn connect_lazy(self, url: &str) -> Result<RedisLockProvider, LockError> {
+        let endpoint = redact::redact_url(url);
+        self.validate()?;
+        let (client, config) = self.client(url, &endpoint)?;
+        let manager = ConnectionManager::new_lazy_with_config(client, config).map_err(|error| {
+            LockError::backend(
+                PROVIDER,
+                Operation::Connect,
+                "",
+                format!("could not set up a connection to Redis at {endpoint}"),
+                error,
+            )
+        })?;
+        Ok(self.finish(manager, endpoint))
+    }
+
+    /// Uses a connection the application already has: a [`ConnectionManager`], a
+    /// `MultiplexedConnection`, a Redis Cluster connection, or one obtained through Sentinel.
+    /// Each operation clones it, so it must be cheap to clone and safe to share.
+    pub fn build<C>(self, connection: C) -> Result<RedisLockProvider<C>, LockError>
+    where
+        C: ConnectionLike + Clone + Send + Sync + 'static,
+    {
+        self.validate()?;
+        Ok(self.finish(
+            connection,
+            "a connection given by the application".to_owned(),
+        ))
+    }
+
+    fn client(
+        &self,
+        url: &str,
+        endpoint: &str,
+    ) -> Result<(redis::Client, ConnectionManagerConfig), LockError> {
+        let client = redis::Client::open(url).map_err(|error| {
+            LockError::backend(
+                PROVIDER,
+                Operation::Connect,
+                "",
+                format!("invalid Redis URL {endpoint}"),
+                error,
+            )
+        })?;
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.operation_timeout))
+            .set_connection_timeout(Some(self.operation_timeout))
+            .set_number_of_retries(2);
+        Ok((client, config))
+    }
+
+    fn validate(&self) -> Result<(), LockError> {
+        for (what, value) in [("key prefix", &self.key_prefix), ("env", &self.env)] {
+            let rule = if value.is_empty() {
+                Some("it must not be empty".to_owned())
+            } else if value.contains(':') {
+                Some(
+                    "it must not contain ':', the separator of the key layout <prefix>:<env>:<name>; \
+                     otherwise two different env/name pairs could map to one key"
+                        .to_owned(),
+                )
+            } else if self.fencing && value.contains(['{', '}']) {
+                Some(FENCING_BRACES_RULE.to_owned())
+            } else {
+                None
+            };
+            if let Some(rule) = rule {
+                return Err(invalid_setting(what, value, &rule));
+            }
+        }
+        if self.operation_timeout.is_zero() {
+            return Err(invalid_setting(
+                "operation timeout",
+                "0s",
+                "it must be greater than zero",
+            ));
+        }
+        Ok(())
+    }
+
+    fn finish<C>(self, connection: C, endpoint: String) -> RedisLockProvider<C> {
+        RedisLockProvider {
+            inner: Arc::new(Inner {
+                connection,
+                scripts: Scripts::new(),
+                key_prefix: self.key_prefix,
+                env: self.env,
+                holder: self.holder,
+                operation_timeout: self.operation_timeout,
+                fencing: self.fencing,
+                endpoint,
+            }),
+        }
+    }
+}
+
+const FENCING_BRACES_RULE: &str = "with fencing on it must not contain '{' or '}': Redis Cluster \
+     reads them as a hash tag, and the fencing counter {<lock key>}:fencing must hash to the lock \
+     key's own slot";
+
+fn invalid_setting(what: &str, value: &str, rule: &str) -> LockError {
+    LockError::backend_message(
+        PROVIDER,
+        Operation::Connect,
+        "",
+        format!("invalid {what} {value:?}: {rule}"),
+    )
+}
+
+/// Locks in Redis, one key per lock; see the crate docs for the layout and the guarantees.
+///
+/// Cheap to clone (the connection is shared); `C` is the connection type, a reconnecting
+/// [`ConnectionManager`] unless built from another connection.
+pub struct RedisLockProvider<C = ConnectionManager> {
+    inner: Arc<Inner<C>>,
+}
+
+impl<C> Clone for RedisLockProvider<C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+struct Inner<C> {
+    connection: C,
+    scripts: Scripts,
+    key_prefix: String,
+    env: String,
+    holder: String,
+    operation_timeout: Duration,
+    fencing: bool,
+    /// Where the connection goes, with any password masked.
+    endpoint: String,
+}
+
+impl<C> fmt::Debug for RedisLockProvider<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = &self.inner;
+        f.debug_struct("RedisLockProvider")
+            .field("endpoint", &inner.endpoint)
+            .field("key_prefix", &inner.key_prefix)
+            .field("env", &inner.env)
+            .field("holder", &inner.holder)
+            .field("operation_timeout", &inner.operation_timeout)
+            .field("fencing", &inner.fencing)
+            .finish()
+    }
+}
+
+impl RedisLockProvider {
+    /// Settings with ShedLock's defaults: prefix `job-lock`, env `default`, the host name as
+    /// holder, a 5 s operation timeout, no fencing.
+    pub fn builder() -> RedisLockProviderBuilder {
+        RedisLockProviderBuilder::default()
+    }
+
+    /// Connects to `url` with the default settings; see [`RedisLockProviderBuilder::connect`].
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        Self::builder().connect(url).await
+    }
+}
+
+impl<C> RedisLockProvider<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// The Redis key of lock `name`, `<prefix>:<env>:<name>`, for operators who want to inspect
+    /// or free a lock by hand. Fails like [`LockProvider::try_lock`] for a name this provider
+    /// refuses.
+    pub fn lock_key(&self, name: &str) -> Result<String, LockError> {
+        self.check_name(name)?;
+        Ok(storage::lock_key(
+            &self.inner.key_prefix,
+            &self.inner.env,
+            name,
+        ))
+    }
+
+    /// The key of the fencing counter of lock `name`, `{<lock key>}:fencing`, whether or not
+    /// fencing is on (the key exists only once a fencing provider has taken the lock).
+    pub fn fencing_key(&self, name: &str) -> Result<String, LockError> {
+        Ok(storage::fencing_key(&self.lock_key(name)?))
+    }
+
+    fn check_name(&self, name: &str) -> Result<(), LockError> {
+        if name.is_empty() {
+            return Err(ConfigurationError::EmptyName.into());
+        }
+        if self.inner.fencing && name.contains(['{', '}']) {
+            return Err(LockError::invalid_name(PROVIDER, name, FENCING_BRACES_RULE));
+        }
+        Ok(())
+    }
+}
+
+impl<C> Inner<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// Runs one Redis call bounded by the operation timeout, turning its failure into the
+    /// [`LockError`] the caller reports.
+    async fn call<T>(
+        &self,
+        operation: Operation,
+        name: &str,
+        call: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, LockError> {
+        let started = Instant::now();
+        let result = tokio::time::timeout(self.operation_timeout, call).await;
+        let error = match result {
+            Ok(Ok(value)) => return Ok(value),
+            Err(_) => {
+                return Err(LockError::Timeout {
+                    provider: PROVIDER,
+                    operation,
+                    name: name.to_owned(),
+                    after: self.operation_timeout,
+                });
+            }
+            Ok(Err(error)) if error.is_timeout() => {
+                return Err(LockError::Timeout {
+                    provider: PROVIDER,
+                    operation,
+                    name: name.to_owned(),
+                    after: Duration::from_millis(started.elapsed().as_millis() as u64),
+                });
+            }
+            Ok(Err(error)) => error,
+        };
+        let consequence = match operation {
+            Operation::Acquire => "whether the lock was taken is unknown, so the task must not run",
+            Operation::Release => "the lock stays held until lock_at_most_for at the latest",
+            Operation::Extend => "the lock keeps its previous expiry",
+            _ => "",
+        };
+        let cause = if error.is_io_error() || error.is_connection_refusal() {
+            "is unreachable"
+        } else {
+            "failed"
+        };
+        Err(LockError::backend(
+            PROVIDER,
+            operation,
+            name,
+            format!("Redis at {} {cause}; {consequence}", self.endpoint),
+            error,
+        ))
+    }
+}
+
+#[async_trait]
+impl<C> LockProvider for RedisLockProvider<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    async fn try_lock(&self, config: &LockConfiguration) -> Result<Acquisition, LockError> {
+        let name = config.name();
+        self.check_name(name)?;
+        let inner = &self.inner;
+        let at_most_ms = ttl_millis(Operation::Acquire, name, config.lock_at_most_for())?;
+        let at_least_ms = ttl_millis(Operation::Acquire, name, config.lock_at_least_for())?;
+        let key = storage::lock_key(&inner.key_prefix, &inner.env, name);
+        let value = storage::lock_value(&inner.holder);
+        let mut connection = inner.connection.clone();
+        let acquired = if inner.fencing {
+            let counter = storage::fencing_key(&key);
+            inner
+                .call(
+                    Operation::Acquire,
+                    name,
+                    storage::acquire_fenced(
+                        &mut connection,
+                        &inner.scripts,
+                        &key,
+                        &counter,
+                        &value,
+                        at_most_ms,
+                    ),
+                )
+                .await
+                .map(|token| token.map(Some))
+        } else {
+            inner
+                .call(
+                    Operation::Acquire,
+                    name,
+                    storage::acquire(&mut connection, &key, &value, at_most_ms),
+                )
+                .await
+                .map(|acquired| acquired.then_some(None))
+        };
+        let fencing_token = match acquired {
+            Ok(Some(token)) => token,
+            Ok(None) => return Ok(Acquisition::NotAcquired(None)),
+            Err(error) => {
+                self.clean_up_unknown_acquire(key, value);
+                return Err(error);
+            }
+        };
+        Ok(Acquisition::Acquired(Box::new(RedisLockHandle {
+            inner: self.inner.clone(),
+            name: name.to_owned(),
+            key,
+            value,
+            fencing_token,
+            state: tokio::sync::Mutex::new(HandleState {
+                finished: false,
+                last_ttl_ms: at_most_ms,
+                least_remaining_ms: i64::try_from(at_least_ms).unwrap_or(i64::MAX),
+            }),
+        })))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(TimeSource::Server)
+            .with_fencing(self.inner.fencing)
+            .with_extend(true)
+            .with_time_precision(Duration::from_millis(1))
+    }
+}
+
+impl<C> RedisLockProvider<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// After an acquire whose answer never came, removes the key if (and only if) it holds the
+    /// value we tried to write, so a `SET` that did land does not block the lock until
+    /// `lock_at_most_for`. Runs in the background: the caller already has its error.
+    fn clean_up_unknown_acquire(&self, key: String, value: String) {
+        let inner = self.inner.clone();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let mut connection = inner.connection.clone();
+            let outcome = tokio::time::timeout(
+                inner.operation_timeout,
+                storage::delete_if_ours(&mut connection, &inner.scripts, &key, &value),
+            )
+            .await;
+            match outcome {
+                Ok(Ok(true)) => debug!(
+                    key = %key,
+                    "removed the lock an unanswered acquire had written after all"
+                ),
+                Ok(Ok(false)) => debug!(key = %key, "the unanswered acquire left nothing behind"),
+                Ok(Err(error)) => debug!(
+                    key = %key, endpoint = %inner.endpoint, %error,
+                    "could not clean up after an unanswered acquire; the lock frees itself at lock_at_most_for"
+                ),
+                Err(_) => debug!(
+                    key = %key, endpoint = %inner.endpoint,
+                    "cleanup after an unanswered acquire timed out; the lock frees itself at lock_at_most_for"
+                ),
+            }
+        });
+    }
+}
+
+/// A duration as whole milliseconds for a TTL, refusing what Redis cannot store.
+fn ttl_millis(operation: Operation, name: &str, duration: Duration) -> Result<u64, LockError> {
+    storage::ceil_millis(duration).ok_or_else(|| {
+        LockError::backend_message(
+            PROVIDER,
+            operation,
+            name,
+            format!(
+                "{duration:?} is longer than a Redis TTL this provider sets (at most {} ms); nothing was written",
+                storage::MAX_TTL_MS
+            ),
+        )
+    })
+}
+
+/// One acquisition of a Redis lock: the key and the unique value written to it.
+struct RedisLockHandle<C> {
+    inner: Arc<Inner<C>>,
+    name: String,
+    key: String,
+    value: String,
+    fencing_token: Option<u64>,
+    /// Serializes this handle's release and extend, which both read and update it.
+    state: tokio::sync::Mutex<HandleState>,
+}
+
+/// What release needs to compute the rest of `lock_at_least_for` on the server's clock.
+struct HandleState {
+    /// Released, or found lost: this acquisition is over and nothing more is sent.
+    finished: bool,
+    /// The TTL the key was last given (at acquire, or by the last extend), in ms.
+    last_ttl_ms: u64,
+    /// How much of `lock_at_least_for` remained when that TTL was set (may be negative).
+    least_remaining_ms: i64,
+}
+
+impl<C> fmt::Debug for RedisLockHandle<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisLockHandle")
+            .field("name", &self.name)
+            .field("key", &self.key)
+            .field("value", &self.value)
+            .field("fencing_token", &self.fencing_token)
+            .finish()
+    }
+}
+
+#[async_trait]
+impl<C> LockHandle for RedisLockHandle<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        self.fencing_token
+    }
+
+    fn time_source(&self) -> TimeSource {
+        TimeSource::Server
+    }
+
+    async fn unlock(&self) -> Result<bool, LockError> {
+        let mut state = self.state.lock().await;
+        if state.finished {
+            return Ok(false);
+        }
+        let inner = &self.inner;
+        let mut connection = inner.connection.clone();
+        let released = inner
+            .call(
+                Operation::Release,
+                &self.name,
+                storage::release(
+                    &mut connection,
+                    &inner.scripts,
+                    &self.key,
+                    &self.value,
+                    state.last_ttl_ms,
+                    state.least_remaining_ms,
+                ),
+            )
+            .await?;
+        // Released now, or not ours any more: either way this acquisition is over.
+        state.finished = true;
+        Ok(released)
+    }
+
+    async fn extend(&self, lock_at_most_for: Duration) -> Result<bool, LockError> {
+        if lock_at_most_for.is_zero() {
+            return Err(ConfigurationError::ZeroLockAtMostFor {
+                name: self.name.clone(),
+            }
+            .into());
+        }
+        let new_ttl_ms = ttl_millis(Operation::Extend, &self.name, lock_at_most_for)?;
+        let mut state = self.state.lock().await;
+        if state.finished {
+            return Ok(false);
+        }
+        let inner = &self.inner;
+        let mut connection = inner.connection.clone();
+        let before = inner
+            .call(
+                Operation::Extend,
+                &self.name,
+                storage::extend(
+                    &mut connection,
+                    &inner.scripts,
+                    &self.key,
+                    &self.value,
+                    new_ttl_ms,
+                ),
+            )
+            .await?;
+        let Some(before_ms) = before else {
+            state.finished = true;
+            return Ok(false);
+        };
+        // The previous TTL ran for (last_ttl - before) ms on the server's clock.
+        let ran_ms = i64::try_from(state.last_ttl_ms.saturating_sub(before_ms)).unwrap_or(0);
+        state.least_remaining_ms = state.least_remaining_ms.saturating_sub(ran_ms);
+        state.last_ttl_ms = new_ttl_ms;
+        Ok(true)
+    }
+}

@@ -1,0 +1,271 @@
+//! Every Redis command and script this provider sends, and the key layout they act on.
+//!
+//! One lock is one string key, `<prefix>:<env>:<name>` (ShedLock's `job-lock:default:<name>`),
+//! whose value is ShedLock's `ADDED:<ISO-8601 UTC, ms>@<holder>:<uuid>`, unique per
+//! acquisition, and whose TTL is the lock's expiry. Redis counts the TTL, so no node's wall clock
+//! takes part in any decision. Each operation is one command or one script on one key (two keys
+//! in one hash slot when fencing is on), so it is atomic on a single server and in Redis Cluster.
+
+use std::time::Duration;
+
+use redis::Script;
+use redis::aio::ConnectionLike;
+
+/// The most milliseconds a duration may have here: Lua numbers are doubles, exact to 2^53, and
+/// Redis refuses expiries past the year 292 million. About 285 years.
+pub(crate) const MAX_TTL_MS: u64 = 1 << 53;
+
+/// The key of lock `name`: `<prefix>:<env>:<name>`.
+///
+/// Neither `prefix` nor `env` may contain `:` (checked when the provider is built), so the key
+/// determines prefix, env and name: distinct names stay distinct keys, including names that
+/// contain `:` themselves, and no name of one env can collide with a name of another.
+pub(crate) fn lock_key(prefix: &str, env: &str, name: &str) -> String {
+    format!("{prefix}:{env}:{name}")
+}
+
+/// The key of the fencing counter of the lock whose key is `lock_key`: `{<lock key>}:fencing`.
+///
+/// Redis Cluster hashes only the part between the first `{` and the next `}` when a key has
+/// one, so this key lands in the same slot as the lock key itself, which the acquire script
+/// needs (a script may only touch keys of one slot). That holds only while the lock key has no
+/// `{` or `}` of its own, which is why fencing refuses such names.
+pub(crate) fn fencing_key(lock_key: &str) -> String {
+    format!("{{{lock_key}}}:fencing")
+}
+
+/// The value of one acquisition: ShedLock's `ADDED:<ISO-8601 UTC, ms>@<holder>:<uuid>`.
+///
+/// The time is informational (ShedLock writes it too; nothing compares it). The UUID makes the
+/// value unique per acquisition, so release and extend, which compare the whole value, only ever
+/// touch the acquisition that wrote it.
+pub(crate) fn lock_value(holder: &str) -> String {
+    let added = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    format!("ADDED:{added}@{holder}:{}", uuid::Uuid::new_v4())
+}
+
+/// `duration` in whole milliseconds, rounded up (a sub-millisecond lock still holds for 1 ms),
+/// or `None` past [`MAX_TTL_MS`].
+pub(crate) fn ceil_millis(duration: Duration) -> Option<u64> {
+    let millis = duration.as_nanos().div_ceil(1_000_000);
+    u64::try_from(millis).ok().filter(|&ms| ms <= MAX_TTL_MS)
+}
+
+/// Acquire with a fencing token: the `SET NX PX` and the counter's `INCR` in one script.
+///
+/// `KEYS[1]` lock key, `KEYS[2]` its fencing counter (same hash slot); `ARGV[1]` our value,
+/// `ARGV[2]` lock_at_most_for in ms. Returns the new token (>= 1), or 0 when the key exists.
+/// The counter has no TTL and survives release, so tokens never repeat.
+const ACQUIRE_FENCED: &str = r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return redis.call('INCR', KEYS[2])
+end
+return 0
+";
+
+/// Extend: only while the key still holds our value, set its TTL to the new lock_at_most_for.
+///
+/// `KEYS[1]` lock key; `ARGV[1]` our value, `ARGV[2]` the new TTL in ms. Returns the TTL the key
+/// had just before (ms, >= 0), which tells the caller how long the previous TTL ran on the
+/// server's clock; -2 when the key is gone or holds another acquisition's value.
+const EXTEND: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return -2
+end
+local before = redis.call('PTTL', KEYS[1])
+if before < 0 then before = 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return before
+";
+
+/// Release: only while the key still holds our value, keep it for the rest of
+/// lock_at_least_for, else delete it.
+///
+/// The rest of lock_at_least_for is computed on the server's clock from the key's TTL: the TTL
+/// last set was `ARGV[2]` ms, and at that moment `ARGV[3]` ms of lock_at_least_for remained
+/// (both known exactly to the caller: they come from the acquire and from what extend returned).
+/// What has run since is `ARGV[2] - PTTL`, so what remains is `ARGV[3] - (ARGV[2] - PTTL)`.
+///
+/// `KEYS[1]` lock key; `ARGV[1]` our value. Returns 1 when the lock was ours (now released,
+/// kept for the remaining ms or deleted), 0 when it was not ours and nothing changed.
+const RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 then ttl = 0 end
+local remaining = tonumber(ARGV[3]) - (tonumber(ARGV[2]) - ttl)
+if remaining > 0 then
+  redis.call('PEXPIRE', KEYS[1], math.floor(remaining))
+else
+  redis.call('DEL', KEYS[1])
+end
+return 1
+";
+
+/// Compare-and-delete: removes the key only if it holds `ARGV[1]`. Used to clean up after an
+/// acquire whose answer never came (the `SET` may or may not have been applied); the value is
+/// ours alone, so this can never free another acquisition's lock. Returns 1 if deleted.
+const DELETE_IF_OURS: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+";
+
+/// The scripts, hashed once per provider so every call sends `EVALSHA` (the script text goes
+/// over the wire only the first time a server sees it, after its `NOSCRIPT` answer).
+#[derive(Clone)]
+pub(crate) struct Scripts {
+    acquire_fenced: Script,
+    extend: Script,
+    release: Script,
+    delete_if_ours: Script,
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Self {
+        Self {
+            acquire_fenced: Script::new(ACQUIRE_FENCED),
+            extend: Script::new(EXTEND),
+            release: Script::new(RELEASE),
+            delete_if_ours: Script::new(DELETE_IF_OURS),
+        }
+    }
+}
+
+/// `SET key value NX PX at_most_ms`: ShedLock's acquire. `true` when the key was set.
+pub(crate) async fn acquire<C: ConnectionLike + Send>(
+    conn: &mut C,
+    key: &str,
+    value: &str,
+    at_most_ms: u64,
+) -> redis::RedisResult<bool> {
+    let reply: Option<String> = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("NX")
+        .arg("PX")
+        .arg(at_most_ms)
+        .query_async(conn)
+        .await?;
+    Ok(reply.is_some())
+}
+
+/// [`ACQUIRE_FENCED`]: `Some(token)` when the key was set.
+pub(crate) async fn acquire_fenced<C: ConnectionLike + Send>(
+    conn: &mut C,
+    scripts: &Scripts,
+    key: &str,
+    counter_key: &str,
+    value: &str,
+    at_most_ms: u64,
+) -> redis::RedisResult<Option<u64>> {
+    let token: i64 = scripts
+        .acquire_fenced
+        .key(key)
+        .key(counter_key)
+        .arg(value)
+        .arg(at_most_ms)
+        .invoke_async(conn)
+        .await?;
+    Ok(u64::try_from(token).ok().filter(|&token| token > 0))
+}
+
+/// [`EXTEND`]: `Some(ms the previous TTL had left)` when extended, `None` when not ours.
+pub(crate) async fn extend<C: ConnectionLike + Send>(
+    conn: &mut C,
+    scripts: &Scripts,
+    key: &str,
+    value: &str,
+    new_ttl_ms: u64,
+) -> redis::RedisResult<Option<u64>> {
+    let before: i64 = scripts
+        .extend
+        .key(key)
+        .arg(value)
+        .arg(new_ttl_ms)
+        .invoke_async(conn)
+        .await?;
+    Ok(u64::try_from(before).ok())
+}
+
+/// [`RELEASE`]: `true` when the lock was ours and is now released.
+pub(crate) async fn release<C: ConnectionLike + Send>(
+    conn: &mut C,
+    scripts: &Scripts,
+    key: &str,
+    value: &str,
+    last_ttl_ms: u64,
+    least_remaining_at_last_ttl_ms: i64,
+) -> redis::RedisResult<bool> {
+    let released: i64 = scripts
+        .release
+        .key(key)
+        .arg(value)
+        .arg(last_ttl_ms)
+        .arg(least_remaining_at_last_ttl_ms)
+        .invoke_async(conn)
+        .await?;
+    Ok(released == 1)
+}
+
+/// [`DELETE_IF_OURS`]: `true` when the key held `value` and is now gone.
+pub(crate) async fn delete_if_ours<C: ConnectionLike + Send>(
+    conn: &mut C,
+    scripts: &Scripts,
+    key: &str,
+    value: &str,
+) -> redis::RedisResult<bool> {
+    let deleted: i64 = scripts
+        .delete_if_ours
+        .key(key)
+        .arg(value)
+        .invoke_async(conn)
+        .await?;
+    Ok(deleted == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_layout_is_shedlocks() {
+        assert_eq!(
+            lock_key("job-lock", "default", "report"),
+            "job-lock:default:report"
+        );
+        assert_eq!(
+            fencing_key("job-lock:default:report"),
+            "{job-lock:default:report}:fencing"
+        );
+    }
+
+    #[test]
+    fn value_is_shedlocks_format_and_unique() {
+        let a = lock_value("host-1");
+        let b = lock_value("host-1");
+        assert_ne!(a, b);
+        let rest = a.strip_prefix("ADDED:").unwrap();
+        let (added, holder_uuid) = rest.split_once('@').unwrap();
+        chrono::DateTime::parse_from_rfc3339(added).unwrap();
+        assert!(added.ends_with('Z') && added.len() == "2024-01-01T00:00:00.000Z".len());
+        let (holder, uuid) = holder_uuid.rsplit_once(':').unwrap();
+        assert_eq!(holder, "host-1");
+        uuid::Uuid::parse_str(uuid).unwrap();
+    }
+
+    #[test]
+    fn millis_round_up_and_cap() {
+        assert_eq!(ceil_millis(Duration::from_micros(1)), Some(1));
+        assert_eq!(ceil_millis(Duration::from_millis(250)), Some(250));
+        assert_eq!(ceil_millis(Duration::from_micros(250_001)), Some(251));
+        assert_eq!(
+            ceil_millis(Duration::from_millis(MAX_TTL_MS)),
+            Some(MAX_TTL_MS)
+        );
+        assert_eq!(ceil_millis(Duration::from_millis(MAX_TTL_MS + 1)), None);
+        assert_eq!(ceil_millis(Duration::MAX), None);
+    }
+}

@@ -1,0 +1,723 @@
+//! The Redis provider against a real Redis: ShedLock interoperability, ownership, at-least,
+//! fencing, names, unreachable servers, unknown outcomes and credential redaction.
+//!
+//! Needs `SHEDLOCK_TEST_REDIS_URL` (e.g. `redis://127.0.0.1:6379`; `ci/start-backends.sh`
+//! starts one). Every test uses its own env segment, so tests run in parallel and repeatedly on
+//! one server.
+
+use std::error::Error as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use shedlock_core::{Acquisition, LockConfiguration, LockError, LockHandle, LockProvider};
+use shedlock_redis::{RedisLockProvider, RedisLockProviderBuilder};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+const MS: Duration = Duration::from_millis(1);
+const SECRET: &str = "sup3rs3cret-pw";
+
+fn redis_url() -> String {
+    std::env::var("SHEDLOCK_TEST_REDIS_URL").unwrap_or_else(|_| {
+        panic!(
+            "SHEDLOCK_TEST_REDIS_URL is not set: point it at a Redis server, e.g. \
+             SHEDLOCK_TEST_REDIS_URL=redis://127.0.0.1:6379 (ci/start-backends.sh starts one)"
+        )
+    })
+}
+
+/// An env segment no other test (or earlier run) uses.
+fn unique_env() -> String {
+    format!("test-{}", uuid::Uuid::new_v4().simple())
+}
+
+fn builder(env: &str) -> RedisLockProviderBuilder {
+    RedisLockProvider::builder().env(env)
+}
+
+async fn provider(env: &str) -> RedisLockProvider {
+    builder(env).connect(&redis_url()).await.unwrap()
+}
+
+async fn raw() -> ConnectionManager {
+    redis::Client::open(redis_url())
+        .unwrap()
+        .get_connection_manager()
+        .await
+        .unwrap()
+}
+
+fn config(name: &str, at_most: Duration, at_least: Duration) -> LockConfiguration {
+    LockConfiguration::new(name, at_most, at_least).unwrap()
+}
+
+async fn acquire(provider: &impl LockProvider, config: &LockConfiguration) -> Box<dyn LockHandle> {
+    match provider.try_lock(config).await.unwrap() {
+        Acquisition::Acquired(handle) => handle,
+        other => panic!("expected to acquire {:?}, got {other:?}", config.name()),
+    }
+}
+
+async fn assert_not_acquired(provider: &impl LockProvider, config: &LockConfiguration) {
+    let outcome = provider.try_lock(config).await.unwrap();
+    assert!(
+        !outcome.is_acquired(),
+        "{:?} should be held by someone else, but was acquired",
+        config.name()
+    );
+}
+
+/// The whole error text: Display, Debug, and every source's Display.
+fn full_text(error: &LockError) -> String {
+    let mut text = format!("{error} | {error:?}");
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(" | {cause}"));
+        source = cause.source();
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_in_shedlocks_own_format_blocks_the_provider() {
+    let env = unique_env();
+    let provider = provider(&env).await;
+    let key = format!("job-lock:{env}:report");
+    assert_eq!(provider.lock_key("report").unwrap(), key);
+    let mut conn = raw().await;
+    // What Java ShedLock writes: SET key "ADDED:<iso>@<host>:<uuid>" NX PX <at most>.
+    let java_value = format!(
+        "ADDED:2026-11-29T10:15:30.123Z@java-host:{}",
+        uuid::Uuid::new_v4()
+    );
+    let set: Option<String> = redis::cmd("SET")
+        .arg(&key)
+        .arg(&java_value)
+        .arg("NX")
+        .arg("PX")
+        .arg(10_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(set.as_deref(), Some("OK"));
+
+    let config = config("report", Duration::from_secs(5), Duration::ZERO);
+    assert_not_acquired(&provider, &config).await;
+    let still: String = conn.get(&key).await.unwrap();
+    assert_eq!(
+        still, java_value,
+        "a refused acquire must not touch the key"
+    );
+
+    // When the Java node releases (ShedLock deletes the key), the lock is free for us.
+    let _: () = conn.del(&key).await.unwrap();
+    let handle = acquire(&provider, &config).await;
+    assert!(handle.unlock().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_providers_key_blocks_a_plain_set_nx_and_has_shedlocks_layout() {
+    let env = unique_env();
+    let provider = builder(&env)
+        .holder("rust-node")
+        .connect(&redis_url())
+        .await
+        .unwrap();
+    let handle = acquire(
+        &provider,
+        &config("report", Duration::from_secs(10), Duration::ZERO),
+    )
+    .await;
+    let key = format!("job-lock:{env}:report");
+    let mut conn = raw().await;
+    let set: Option<String> = redis::cmd("SET")
+        .arg(&key)
+        .arg("ADDED:2026-11-29T10:15:30.123Z@java-host")
+        .arg("NX")
+        .arg("PX")
+        .arg(10_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        set, None,
+        "a Java node's SET NX must fail while we hold the lock"
+    );
+
+    let value: String = conn.get(&key).await.unwrap();
+    let rest = value
+        .strip_prefix("ADDED:")
+        .expect("ShedLock's ADDED: prefix");
+    let (added, holder_uuid) = rest.split_once('@').unwrap();
+    chrono::DateTime::parse_from_rfc3339(added).expect("an ISO-8601 timestamp");
+    let (holder, uuid) = holder_uuid.rsplit_once(':').unwrap();
+    assert_eq!(holder, "rust-node");
+    uuid::Uuid::parse_str(uuid).expect("a UUID per acquisition");
+    let ttl: i64 = conn.pttl(&key).await.unwrap();
+    assert!(
+        (9_000..=10_000).contains(&ttl),
+        "TTL should be lock_at_most_for, got {ttl} ms"
+    );
+
+    assert!(handle.unlock().await.unwrap());
+    let exists: bool = conn.exists(&key).await.unwrap();
+    assert!(!exists, "release without lock_at_least_for deletes the key");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_expired_holder_cannot_release_or_extend_the_next_holders_lock() {
+    let env = unique_env();
+    let node_a = provider(&env).await;
+    let node_b = provider(&env).await;
+    let short = config("job", 150 * MS, Duration::ZERO);
+    let stale = acquire(&node_a, &short).await;
+    assert_not_acquired(&node_b, &short).await;
+    tokio::time::sleep(400 * MS).await;
+
+    let fresh = acquire(
+        &node_b,
+        &config("job", Duration::from_secs(10), Duration::ZERO),
+    )
+    .await;
+    assert!(!stale.extend(Duration::from_secs(30)).await.unwrap());
+    assert!(!stale.unlock().await.unwrap());
+
+    let mut conn = raw().await;
+    let key = node_b.lock_key("job").unwrap();
+    let ttl: i64 = conn.pttl(&key).await.unwrap();
+    assert!(
+        (9_000..=10_000).contains(&ttl),
+        "the stale extend must not change the new holder's TTL, got {ttl} ms"
+    );
+    assert_not_acquired(&node_a, &short).await;
+    assert!(fresh.unlock().await.unwrap());
+    acquire(&node_a, &short).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_processes_on_one_host_do_not_share_ownership() {
+    // Same holder name, as two processes on one host would have: ownership is per acquisition.
+    let env = unique_env();
+    let node_a = builder(&env)
+        .holder("same-host")
+        .connect(&redis_url())
+        .await
+        .unwrap();
+    let node_b = builder(&env)
+        .holder("same-host")
+        .connect(&redis_url())
+        .await
+        .unwrap();
+    let stale = acquire(&node_a, &config("job", 100 * MS, Duration::ZERO)).await;
+    tokio::time::sleep(300 * MS).await;
+    let fresh = acquire(
+        &node_b,
+        &config("job", Duration::from_secs(10), Duration::ZERO),
+    )
+    .await;
+    assert!(!stale.unlock().await.unwrap());
+    assert_not_acquired(
+        &node_a,
+        &config("job", Duration::from_secs(1), Duration::ZERO),
+    )
+    .await;
+    assert!(fresh.unlock().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn release_keeps_the_key_for_the_rest_of_lock_at_least_for() {
+    let env = unique_env();
+    let provider = provider(&env).await;
+    let mut conn = raw().await;
+    let key = provider.lock_key("job").unwrap();
+    let handle = acquire(
+        &provider,
+        &config("job", Duration::from_secs(10), Duration::from_secs(2)),
+    )
+    .await;
+    let held = Instant::now();
+    tokio::time::sleep(500 * MS).await;
+    assert!(handle.unlock().await.unwrap());
+    let ttl: i64 = conn.pttl(&key).await.unwrap();
+    let bound = 2_000 - 500;
+    assert!(
+        (bound - 700..=bound + 1).contains(&ttl),
+        "the key should live for the rest of lock_at_least_for (about {bound} ms), got {ttl} ms"
+    );
+    assert_not_acquired(
+        &provider,
+        &config("job", Duration::from_secs(1), Duration::ZERO),
+    )
+    .await;
+    // A second release of the same acquisition changes nothing.
+    assert!(!handle.unlock().await.unwrap());
+    let again: i64 = conn.pttl(&key).await.unwrap();
+    assert!(again <= ttl);
+    assert!(held.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn at_least_is_counted_from_the_acquisition_across_extends() {
+    let env = unique_env();
+    let provider = provider(&env).await;
+    let mut conn = raw().await;
+    let key = provider.lock_key("job").unwrap();
+    let handle = acquire(
+        &provider,
+        &config("job", Duration::from_secs(10), Duration::from_secs(3)),
+    )
+    .await;
+    tokio::time::sleep(500 * MS).await;
+    assert!(handle.extend(Duration::from_secs(20)).await.unwrap());
+    let ttl: i64 = conn.pttl(&key).await.unwrap();
+    assert!(
+        (19_000..=20_000).contains(&ttl),
+        "extended TTL, got {ttl} ms"
+    );
+    tokio::time::sleep(500 * MS).await;
+    assert!(handle.unlock().await.unwrap());
+    // 3 s of at-least, at least 1 s of it gone (measured by Redis).
+    let ttl: i64 = conn.pttl(&key).await.unwrap();
+    assert!(
+        (1_000..=2_001).contains(&ttl),
+        "the rest of lock_at_least_for after an extend should be about 2000 ms, got {ttl} ms"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn extend_moves_the_expiry_and_only_while_held() {
+    let env = unique_env();
+    let provider = provider(&env).await;
+    let mut conn = raw().await;
+    let key = provider.lock_key("job").unwrap();
+    let handle = acquire(&provider, &config("job", 300 * MS, Duration::ZERO)).await;
+    assert!(handle.extend(Duration::from_secs(5)).await.unwrap());
+    let ttl: i64 = conn.pttl(&key).await.unwrap();
+    assert!((4_000..=5_000).contains(&ttl), "got {ttl} ms");
+    tokio::time::sleep(500 * MS).await;
+    assert_not_acquired(
+        &provider,
+        &config("job", Duration::from_secs(1), Duration::ZERO),
+    )
+    .await;
+    assert!(matches!(
+        handle.extend(Duration::ZERO).await,
+        Err(LockError::Configuration(_))
+    ));
+    assert!(handle.unlock().await.unwrap());
+    assert!(
+        !handle.extend(Duration::from_secs(5)).await.unwrap(),
+        "a released lock cannot be extended"
+    );
+    let exists: bool = conn.exists(&key).await.unwrap();
+    assert!(
+        !exists,
+        "the extend after release must not recreate or keep the key"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fencing_tokens_strictly_increase_and_survive_release() {
+    let env = unique_env();
+    let fenced = builder(&env)
+        .fencing(true)
+        .connect(&redis_url())
+        .await
+        .unwrap();
+    assert!(fenced.capabilities().fencing);
+    let plain = provider(&env).await;
+    assert!(!plain.capabilities().fencing);
+    let config = config("job", Duration::from_secs(5), Duration::ZERO);
+    let mut last = 0;
+    for _ in 0..5 {
+        let handle = acquire(&fenced, &config).await;
+        let token = handle.fencing_token().expect("a fencing token");
+        assert!(token > last, "token {token} should exceed {last}");
+        last = token;
+        // While it is held, neither a fenced nor a plain node gets it, and no token is used up.
+        assert_not_acquired(&fenced, &config).await;
+        assert_not_acquired(&plain, &config).await;
+        assert!(handle.unlock().await.unwrap());
+    }
+    assert_eq!(
+        last, 5,
+        "one token per acquisition, none for refused attempts"
+    );
+    let mut conn = raw().await;
+    let counter: u64 = conn.get(fenced.fencing_key("job").unwrap()).await.unwrap();
+    assert_eq!(counter, 5);
+    // A plain node's acquisition has no token and leaves the counter alone.
+    let handle = acquire(&plain, &config).await;
+    assert_eq!(handle.fencing_token(), None);
+    assert!(handle.unlock().await.unwrap());
+    assert_eq!(acquire(&fenced, &config).await.fencing_token(), Some(6));
+}
+
+/// CRC16/XMODEM, the hash Redis Cluster takes modulo 16384 to pick a key's slot.
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in bytes {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// The cluster slot of `key`, hash tags included, as Redis Cluster computes it.
+fn slot(key: &str) -> u16 {
+    let hashed = match key.find('{') {
+        Some(open) => match key[open + 1..].find('}') {
+            Some(len) if len > 0 => &key[open + 1..open + 1 + len],
+            _ => key,
+        },
+        None => key,
+    };
+    crc16(hashed.as_bytes()) % 16384
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_fencing_counter_shares_the_lock_keys_cluster_slot() {
+    assert_eq!(crc16(b"123456789"), 0x31C3, "CRC16/XMODEM check value");
+    assert_eq!(slot("foo"), 12182, "Redis' documented slot of `foo`");
+    let provider = builder("prod")
+        .fencing(true)
+        .connect_lazy(&redis_url())
+        .unwrap();
+    for name in ["report", "a:b", "x/y", "ünïcödé", "with space", "", "42"] {
+        if name.is_empty() {
+            continue;
+        }
+        let key = provider.lock_key(name).unwrap();
+        let counter = provider.fencing_key(name).unwrap();
+        assert_ne!(key, counter);
+        assert_eq!(slot(&key), slot(&counter), "{key} and {counter}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn names_are_checked_before_anything_is_written() {
+    let env = unique_env();
+    let fenced = builder(&env)
+        .fencing(true)
+        .connect(&redis_url())
+        .await
+        .unwrap();
+    let mut conn = raw().await;
+    for name in ["a{b}", "{tag}", "close}"] {
+        let error = fenced
+            .try_lock(&config(name, Duration::from_secs(5), Duration::ZERO))
+            .await
+            .unwrap_err();
+        match &error {
+            LockError::InvalidName {
+                provider,
+                name: refused,
+                rule,
+            } => {
+                assert_eq!(*provider, "redis");
+                assert_eq!(refused, name);
+                assert!(rule.contains("fencing") && rule.contains('{'), "{rule}");
+            }
+            other => panic!("expected InvalidName for {name:?}, got {other:?}"),
+        }
+        let exists: bool = conn.exists(format!("job-lock:{env}:{name}")).await.unwrap();
+        assert!(!exists, "nothing may be written for a refused name");
+    }
+    // Without fencing the same names are one plain key each, and accepted.
+    let plain = provider(&env).await;
+    for name in ["a{b}", "a:b", "a", "a:b:c", ":", "with space", "ünïcödé"] {
+        let handle = acquire(
+            &plain,
+            &config(name, Duration::from_secs(5), Duration::ZERO),
+        )
+        .await;
+        let value: String = conn.get(format!("job-lock:{env}:{name}")).await.unwrap();
+        assert!(
+            value.starts_with("ADDED:"),
+            "{name:?} is stored under its own key"
+        );
+        // Names that share a prefix with it stay distinct locks.
+        assert!(handle.unlock().await.unwrap());
+    }
+    let a = acquire(&plain, &config("a", Duration::from_secs(5), Duration::ZERO)).await;
+    let ab = acquire(
+        &plain,
+        &config("a:b", Duration::from_secs(5), Duration::ZERO),
+    )
+    .await;
+    assert!(a.unlock().await.unwrap() && ab.unlock().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn env_and_prefix_that_would_make_keys_ambiguous_are_refused() {
+    let url = redis_url();
+    for (builder, what) in [
+        (RedisLockProvider::builder().env("a:b"), "env"),
+        (RedisLockProvider::builder().env(""), "env"),
+        (
+            RedisLockProvider::builder().key_prefix("job:lock"),
+            "key prefix",
+        ),
+        (RedisLockProvider::builder().fencing(true).env("{x}"), "env"),
+        (
+            RedisLockProvider::builder().operation_timeout(Duration::ZERO),
+            "operation timeout",
+        ),
+    ] {
+        let error = builder.connect(&url).await.unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains(what), "{text}");
+    }
+    let error = RedisLockProvider::builder()
+        .env("a:b")
+        .connect(&url)
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("must not contain ':'"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_server_is_a_clear_error_within_the_timeout() {
+    let started = Instant::now();
+    let error = RedisLockProvider::builder()
+        .operation_timeout(Duration::from_secs(1))
+        .connect("redis://127.0.0.1:1")
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+    let text = error.to_string();
+    assert!(text.contains("redis://127.0.0.1:1"), "{text}");
+    assert!(matches!(
+        error,
+        LockError::Backend {
+            operation: shedlock_core::Operation::Connect,
+            ..
+        }
+    ));
+
+    // A provider that connects lazily answers every acquire with an error, never "not acquired".
+    let lazy = RedisLockProvider::builder()
+        .operation_timeout(Duration::from_secs(1))
+        .connect_lazy("redis://127.0.0.1:1")
+        .unwrap();
+    for _ in 0..2 {
+        let started = Instant::now();
+        let error = lazy
+            .try_lock(&config("job", Duration::from_secs(5), Duration::ZERO))
+            .await
+            .unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "took {:?}",
+            started.elapsed()
+        );
+        assert!(
+            matches!(error, LockError::Backend { .. } | LockError::Timeout { .. }),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("job"), "{error}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn credentials_never_appear_in_errors_or_debug_output() {
+    let unreachable = format!("redis://admin:{SECRET}@127.0.0.1:1/0");
+    let error = RedisLockProvider::builder()
+        .operation_timeout(Duration::from_millis(500))
+        .connect(&unreachable)
+        .await
+        .unwrap_err();
+    let text = full_text(&error);
+    assert!(!text.contains(SECRET), "{text}");
+    assert!(text.contains("admin:***@127.0.0.1:1"), "{text}");
+
+    let lazy = RedisLockProvider::builder()
+        .operation_timeout(Duration::from_millis(500))
+        .connect_lazy(&unreachable)
+        .unwrap();
+    let debug = format!("{lazy:?}");
+    assert!(!debug.contains(SECRET) && debug.contains("***"), "{debug}");
+    let error = lazy
+        .try_lock(&config("job", Duration::from_secs(1), Duration::ZERO))
+        .await
+        .unwrap_err();
+    let text = full_text(&error);
+    assert!(!text.contains(SECRET), "{text}");
+
+    // A password the real server refuses (it has none configured): the error stays clean.
+    let base = redis_url();
+    let with_password = base.replacen("redis://", &format!("redis://:{SECRET}@"), 1);
+    let result = RedisLockProvider::builder()
+        .operation_timeout(Duration::from_secs(2))
+        .connect(&with_password)
+        .await;
+    if let Err(error) = result {
+        let text = full_text(&error);
+        assert!(!text.contains(SECRET), "{text}");
+    }
+
+    // Not a URL at all: hidden whole.
+    let error = RedisLockProvider::builder()
+        .connect(&format!("{SECRET}@nowhere"))
+        .await
+        .unwrap_err();
+    let text = full_text(&error);
+    assert!(!text.contains(SECRET), "{text}");
+}
+
+/// A TCP proxy in front of Redis that can hold back what the client sends, as a network that
+/// stalls does: requests sit in the proxy, unanswered, until it is resumed.
+async fn stalling_proxy(upstream: String) -> (String, watch::Sender<bool>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (pass, _) = watch::channel(true);
+    let gate = pass.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((client, _)) = listener.accept().await else {
+                return;
+            };
+            let server = TcpStream::connect(&upstream).await.unwrap();
+            let (mut client_read, mut client_write) = client.into_split();
+            let (mut server_read, mut server_write) = server.into_split();
+            let mut open = gate.subscribe();
+            tokio::spawn(async move {
+                let mut buffer = vec![0; 64 * 1024];
+                loop {
+                    let Ok(read) = client_read.read(&mut buffer).await else {
+                        return;
+                    };
+                    if read == 0 {
+                        return;
+                    }
+                    if open.wait_for(|open| *open).await.is_err() {
+                        return;
+                    }
+                    if server_write.write_all(&buffer[..read]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+            });
+        }
+    });
+    (format!("redis://{address}"), pass)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unanswered_acquire_is_an_error_and_its_key_is_cleaned_up() {
+    let upstream = redis_url()
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .to_owned();
+    let (proxy_url, gate) = stalling_proxy(upstream).await;
+    // No response timeout in the connection itself: only the provider's timeout applies, so
+    // the connection survives the stall and the cleanup is queued behind the stalled SET.
+    let manager = redis::Client::open(proxy_url)
+        .unwrap()
+        .get_connection_manager_with_config(
+            ConnectionManagerConfig::new().set_response_timeout(None),
+        )
+        .await
+        .unwrap();
+    let env = unique_env();
+    let provider = builder(&env)
+        .operation_timeout(300 * MS)
+        .build(manager)
+        .unwrap();
+    let config = config("job", Duration::from_secs(30), Duration::ZERO);
+    // Warm up: the cleanup script is loaded, the connection is up.
+    acquire(&provider, &config).await.unlock().await.unwrap();
+
+    gate.send_replace(false);
+    let started = Instant::now();
+    let outcome = provider.try_lock(&config).await;
+    let waited = started.elapsed();
+    match outcome {
+        Err(LockError::Timeout { name, after, .. }) => {
+            assert_eq!(name, "job");
+            assert_eq!(after, 300 * MS);
+        }
+        other => panic!("an unanswered acquire must be a timeout error, got {other:?}"),
+    }
+    assert!(
+        waited < Duration::from_secs(1),
+        "bounded by the timeout: {waited:?}"
+    );
+    let other_node = builder(&env).connect(&redis_url()).await.unwrap();
+    let key = other_node.lock_key("job").unwrap();
+    let mut conn = raw().await;
+    let exists: bool = conn.exists(&key).await.unwrap();
+    assert!(!exists, "the stalled SET has not reached Redis yet");
+
+    // The network recovers: the stalled SET lands, and the cleanup queued behind it removes it.
+    gate.send_replace(true);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        tokio::time::sleep(50 * MS).await;
+        let exists: bool = conn.exists(&key).await.unwrap();
+        if !exists {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the key of the unanswered acquire was never cleaned up"
+        );
+    }
+    let handle = acquire(&other_node, &config).await;
+    assert!(handle.unlock().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_nodes_never_hold_one_lock_at_once() {
+    let env = unique_env();
+    let nodes: Vec<Arc<RedisLockProvider>> = {
+        let mut nodes = Vec::new();
+        for _ in 0..4 {
+            nodes.push(Arc::new(provider(&env).await));
+        }
+        nodes
+    };
+    let inside = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for node in nodes {
+        let (inside, runs) = (inside.clone(), runs.clone());
+        tasks.push(tokio::spawn(async move {
+            let config = config("shared", Duration::from_secs(5), Duration::ZERO);
+            for _ in 0..50 {
+                if let Acquisition::Acquired(handle) = node.try_lock(&config).await.unwrap() {
+                    let before = inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    assert_eq!(before, 0, "two nodes held the lock at once");
+                    runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                    assert!(handle.unlock().await.unwrap());
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert!(runs.load(std::sync::atomic::Ordering::SeqCst) > 0);
+}
