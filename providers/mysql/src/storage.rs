@@ -1,0 +1,703 @@
+//! The statements: one per acquire, release and extend, all on ShedLock's table.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use chrono::{DateTime, NaiveDateTime, Utc};
+use shedlock_core::{
+    Capabilities, HeldRecord, LockError, LockRecord, LockStorage, Operation, RecordOutcome,
+    TimeSource,
+};
+use shedlock_sql::{Column, ColumnInfo, ColumnKind, Dialect, LockTable, TableSchema};
+use sqlx::mysql::{MySql, MySqlArguments, MySqlPool, MySqlQueryResult};
+use sqlx::query::Query;
+use sqlx::{AssertSqlSafe, Row};
+
+pub(crate) const PROVIDER: &str = "mysql";
+const DIALECT: Dialect = Dialect::MySql;
+
+/// Which server the pool talks to: the DDL's collation differs between them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// MySQL 8 or later.
+    MySql,
+    /// MariaDB 10.6 or later.
+    MariaDb,
+}
+
+impl Flavor {
+    /// A binary collation that also compares trailing spaces, so distinct names stay distinct.
+    fn name_collation(self) -> &'static str {
+        match self {
+            Flavor::MySql => "utf8mb4_0900_bin",
+            Flavor::MariaDb => "utf8mb4_nopad_bin",
+        }
+    }
+}
+
+/// `CREATE TABLE IF NOT EXISTS` for `table` on `flavor`: ShedLock's MySQL table, plus the
+/// fencing column when `fencing` is true.
+///
+/// It differs from ShedLock's documented DDL in one way: the `name` column gets a binary,
+/// no-pad collation (`utf8mb4_0900_bin` on MySQL, `utf8mb4_nopad_bin` on MariaDB), so `Job`,
+/// `job` and `job ` are three locks, not one. Java nodes are unaffected.
+pub fn create_table_statement(table: &LockTable, fencing: bool, flavor: Flavor) -> String {
+    let q = |c| table.quoted(DIALECT, c);
+    let fencing_column = if fencing {
+        format!(", {} BIGINT NOT NULL DEFAULT 0", q(Column::FencingToken))
+    } else {
+        String::new()
+    };
+    format!(
+        "CREATE TABLE IF NOT EXISTS {t} ({name} VARCHAR(64) CHARACTER SET utf8mb4 COLLATE {coll} \
+         NOT NULL, {until} TIMESTAMP(3) NOT NULL, {at} TIMESTAMP(3) NOT NULL DEFAULT \
+         CURRENT_TIMESTAMP(3), {by} VARCHAR(255) NOT NULL{fencing_column}, PRIMARY KEY ({name}))",
+        t = table.quoted_table(DIALECT),
+        coll = flavor.name_collation(),
+        name = q(Column::Name),
+        until = q(Column::LockUntil),
+        at = q(Column::LockedAt),
+        by = q(Column::LockedBy),
+    )
+}
+
+/// A bound parameter of a statement, in the order the `?` appear.
+#[derive(Debug, Clone, Copy)]
+enum Param {
+    Name,
+    LockedBy,
+    /// The statement's duration in microseconds.
+    Micros,
+    /// The node's clock (client time only).
+    Now,
+}
+
+/// SQL text and the order of its parameters.
+#[derive(Debug)]
+struct Statement {
+    sql: Arc<str>,
+    params: Vec<Param>,
+}
+
+/// Writes one statement, recording its `?` in order.
+struct Writer {
+    sql: String,
+    params: Vec<Param>,
+    time_source: TimeSource,
+}
+
+impl Writer {
+    fn new(time_source: TimeSource) -> Self {
+        Self {
+            sql: String::new(),
+            params: Vec::new(),
+            time_source,
+        }
+    }
+
+    fn sql(&mut self, text: &str) -> &mut Self {
+        self.sql.push_str(text);
+        self
+    }
+
+    fn param(&mut self, param: Param) -> &mut Self {
+        self.sql.push('?');
+        self.params.push(param);
+        self
+    }
+
+    /// The current time: the server's UTC clock, or the node's as a parameter.
+    fn now(&mut self) -> &mut Self {
+        match self.time_source {
+            TimeSource::Server => self.sql("UTC_TIMESTAMP(3)"),
+            TimeSource::Client => self.param(Param::Now),
+        }
+    }
+
+    /// `now + duration`.
+    fn now_plus(&mut self) -> &mut Self {
+        self.sql("TIMESTAMPADD(MICROSECOND, ")
+            .param(Param::Micros)
+            .sql(", ")
+            .now()
+            .sql(")")
+    }
+
+    fn finish(&mut self) -> Statement {
+        Statement {
+            sql: std::mem::take(&mut self.sql).into(),
+            params: std::mem::take(&mut self.params),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Statements {
+    acquire: Statement,
+    insert: Statement,
+    release: Statement,
+    extend: Statement,
+}
+
+impl Statements {
+    fn new(table: &LockTable, schema: &TableSchema, time_source: TimeSource) -> Self {
+        let q = |c| table.quoted(DIALECT, c);
+        let (t, name, until, at, by, fence) = (
+            table.quoted_table(DIALECT),
+            q(Column::Name),
+            q(Column::LockUntil),
+            q(Column::LockedAt),
+            q(Column::LockedBy),
+            q(Column::FencingToken),
+        );
+        let mut w = Writer::new(time_source);
+
+        // The insert half, shared by acquire and insert. `LAST_INSERT_ID(1)` marks "inserted":
+        // the server reports the last `LAST_INSERT_ID(expr)` of the statement as its insert id.
+        let fence_col = if schema.fencing {
+            format!(", {fence}")
+        } else {
+            String::new()
+        };
+        let values = |w: &mut Writer| {
+            w.sql(&format!(
+                "INSERT INTO {t} ({name}, {until}, {at}, {by}{fence_col}) VALUES ("
+            ))
+            .param(Param::Name)
+            .sql(", ")
+            .now_plus()
+            .sql(", ")
+            .now()
+            .sql(", IF(LAST_INSERT_ID(1) > 0, ")
+            .param(Param::LockedBy)
+            .sql(", NULL)");
+            if schema.fencing {
+                w.sql(", 1");
+            }
+            w.sql(")");
+        };
+
+        // Acquire: every assignment is conditioned on the old lock_until, which is assigned
+        // last, so the conditions read the old row whether the server evaluates assignments
+        // left to right (MySQL, MariaDB) or simultaneously (MariaDB's SIMULTANEOUS_ASSIGNMENT).
+        // The taken branch sets the insert id to the new token (or 1), the other to 0.
+        values(&mut w);
+        w.sql(" ON DUPLICATE KEY UPDATE ");
+        if schema.fencing {
+            w.sql(&format!("{fence} = IF({until} <= "))
+                .now()
+                .sql(&format!(
+                    ", LAST_INSERT_ID(COALESCE({fence}, 0) + 1), {fence}), "
+                ));
+            w.sql(&format!("{by} = IF({until} <= "))
+                .now()
+                .sql(", ")
+                .param(Param::LockedBy);
+        } else {
+            w.sql(&format!("{by} = IF({until} <= "))
+                .now()
+                .sql(", IF(LAST_INSERT_ID(1) > 0, ")
+                .param(Param::LockedBy)
+                .sql(", NULL)");
+        }
+        w.sql(&format!(", IF(LAST_INSERT_ID(0) = 0, {by}, NULL)), "));
+        w.sql(&format!("{at} = IF({until} <= "))
+            .now()
+            .sql(", ")
+            .now()
+            .sql(&format!(", {at}), "));
+        w.sql(&format!("{until} = IF({until} <= "))
+            .now()
+            .sql(", ")
+            .now_plus()
+            .sql(&format!(", {until})"));
+        let acquire = w.finish();
+
+        // Insert only: an existing row, held or not, is left alone (the no-op assignment
+        // resets the insert id to 0, so "not inserted" is visible).
+        values(&mut w);
+        w.sql(&format!(
+            " ON DUPLICATE KEY UPDATE {by} = IF(LAST_INSERT_ID(0) = 0, {by}, NULL)"
+        ));
+        let insert = w.finish();
+
+        w.sql(&format!("UPDATE {t} SET {until} = GREATEST("))
+            .now()
+            .sql(&format!(", TIMESTAMPADD(MICROSECOND, "))
+            .param(Param::Micros)
+            .sql(&format!(", {at})) WHERE {name} = "))
+            .param(Param::Name)
+            .sql(&format!(" AND {by} = "))
+            .param(Param::LockedBy)
+            .sql(&format!(" AND {until} > "))
+            .now();
+        let release = w.finish();
+
+        w.sql(&format!("UPDATE {t} SET {until} = "))
+            .now_plus()
+            .sql(&format!(" WHERE {name} = "))
+            .param(Param::Name)
+            .sql(&format!(" AND {by} = "))
+            .param(Param::LockedBy)
+            .sql(&format!(" AND {until} > "))
+            .now();
+        let extend = w.finish();
+
+        Self {
+            acquire,
+            insert,
+            release,
+            extend,
+        }
+    }
+}
+
+/// The name column's character set and collation, as far as they change which names are safe.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NameColumn {
+    /// Characters the column's character set can store (`None`: all of Unicode).
+    max_char: Option<char>,
+    /// The character set's name, for errors.
+    charset: String,
+    /// Whether the collation ignores trailing spaces (PAD SPACE).
+    pads: bool,
+    collation: String,
+}
+
+/// The lock table on one MySQL or MariaDB database, checked at connect.
+pub(crate) struct MySqlStorage {
+    pool: MySqlPool,
+    table: LockTable,
+    schema: TableSchema,
+    name_column: NameColumn,
+    time_source: TimeSource,
+    statements: Statements,
+    flavor: Flavor,
+    /// Where the pool points, without secrets.
+    target: String,
+}
+
+impl fmt::Debug for MySqlStorage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MySqlStorage")
+            .field("target", &self.target)
+            .field("flavor", &self.flavor)
+            .field("table", &self.table.table().to_string())
+            .field("time_source", &self.time_source)
+            .field("fencing", &self.schema.fencing)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn sql_error(operation: Operation, name: &str, error: sqlx::Error) -> LockError {
+    let message = match &error {
+        sqlx::Error::PoolTimedOut => {
+            "no database connection became available in time (is the server reachable?)".to_owned()
+        }
+        other => format!("the statement failed: {other}"),
+    };
+    LockError::backend(PROVIDER, operation, name, message, error)
+}
+
+/// Reads which server this is.
+pub(crate) async fn flavor(pool: &MySqlPool) -> Result<Flavor, sqlx::Error> {
+    let version: String = sqlx::query_scalar("SELECT CAST(VERSION() AS CHAR)")
+        .fetch_one(pool)
+        .await?;
+    Ok(if version.to_ascii_lowercase().contains("mariadb") {
+        Flavor::MariaDb
+    } else {
+        Flavor::MySql
+    })
+}
+
+impl MySqlStorage {
+    /// Reads the table's columns from the catalog (creating the table first when asked) and
+    /// prepares the statements.
+    pub(crate) async fn connect(
+        pool: MySqlPool,
+        table: LockTable,
+        time_source: TimeSource,
+        create_table: Option<bool>,
+        target: String,
+    ) -> Result<Self, LockError> {
+        let connect_error = |e| sql_error(Operation::Connect, "", e);
+        let flavor = flavor(&pool).await.map_err(connect_error)?;
+        if let Some(fencing) = create_table {
+            sqlx::query(AssertSqlSafe(create_table_statement(
+                &table, fencing, flavor,
+            )))
+            .execute(&pool)
+            .await
+            .map_err(connect_error)?;
+        }
+        let rows = sqlx::query(
+            "SELECT CAST(COLUMN_NAME AS CHAR), CAST(COLUMN_TYPE AS CHAR), \
+             CAST(DATA_TYPE AS CHAR), CAST(CHARACTER_MAXIMUM_LENGTH AS SIGNED), \
+             CAST(DATETIME_PRECISION AS SIGNED), CAST(CHARACTER_SET_NAME AS CHAR), \
+             CAST(COLLATION_NAME AS CHAR), CAST(COLUMN_KEY AS CHAR), CAST(EXTRA AS CHAR) \
+             FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? \
+             ORDER BY ORDINAL_POSITION",
+        )
+        .bind(
+            table
+                .table()
+                .schema
+                .as_ref()
+                .map(|s| s.catalog_name(DIALECT)),
+        )
+        .bind(table.table().table.catalog_name(DIALECT))
+        .fetch_all(&pool)
+        .await
+        .map_err(connect_error)?;
+        let ddl = format!("{};", create_table_statement(&table, false, flavor));
+        let mut columns = Vec::with_capacity(rows.len());
+        let mut name_column = NameColumn::default();
+        let mut name_key = String::new();
+        let mut timestamp_columns = false;
+        for row in &rows {
+            let get = |i| -> Result<Option<String>, LockError> {
+                row.try_get::<Option<String>, _>(i).map_err(connect_error)
+            };
+            let column_name = get(0)?.unwrap_or_default();
+            let column_type = get(1)?.unwrap_or_default();
+            let data_type = get(2)?.unwrap_or_default().to_ascii_lowercase();
+            let max_len: Option<i64> = row.try_get(3).map_err(connect_error)?;
+            let precision: Option<i64> = row.try_get(4).map_err(connect_error)?;
+            let extra = get(8)?.unwrap_or_default();
+            if extra.to_ascii_lowercase().contains("auto_increment") {
+                return Err(LockError::backend_message(
+                    PROVIDER,
+                    Operation::Connect,
+                    "",
+                    format!(
+                        "the lock table {t} has an AUTO_INCREMENT column {column_name}; the \
+                         acquire statement reports its outcome through the insert id, so the \
+                         table must not have one. ShedLock's table is:\n{ddl}",
+                        t = table.table()
+                    ),
+                ));
+            }
+            let kind = match data_type.as_str() {
+                "varchar" | "char" => ColumnKind::Text {
+                    max_chars: max_len.map(|n| n as usize),
+                },
+                "text" | "tinytext" | "mediumtext" | "longtext" => ColumnKind::Text {
+                    max_chars: max_len.map(|n| n as usize),
+                },
+                "timestamp" | "datetime" => {
+                    timestamp_columns |= data_type == "timestamp";
+                    ColumnKind::Timestamp {
+                        fraction_digits: precision.unwrap_or(0) as u32,
+                        // Neither stores an instant: both hold UTC wall times here.
+                        with_time_zone: false,
+                    }
+                }
+                "bigint" | "int" | "integer" | "mediumint" => ColumnKind::Integer,
+                _ => ColumnKind::Other,
+            };
+            if table
+                .column(Column::Name)
+                .matches_column(DIALECT, &column_name)
+            {
+                let charset = get(5)?.unwrap_or_default().to_ascii_lowercase();
+                let collation = get(6)?.unwrap_or_default().to_ascii_lowercase();
+                name_key = get(7)?.unwrap_or_default();
+                name_column = NameColumn {
+                    max_char: match charset.as_str() {
+                        "utf8mb4" | "binary" | "" => None,
+                        "utf8" | "utf8mb3" => Some('\u{FFFF}'),
+                        "latin1" => Some('\u{FF}'),
+                        "ascii" => Some('\u{7F}'),
+                        _ => None,
+                    },
+                    charset,
+                    pads: !(collation.contains("nopad")
+                        || collation.contains("_0900_")
+                        || collation.is_empty()),
+                    collation,
+                };
+            }
+            columns.push(ColumnInfo {
+                name: column_name,
+                declared_type: column_type,
+                kind,
+            });
+        }
+        let schema = table.check_columns(DIALECT, PROVIDER, &columns, &ddl)?;
+        if !matches!(name_key.as_str(), "PRI" | "UNI") {
+            return Err(LockError::backend_message(
+                PROVIDER,
+                Operation::Connect,
+                "",
+                format!(
+                    "the lock table {t}: column {c} must be its primary key (or have a unique \
+                     index of its own); ShedLock's table is:\n{ddl}",
+                    t = table.table(),
+                    c = table.column(Column::Name),
+                ),
+            ));
+        }
+        if timestamp_columns {
+            // TIMESTAMP columns convert between the session time zone and UTC on every read
+            // and write; the statements' UTC times are only right in a UTC session.
+            let offset: i64 =
+                sqlx::query_scalar("SELECT TIMESTAMPDIFF(MINUTE, UTC_TIMESTAMP(), NOW())")
+                    .fetch_one(&pool)
+                    .await
+                    .map_err(connect_error)?;
+            if offset != 0 {
+                return Err(LockError::backend_message(
+                    PROVIDER,
+                    Operation::Connect,
+                    "",
+                    format!(
+                        "the lock table {t} has TIMESTAMP columns, and this pool's session \
+                         time_zone is {offset} minutes from UTC; they hold UTC times, so the \
+                         session must use time_zone '+00:00' (sqlx's default: do not set \
+                         MySqlConnectOptions::timezone(None)), or make the columns DATETIME(3)",
+                        t = table.table()
+                    ),
+                ));
+            }
+        }
+        if name_column.pads || name_column.collation.ends_with("_ci") {
+            tracing::warn!(
+                table = %table.table(),
+                collation = %name_column.collation,
+                "the lock name column's collation treats some distinct names as equal (case, \
+                 accents or trailing spaces); such names share one lock"
+            );
+        }
+        let statements = Statements::new(&table, &schema, time_source);
+        Ok(Self {
+            pool,
+            table,
+            schema,
+            name_column,
+            time_source,
+            statements,
+            flavor,
+            target,
+        })
+    }
+
+    pub(crate) fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+
+    pub(crate) fn table(&self) -> &LockTable {
+        &self.table
+    }
+
+    pub(crate) fn schema(&self) -> &TableSchema {
+        &self.schema
+    }
+
+    pub(crate) fn flavor(&self) -> Flavor {
+        self.flavor
+    }
+
+    fn bind<'q>(
+        &self,
+        statement: &Statement,
+        name: &'q str,
+        locked_by: &'q str,
+        duration: Duration,
+        now: SystemTime,
+    ) -> Query<'q, MySql, MySqlArguments> {
+        let micros = i64::try_from(duration.as_micros()).unwrap_or(i64::MAX);
+        let now: NaiveDateTime = DateTime::<Utc>::from(now).naive_utc();
+        let mut query = sqlx::query(AssertSqlSafe(statement.sql.clone()));
+        for param in &statement.params {
+            query = match param {
+                Param::Name => query.bind(name),
+                Param::LockedBy => query.bind(locked_by),
+                Param::Micros => query.bind(micros),
+                Param::Now => query.bind(now),
+            };
+        }
+        query
+    }
+
+    fn check_locked_by(&self, name: &str, locked_by: &str) -> Result<(), LockError> {
+        match self.schema.max_locked_by_chars {
+            Some(max) if locked_by.chars().count() > max => Err(LockError::backend_message(
+                PROVIDER,
+                Operation::Acquire,
+                name,
+                format!(
+                    "the holder identity {locked_by:?} is {} characters, longer than column {} \
+                     allows ({max}); choose a shorter holder name (with_holder)",
+                    locked_by.chars().count(),
+                    self.table.column(Column::LockedBy)
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    async fn take(
+        &self,
+        statement: &Statement,
+        record: &LockRecord<'_>,
+    ) -> Result<RecordOutcome, LockError> {
+        self.check_locked_by(record.name, record.locked_by)?;
+        let done: MySqlQueryResult = self
+            .bind(
+                statement,
+                record.name,
+                record.locked_by,
+                record.lock_at_most_for,
+                record.now,
+            )
+            .execute(&self.pool)
+            .await
+            .map_err(|e| sql_error(Operation::Acquire, record.name, e))?;
+        // The insert id is the `LAST_INSERT_ID(expr)` the statement evaluated last: 1 or the
+        // new token when the row was inserted or taken over, 0 when it was left alone. The
+        // affected-row count cannot tell "inserted" (1) from "left alone" (1 under sqlx's
+        // CLIENT_FOUND_ROWS), but it must agree with a take-over (1 or 2).
+        let id = done.last_insert_id();
+        if id == 0 {
+            return Ok(RecordOutcome::NotAcquired(None));
+        }
+        if done.rows_affected() == 0 {
+            return Err(LockError::backend_message(
+                PROVIDER,
+                Operation::Acquire,
+                record.name,
+                format!(
+                    "the acquire statement reported insert id {id} but no affected row; the \
+                     outcome is unknown"
+                ),
+            ));
+        }
+        Ok(RecordOutcome::Acquired {
+            fencing_token: self.schema.fencing.then_some(id),
+        })
+    }
+}
+
+#[async_trait]
+impl LockStorage for MySqlStorage {
+    fn provider_name(&self) -> &'static str {
+        PROVIDER
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let capabilities = Capabilities::new(self.time_source)
+            .with_extend(true)
+            .with_fencing(self.schema.fencing)
+            .with_time_precision(self.schema.time_precision);
+        match self.schema.max_name_chars {
+            Some(max) => capabilities.with_max_name_chars(max),
+            None => capabilities,
+        }
+    }
+
+    fn check_name(&self, name: &str) -> Result<(), LockError> {
+        self.capabilities().check_name_length(PROVIDER, name)?;
+        if let Some(max) = self.name_column.max_char
+            && let Some(c) = name.chars().find(|&c| c > max)
+        {
+            return Err(LockError::invalid_name(
+                PROVIDER,
+                name,
+                format!(
+                    "the name column's character set {} cannot store {c:?}",
+                    self.name_column.charset
+                ),
+            ));
+        }
+        if self.name_column.pads && name.ends_with(' ') {
+            return Err(LockError::invalid_name(
+                PROVIDER,
+                name,
+                format!(
+                    "it ends with a space, which the name column's collation {} ignores, so it \
+                     would share a lock with the name without it",
+                    self.name_column.collation
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn update_creates_missing_record(&self) -> bool {
+        true
+    }
+
+    async fn insert_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
+        self.take(&self.statements.insert, record).await
+    }
+
+    async fn update_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
+        self.take(&self.statements.acquire, record).await
+    }
+
+    async fn extend(
+        &self,
+        held: &HeldRecord,
+        lock_at_most_for: Duration,
+        now: SystemTime,
+    ) -> Result<bool, LockError> {
+        let done = self
+            .bind(
+                &self.statements.extend,
+                &held.name,
+                &held.locked_by,
+                lock_at_most_for,
+                now,
+            )
+            .execute(&self.pool)
+            .await
+            .map_err(|e| sql_error(Operation::Extend, &held.name, e))?;
+        // Under CLIENT_FOUND_ROWS this counts matched rows: the owner check decides.
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn unlock(&self, held: &HeldRecord, now: SystemTime) -> Result<bool, LockError> {
+        let done = self
+            .bind(
+                &self.statements.release,
+                &held.name,
+                &held.locked_by,
+                held.lock_at_least_for,
+                now,
+            )
+            .execute(&self.pool)
+            .await
+            .map_err(|e| sql_error(Operation::Release, &held.name, e))?;
+        Ok(done.rows_affected() > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_time_acquire_is_one_statement_without_values_or_aliases() {
+        let schema = TableSchema {
+            max_name_chars: Some(64),
+            max_locked_by_chars: Some(255),
+            time_precision: Duration::from_millis(1),
+            timestamps_with_time_zone: false,
+            fencing: false,
+        };
+        let statements = Statements::new(&LockTable::default(), &schema, TimeSource::Server);
+        let sql = &*statements.acquire.sql;
+        assert!(!sql.contains("VALUES("), "no VALUES() function: {sql}");
+        assert!(!sql.contains(" AS "), "no row alias: {sql}");
+        assert_eq!(sql.matches("ON DUPLICATE KEY UPDATE").count(), 1);
+        assert!(
+            sql.ends_with("`lock_until`)"),
+            "lock_until is assigned last: {sql}"
+        );
+        assert_eq!(statements.acquire.params.len(), 5);
+    }
+}
