@@ -1,0 +1,33 @@
+//! Prints one markdown table, provider by check, from the JSON reports in a folder
+//! (default: `$SHEDLOCK_CONFORMANCE_REPORT_DIR`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let dir = std::env::args_os()
+        .nth(1)
+        .or_else(|| std::env::var_os(shedlock_conformance::REPORT_DIR_VARIABLE))
+        .map(PathBuf::from);
+    let Some(dir) = dir else {
+        eprintln!(
+            "usage: shedlock-conformance-report <folder of reports> (or set {})",
+            shedlock_conformance::REPORT_DIR_VARIABLE
+        );
+        return ExitCode::FAILURE;
+    };
+    match shedlock_conformance::read_reports(&dir) {
+        Ok(reports) if reports.is_empty() => {
+            eprintln!("no conformance reports (*.json) in {}", dir.display());
+            ExitCode::FAILURE
+        }
+        Ok(reports) => {
+            print!("{}", shedlock_conformance::merged_markdown(&reports));
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("could not read the reports in {}: {error}", dir.display());
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! The checks, each a plain public async function over a [`ConformanceHarness`], and the
+//! catalogue the runner turns into one named test each.
+
+mod basics;
+mod concurrency;
+mod extend;
+mod model;
+mod names;
+mod skew;
+mod storage;
+mod time_bounds;
+mod unreachable;
+
+use std::sync::Arc;
+
+use shedlock_core::{Capabilities, Clock, SystemClock};
+
+use crate::failure::{CheckFailure, Rule, Verdict};
+use crate::harness::ConformanceHarness;
+use crate::names::NameSpace;
+use crate::timing::Timing;
+use crate::trace::Trace;
+
+pub use basics::check_acquire_skip_release;
+pub use concurrency::{check_fencing_tokens_increase, check_mutual_exclusion};
+pub use extend::{check_extend, check_extend_refused_when_not_declared};
+pub use model::{SEED_VARIABLE, check_model};
+pub use names::{EDGE_CASE_NAMES, check_name_edge_cases, check_name_length_limit};
+pub use skew::check_clock_skew;
+pub use storage::{check_name_cache_cleared_midway, check_shedlock_record_takeover};
+pub use time_bounds::{check_at_least_hold, check_at_most_expiry, check_ownership_after_expiry};
+pub use unreachable::{UNREACHABLE_LIMIT, check_backend_unreachable};
+
+/// One check of the kit, by name; [`Check::ALL`] is the whole kit in the order it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Check {
+    /// [`check_acquire_skip_release`]
+    AcquireSkipRelease,
+    /// [`check_at_most_expiry`]
+    AtMostExpiry,
+    /// [`check_at_least_hold`]
+    AtLeastHold,
+    /// [`check_extend`]
+    Extend,
+    /// [`check_extend_refused_when_not_declared`]
+    ExtendRefusedWhenNotDeclared,
+    /// [`check_ownership_after_expiry`]
+    OwnershipAfterExpiry,
+    /// [`check_mutual_exclusion`]
+    MutualExclusion,
+    /// [`check_fencing_tokens_increase`]
+    FencingTokensIncrease,
+    /// [`check_clock_skew`]
+    ClockSkew,
+    /// [`check_backend_unreachable`]
+    BackendUnreachable,
+    /// [`check_name_length_limit`]
+    NameLengthLimit,
+    /// [`check_name_edge_cases`]
+    NameEdgeCases,
+    /// [`check_model`]
+    Model,
+    /// [`check_name_cache_cleared_midway`]
+    NameCacheClearedMidway,
+    /// [`check_shedlock_record_takeover`]
+    ShedlockRecordTakeover,
+}
+
+impl Check {
+    /// Every check, in the order the runner lists them. The long-running ones come first so
+    /// that parallel test threads finish together.
+    pub const ALL: [Check; 15] = [
+        Check::Model,
+        Check::MutualExclusion,
+        Check::AcquireSkipRelease,
+        Check::AtMostExpiry,
+        Check::AtLeastHold,
+        Check::Extend,
+        Check::ExtendRefusedWhenNotDeclared,
+        Check::OwnershipAfterExpiry,
+        Check::FencingTokensIncrease,
+        Check::ClockSkew,
+        Check::BackendUnreachable,
+        Check::NameLengthLimit,
+        Check::NameEdgeCases,
+        Check::NameCacheClearedMidway,
+        Check::ShedlockRecordTakeover,
+    ];
+
+    /// The test name `cargo test` shows and filters on.
+    pub fn name(self) -> &'static str {
+        match self {
+            Check::AcquireSkipRelease => "acquire_skip_release",
+            Check::AtMostExpiry => "at_most_expiry",
+            Check::AtLeastHold => "at_least_hold",
+            Check::Extend => "extend",
+            Check::ExtendRefusedWhenNotDeclared => "extend_refused_when_not_declared",
+            Check::OwnershipAfterExpiry => "ownership_after_expiry",
+            Check::MutualExclusion => "mutual_exclusion",
+            Check::FencingTokensIncrease => "fencing_tokens_increase",
+            Check::ClockSkew => "clock_skew",
+            Check::BackendUnreachable => "backend_unreachable",
+            Check::NameLengthLimit => "name_length_limit",
+            Check::NameEdgeCases => "name_edge_cases",
+            Check::Model => "model",
+            Check::NameCacheClearedMidway => "name_cache_cleared_midway",
+            Check::ShedlockRecordTakeover => "shedlock_record_takeover",
+        }
+    }
+
+    /// A two-letter tag for this check's lock names (they must stay short).
+    fn tag(self) -> &'static str {
+        match self {
+            Check::AcquireSkipRelease => "as",
+            Check::AtMostExpiry => "am",
+            Check::AtLeastHold => "al",
+            Check::Extend => "ex",
+            Check::ExtendRefusedWhenNotDeclared => "en",
+            Check::OwnershipAfterExpiry => "ow",
+            Check::MutualExclusion => "mx",
+            Check::FencingTokensIncrease => "ft",
+            Check::ClockSkew => "cs",
+            Check::BackendUnreachable => "bu",
+            Check::NameLengthLimit => "nl",
+            Check::NameEdgeCases => "ne",
+            Check::Model => "md",
+            Check::NameCacheClearedMidway => "nc",
+            Check::ShedlockRecordTakeover => "sr",
+        }
+    }
+
+    /// The check whose [`name`](Self::name) is `name`.
+    pub fn from_name(name: &str) -> Option<Check> {
+        Check::ALL.into_iter().find(|check| check.name() == name)
+    }
+
+    /// This check's names inside a run's name space.
+    pub fn names_in(self, run: &NameSpace) -> NameSpace {
+        run.child(self.tag())
+    }
+
+    /// Runs this check against `harness`, with lock names from `names`.
+    pub async fn run<H: ConformanceHarness>(
+        self,
+        harness: &H,
+        names: &NameSpace,
+    ) -> Result<Verdict, CheckFailure> {
+        match self {
+            Check::AcquireSkipRelease => check_acquire_skip_release(harness, names).await,
+            Check::AtMostExpiry => check_at_most_expiry(harness, names).await,
+            Check::AtLeastHold => check_at_least_hold(harness, names).await,
+            Check::Extend => check_extend(harness, names).await,
+            Check::ExtendRefusedWhenNotDeclared => {
+                check_extend_refused_when_not_declared(harness, names).await
+            }
+            Check::OwnershipAfterExpiry => check_ownership_after_expiry(harness, names).await,
+            Check::MutualExclusion => check_mutual_exclusion(harness, names).await,
+            Check::FencingTokensIncrease => check_fencing_tokens_increase(harness, names).await,
+            Check::ClockSkew => check_clock_skew(harness, names).await,
+            Check::BackendUnreachable => check_backend_unreachable(harness, names).await,
+            Check::NameLengthLimit => check_name_length_limit(harness, names).await,
+            Check::NameEdgeCases => check_name_edge_cases(harness, names).await,
+            Check::Model => check_model(harness, names).await,
+            Check::NameCacheClearedMidway => check_name_cache_cleared_midway(harness, names).await,
+            Check::ShedlockRecordTakeover => check_shedlock_record_takeover(harness, names).await,
+        }
+    }
+}
+
+/// How many times a timing-sensitive scenario is retried when the machine stalled so long
+/// that an observation proved nothing either way.
+const ATTEMPTS: u32 = 3;
+
+/// A node on the system clock, or a failure naming the harness.
+async fn node<H: ConformanceHarness>(
+    harness: &H,
+    trace: &Trace,
+    label: &str,
+) -> Result<H::Node, CheckFailure> {
+    node_with_clock(harness, trace, label, Arc::new(SystemClock)).await
+}
+
+/// A node reading `clock`, or a failure naming the harness.
+async fn node_with_clock<H: ConformanceHarness>(
+    harness: &H,
+    trace: &Trace,
+    label: &str,
+    clock: Arc<dyn Clock>,
+) -> Result<H::Node, CheckFailure> {
+    harness.node(clock).await.map_err(|error| {
+        trace.failure(
+            Rule::HARNESS,
+            format!(
+                "harness `{}` could not make node {label}: {error}",
+                harness.name()
+            ),
+        )
+    })
+}
+
+/// The capabilities a node declares, and the kit's durations for them.
+fn timing_of(capabilities: &Capabilities) -> Timing {
+    Timing::for_precision(capabilities.time_precision)
+}
+
+/// The failure for a scenario that stayed inconclusive [`ATTEMPTS`] times in a row.
+fn stalled(trace: &Trace, rule: Rule, what: &str) -> CheckFailure {
+    trace.failure(
+        rule,
+        format!(
+            "could not observe {what}: in {ATTEMPTS} attempts every probe was answered too late to prove anything (is the machine or the backend overloaded?)"
+        ),
+    )
+}

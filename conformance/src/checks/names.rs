@@ -1,0 +1,274 @@
+//! Check 10: names at the length limit work, longer ones are a clear error, and odd characters
+//! stay distinct and harmless.
+
+use std::time::Duration;
+
+use shedlock_core::{Acquisition, LockError, LockHandle, LockProvider};
+
+use crate::failure::{CheckFailure, Rule, Verdict};
+use crate::harness::ConformanceHarness;
+use crate::names::NameSpace;
+use crate::trace::{Trace, config};
+
+use super::{node, timing_of};
+
+/// The name length tried when the provider declares no limit.
+const UNLIMITED_PROBE_CHARS: usize = 1024;
+
+/// Name length: names of exactly the declared maximum (ASCII, and two-byte characters) work
+/// and stay distinct when they differ only in the last character; one character more is
+/// refused with [`LockError::InvalidName`] before anything is written, even when its first
+/// `max` characters name a held lock. Without a declared limit, 1024-character names must work
+/// and stay distinct.
+pub async fn check_name_length_limit<H: ConformanceHarness>(
+    harness: &H,
+    names: &NameSpace,
+) -> Result<Verdict, CheckFailure> {
+    let trace = Trace::new("name_length_limit");
+    let a = node(harness, &trace, "A").await?;
+    let b = node(harness, &trace, "B").await?;
+    let capabilities = a.capabilities();
+    let timing = timing_of(&capabilities);
+    let long = timing.units(100);
+    let prefix = names.prefix();
+    let prefix_chars = prefix.chars().count();
+    let length = capabilities.max_name_chars.unwrap_or(UNLIMITED_PROBE_CHARS);
+    if length < prefix_chars + 2 {
+        return Ok(Verdict::not_applicable(format!(
+            "the declared name limit ({length}) leaves no room after the kit's {prefix_chars}-character prefix"
+        )));
+    }
+    let pad = |first: char, fill: char, last: char| {
+        let mut name = prefix.to_owned();
+        name.push(first);
+        name.extend(std::iter::repeat_n(fill, length - prefix_chars - 2));
+        name.push(last);
+        name
+    };
+    let full_length = [pad('a', 'x', 'y'), pad('a', 'x', 'z'), pad('e', 'é', 'é')];
+    let mut held: Vec<Box<dyn LockHandle>> = Vec::new();
+    for name in &full_length {
+        let lock = config(name, long, Duration::ZERO);
+        let handle = trace
+            .must_acquire(
+                "A",
+                &a,
+                &lock,
+                Rule::NAME_LENGTH,
+                &format!(
+                    "a {length}-character name is within the limit and distinct from the other long names already held"
+                ),
+            )
+            .await?
+            .value;
+        held.push(handle);
+    }
+    for name in &full_length {
+        trace
+            .must_not_acquire(
+                "B",
+                &b,
+                &config(name, long, Duration::ZERO),
+                Rule::NAME_LENGTH,
+                "node A holds the lock of this long name",
+            )
+            .await?;
+    }
+    let mut notes = Vec::new();
+    if let Some(max) = capabilities.max_name_chars {
+        let over_held = format!("{}w", full_length[0]);
+        let over_fresh = format!("{}w", pad('f', 'x', 'y'));
+        for (name, why) in [
+            (&over_held, "its first characters name a lock node A holds"),
+            (&over_fresh, "no lock has its first characters"),
+        ] {
+            let lock = config(name, long, Duration::ZERO);
+            let result = trace.try_lock("B", &b, &lock).await?.value;
+            match result {
+                Err(LockError::InvalidName { .. }) => {}
+                Ok(Acquisition::Acquired(_)) | Ok(Acquisition::NotAcquired(_)) => {
+                    return Err(trace.failure(
+                        Rule::NAME_LENGTH,
+                        format!(
+                            "a {}-character name ({why}) was accepted though the declared limit is {max}: was it truncated?",
+                            max + 1
+                        ),
+                    ));
+                }
+                Err(other) => {
+                    return Err(trace.failure(
+                        Rule::NAME_LENGTH,
+                        format!(
+                            "a {}-character name was refused with {other:?}; the clear error is LockError::InvalidName naming the limit ({max})",
+                            max + 1
+                        ),
+                    ));
+                }
+            }
+        }
+        notes.push(format!(
+            "{max}-character names work; {} characters are refused",
+            max + 1
+        ));
+    } else {
+        notes.push(format!(
+            "no declared limit: {UNLIMITED_PROBE_CHARS}-character names work and stay distinct"
+        ));
+    }
+    for handle in &held {
+        trace
+            .must_unlock_with(
+                "A",
+                &**handle,
+                true,
+                Rule::RELEASE_RESULT,
+                "node A holds it",
+            )
+            .await?;
+    }
+    Ok(Verdict::Passed { notes })
+}
+
+/// Names with characters that break careless providers: separators of keys and paths, SQL
+/// quoting, escapes, unicode, spaces, case. Pairs that a careless escaping or collation would
+/// merge (`a/b`, `a:b`, `a%2Fb`, `a_b`; `Report`, `report`; `trailing `, `trailing`) are listed
+/// together.
+pub const EDGE_CASE_NAMES: &[&str] = &[
+    "plain",
+    "with space",
+    "trailing",
+    "trailing ",
+    " leading",
+    "a/b",
+    "a:b",
+    "a%2Fb",
+    "a%3Ab",
+    "a_b",
+    "a.b",
+    "a\\b",
+    "/leading-slash",
+    "trailing-slash/",
+    "..",
+    "%s%n%%",
+    "single'quote",
+    "double\"quote",
+    "x'); DROP TABLE shedlock; --",
+    "1' OR '1'='1",
+    "*?[]{}$#",
+    "Report",
+    "report",
+    "ünïcødé",
+    "unicode",
+    "锁-ロック",
+    "emoji-🔒",
+];
+
+/// Edge-case names: every name in [`EDGE_CASE_NAMES`] is either a lock of its own (all held at
+/// once, so two names merged into one lock would show) or refused with
+/// [`LockError::InvalidName`] (a provider may reject separators it reserves). Another node is
+/// refused each held one, each release answers `true`, and the other node can then take each.
+/// The plain name must be accepted.
+pub async fn check_name_edge_cases<H: ConformanceHarness>(
+    harness: &H,
+    names: &NameSpace,
+) -> Result<Verdict, CheckFailure> {
+    let trace = Trace::new("name_edge_cases");
+    let a = node(harness, &trace, "A").await?;
+    let b = node(harness, &trace, "B").await?;
+    let capabilities = a.capabilities();
+    let timing = timing_of(&capabilities);
+    let long = timing.units(100);
+    let mut held = Vec::new();
+    let mut refused = Vec::new();
+    let mut too_long = Vec::new();
+    for local in EDGE_CASE_NAMES {
+        let name = names.name(local);
+        if capabilities
+            .max_name_chars
+            .is_some_and(|max| name.chars().count() > max)
+        {
+            too_long.push(*local);
+            continue;
+        }
+        let lock = config(&name, long, Duration::ZERO);
+        match trace.try_lock("A", &a, &lock).await?.value {
+            Ok(Acquisition::Acquired(handle)) => held.push((lock, handle)),
+            Ok(Acquisition::NotAcquired(_)) => {
+                let merged: Vec<&str> =
+                    held.iter().map(|(held_lock, _)| held_lock.name()).collect();
+                return Err(trace.failure(
+                    Rule::NAMES_ARE_DATA,
+                    format!(
+                        "lock {name:?} was refused though nobody holds it: it was merged with one of the names node A already holds: {merged:?}"
+                    ),
+                ));
+            }
+            Err(LockError::InvalidName { rule, .. }) if *local != "plain" => {
+                refused.push(format!("{local:?} ({rule})"));
+            }
+            Err(error) => {
+                return Err(trace.failure(
+                    Rule::NAMES_ARE_DATA,
+                    format!(
+                        "lock {name:?} failed with an error other than a clear LockError::InvalidName: {error}"
+                    ),
+                ));
+            }
+        }
+    }
+    for (lock, _) in &held {
+        trace
+            .must_not_acquire(
+                "B",
+                &b,
+                lock,
+                Rule::NAMES_ARE_DATA,
+                "node A holds the lock of exactly this name",
+            )
+            .await?;
+    }
+    for (_, handle) in &held {
+        trace
+            .must_unlock_with(
+                "A",
+                &**handle,
+                true,
+                Rule::NAMES_ARE_DATA,
+                "node A holds the lock of exactly this name",
+            )
+            .await?;
+    }
+    for (lock, _) in &held {
+        let again = trace
+            .must_acquire(
+                "B",
+                &b,
+                lock,
+                Rule::NAMES_ARE_DATA,
+                "node A released the lock of exactly this name",
+            )
+            .await?;
+        trace
+            .must_unlock_with(
+                "B",
+                &*again.value,
+                true,
+                Rule::RELEASE_RESULT,
+                "node B holds it",
+            )
+            .await?;
+    }
+    let mut notes = vec![format!(
+        "{} edge-case names held as distinct locks",
+        held.len()
+    )];
+    if !refused.is_empty() {
+        notes.push(format!("refused with InvalidName: {}", refused.join(", ")));
+    }
+    if !too_long.is_empty() {
+        notes.push(format!(
+            "not tried (over the name limit with the prefix): {too_long:?}"
+        ));
+    }
+    Ok(Verdict::Passed { notes })
+}

@@ -1,0 +1,94 @@
+//! What a provider author implements to run the kit: how to make nodes, and a few optional
+//! hooks whose defaults mean "does not apply to this provider".
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use shedlock_core::{Clock, LockError, LockProvider};
+
+/// Whether a harness hook applies to this provider.
+#[derive(Debug)]
+pub enum Support<T> {
+    /// The hook did its work.
+    Supported(T),
+    /// The hook has no meaning for this provider; the checks that need it show as ignored with
+    /// this reason.
+    NotApplicable(String),
+}
+
+impl<T> Support<T> {
+    /// Not applicable, for `reason`.
+    pub fn not_applicable(reason: impl Into<String>) -> Self {
+        Support::NotApplicable(reason.into())
+    }
+}
+
+/// A lock record written as another program (Java ShedLock, a crashed node) would have left it,
+/// for the check that Rust nodes honour and take over such records.
+///
+/// Times are UTC instants. The kit only plants records whose `lock_until` is an hour or more
+/// away from now, so clock differences between the kit and the backend do not matter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlantedRecord {
+    /// The lock's name (ShedLock's `name`, `_id`, or key suffix).
+    pub name: String,
+    /// ShedLock's `lock_until`.
+    pub lock_until: SystemTime,
+    /// ShedLock's `locked_at`.
+    pub locked_at: SystemTime,
+    /// ShedLock's `locked_by` (a host name, as Java writes it).
+    pub locked_by: String,
+}
+
+/// How the kit reaches one provider on one backend.
+///
+/// Implement [`node`](Self::node) and [`name`](Self::name); override the hooks that apply.
+/// The kit makes many nodes (up to a dozen per check, several checks at once), each of which
+/// must be an independent provider instance (its own connection or pool, its own name cache),
+/// as separate processes would be.
+#[async_trait]
+pub trait ConformanceHarness: Send + Sync + 'static {
+    /// The provider under test.
+    type Node: LockProvider + 'static;
+
+    /// The provider's name, used in reports and report file names (`"postgres"`).
+    fn name(&self) -> &str;
+
+    /// A new, independent provider instance on the shared backend whose wall clock is `clock`.
+    ///
+    /// Server-time providers may ignore `clock` for lock decisions (that is the point); a
+    /// client-time provider must read it wherever it reads "now". The kit hands skewed clocks
+    /// ([`shedlock_core::SkewedClock`]) to the clock-skew check.
+    async fn node(&self, clock: Arc<dyn Clock>) -> Result<Self::Node, LockError>;
+
+    /// A node whose backend cannot be reached (a closed port, a stopped server), built without
+    /// connecting, for the check that an unreachable backend is an error in bounded time.
+    async fn unreachable_node(&self) -> Result<Support<Self::Node>, LockError> {
+        Ok(Support::not_applicable(
+            "the harness provides no unreachable_node(): the provider has no backend to lose",
+        ))
+    }
+
+    /// Clears `node`'s cache of lock names known to exist (storage-based providers).
+    fn clear_name_cache(&self, node: &Self::Node) -> Support<()> {
+        let _ = node;
+        Support::not_applicable("the harness provides no clear_name_cache(): no name cache")
+    }
+
+    /// Writes `record` directly into the backend in ShedLock's format, replacing any record of
+    /// that name.
+    async fn write_record(&self, record: &PlantedRecord) -> Result<Support<()>, LockError> {
+        let _ = record;
+        Ok(Support::not_applicable(
+            "the harness provides no write_record(): no ShedLock-format records to plant",
+        ))
+    }
+
+    /// Called once after all checks; every lock name the run used starts with `name_prefix`,
+    /// so a persistent backend can delete them.
+    async fn cleanup(&self, name_prefix: &str) -> Result<(), LockError> {
+        let _ = name_prefix;
+        Ok(())
+    }
+}

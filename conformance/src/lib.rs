@@ -1,0 +1,64 @@
+//! The conformance kit for shedlock-rs lock providers.
+//!
+//! A provider author implements [`ConformanceHarness`] (how to make a node on the backend, and
+//! a few optional hooks) and calls [`run`] from a `harness = false` test target. `cargo test`
+//! then lists one test per check; a check that does not apply to the provider shows as
+//! ignored with the reason, and a failure names the check, quotes the rule it broke and shows
+//! the timeline of requests with their times:
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use shedlock_conformance::{ConformanceHarness, async_trait};
+//! use shedlock_core::{Clock, LockError};
+//! use shedlock_memory::{MemoryLockProvider, MemoryLockStore};
+//!
+//! struct Memory(MemoryLockStore);
+//!
+//! #[async_trait]
+//! impl ConformanceHarness for Memory {
+//!     type Node = MemoryLockProvider;
+//!     fn name(&self) -> &str { "memory" }
+//!     async fn node(&self, clock: Arc<dyn Clock>) -> Result<MemoryLockProvider, LockError> {
+//!         Ok(self.0.node_with("conformance", clock))
+//!     }
+//! }
+//!
+//! fn main() -> std::process::ExitCode {
+//!     shedlock_conformance::run(|| async { Ok(Memory(MemoryLockStore::new())) })
+//! }
+//! ```
+//!
+//! Each check is also a plain public async function ([`check_at_most_expiry`] and so on), as
+//! in `object_store`'s integration tests, and [`Check`] lists them all. Lock durations are
+//! short multiples of a unit derived from the provider's declared precision ([`Timing`]), so
+//! a full run takes seconds. [`backends`] finds a backend for each provider of this repository.
+
+pub mod backends;
+mod checks;
+mod failure;
+mod harness;
+mod names;
+mod report;
+mod runner;
+mod timing;
+mod trace;
+
+pub use async_trait::async_trait;
+pub use checks::{
+    Check, check_acquire_skip_release, check_at_least_hold, check_at_most_expiry,
+    check_backend_unreachable, check_clock_skew, check_extend,
+    check_extend_refused_when_not_declared, check_fencing_tokens_increase, check_model,
+    check_mutual_exclusion, check_name_cache_cleared_midway, check_name_edge_cases,
+    check_name_length_limit, check_ownership_after_expiry, check_shedlock_record_takeover,
+};
+pub use checks::{EDGE_CASE_NAMES, SEED_VARIABLE, UNREACHABLE_LIMIT};
+pub use failure::{CheckFailure, Event, Rule, Verdict};
+pub use harness::{ConformanceHarness, PlantedRecord, Support};
+pub use libtest_mimic::Arguments;
+pub use names::NameSpace;
+pub use report::{CheckResult, REPORT_DIR_VARIABLE, Report, Status, merged_markdown, read_reports};
+pub use runner::{run, run_with_args};
+/// The core crate, so a harness needs no second import for its types.
+pub use shedlock_core;
+pub use shedlock_core::{Clock, LockError};
+pub use timing::Timing;

@@ -1,0 +1,149 @@
+//! Turns the checks into `libtest-mimic` trials: one named test per check, capability-gated at
+//! run time, with a report at the end.
+
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use shedlock_core::BoxError;
+
+use crate::checks::Check;
+use crate::failure::Verdict;
+use crate::harness::ConformanceHarness;
+use crate::names::NameSpace;
+use crate::report::{CheckResult, REPORT_DIR_VARIABLE, Report, Status};
+
+/// Runs the whole kit as a test binary: the body of `fn main` in a provider's
+/// `tests/conformance.rs` (a `[[test]]` target with `harness = false`).
+///
+/// `make_harness` is awaited once, on the runtime the checks run on, so it may open pools and
+/// connections. Every check becomes one test named after it; a check that does not apply shows
+/// as ignored with the reason. The usual test arguments work (a name filter, `--list`,
+/// `--exact`, `--skip`, `--test-threads`). When `SHEDLOCK_CONFORMANCE_REPORT_DIR` is set, the
+/// results are also written there as `<provider>.json` and `<provider>.md`.
+///
+/// If `make_harness` fails, for example because no backend is configured, every check fails
+/// with that error: a backend is never silently skipped.
+pub fn run<H, F, Fut>(make_harness: F) -> ExitCode
+where
+    H: ConformanceHarness,
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<H, BoxError>>,
+{
+    run_with_args(Arguments::from_args(), make_harness)
+}
+
+/// [`run`] with arguments given explicitly instead of read from the command line.
+pub fn run_with_args<H, F, Fut>(args: Arguments, make_harness: F) -> ExitCode
+where
+    H: ConformanceHarness,
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<H, BoxError>>,
+{
+    if args.list {
+        let trials = Check::ALL
+            .iter()
+            .map(|check| Trial::test(check.name(), || Ok(())))
+            .collect();
+        return libtest_mimic::run(&args, trials).exit_code();
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => Arc::new(runtime),
+        Err(error) => {
+            eprintln!("shedlock-conformance: could not start a tokio runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let harness = match runtime.block_on(make_harness()) {
+        Ok(harness) => Arc::new(harness),
+        Err(error) => {
+            let message = format!(
+                "the conformance harness could not be set up, so no check can run: {error}"
+            );
+            let trials = Check::ALL
+                .iter()
+                .map(|check| {
+                    let message = message.clone();
+                    Trial::test(check.name(), move || Err(Failed::from(message)))
+                })
+                .collect();
+            return libtest_mimic::run(&args, trials).exit_code();
+        }
+    };
+    let run_names = NameSpace::new_run();
+    let results = Arc::new(Mutex::new(Vec::new()));
+    let trials = Check::ALL
+        .iter()
+        .map(|&check| {
+            let runtime = runtime.clone();
+            let harness = harness.clone();
+            let names = check.names_in(&run_names);
+            let results = results.clone();
+            Trial::ignorable_test(check.name(), move || {
+                let started = Instant::now();
+                let outcome = runtime.block_on(check.run(&*harness, &names));
+                let elapsed = started.elapsed();
+                let (result, line) = match outcome {
+                    Ok(Verdict::Passed { notes }) => {
+                        for note in &notes {
+                            println!("{}: {note}", check.name());
+                        }
+                        (
+                            Ok(Completion::Completed),
+                            CheckResult::new(
+                                check.name(),
+                                Status::Passed,
+                                elapsed,
+                                notes.join("; "),
+                            ),
+                        )
+                    }
+                    Ok(Verdict::NotApplicable(reason)) => (
+                        Ok(Completion::ignored_with(&reason)),
+                        CheckResult::new(check.name(), Status::Ignored, elapsed, reason),
+                    ),
+                    Err(failure) => {
+                        let text = failure.to_string();
+                        (
+                            Err(Failed::from(text)),
+                            CheckResult::new(
+                                check.name(),
+                                Status::Failed,
+                                elapsed,
+                                format!("[{}] {}", failure.rule.id, failure.observed),
+                            ),
+                        )
+                    }
+                };
+                results.lock().unwrap().push(line);
+                result
+            })
+        })
+        .collect();
+    let conclusion = libtest_mimic::run(&args, trials);
+    if let Err(error) = runtime.block_on(harness.cleanup(run_names.prefix())) {
+        eprintln!(
+            "shedlock-conformance: cleanup of names starting with {:?} failed: {error}",
+            run_names.prefix()
+        );
+    }
+    if let Some(dir) = std::env::var_os(REPORT_DIR_VARIABLE) {
+        let report = Report {
+            provider: harness.name().to_owned(),
+            kit_version: env!("CARGO_PKG_VERSION").to_owned(),
+            checks: results.lock().unwrap().clone(),
+        };
+        if let Err(error) = report.write_to(std::path::Path::new(&dir)) {
+            eprintln!(
+                "shedlock-conformance: could not write the report to {}: {error}",
+                std::path::Path::new(&dir).display()
+            );
+            return ExitCode::FAILURE;
+        }
+    }
+    conclusion.exit_code()
+}

@@ -1,0 +1,91 @@
+//! How long the kit's locks last and how much slack it allows, from the provider's precision.
+
+use std::time::Duration;
+
+/// The shortest time unit the kit uses, for providers with fine-grained time.
+const BASE_UNIT: Duration = Duration::from_millis(100);
+
+/// Slack on top of the declared precision: scheduling jitter and clock rates on one machine.
+const SLACK: Duration = Duration::from_millis(25);
+
+/// The kit's durations for one provider.
+///
+/// Every lock duration is a multiple of `unit`: 100 ms for millisecond providers, a whole
+/// number of precision steps for coarse ones (1 s for etcd's whole-second leases), so a
+/// provider that rounds durations up to its precision is not pushed across a step.
+///
+/// The kit never asserts exact times. A request sent at `t0` and answered at `t1` puts the
+/// backend's moment of decision in `[t0, t1]`; an expiry is then known within
+/// `[t0 + d - tolerance, t1 + d + tolerance]`, and only outcomes impossible under every moment
+/// in those windows count as failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// The time unit of every lock duration in the kit.
+    pub unit: Duration,
+    /// How far the backend's idea of an expiry may be from the kit's: the declared precision
+    /// plus 25 ms.
+    pub tolerance: Duration,
+}
+
+impl Timing {
+    /// Durations for a provider whose stored times have granularity `precision`
+    /// ([`shedlock_core::Capabilities::time_precision`]).
+    pub fn for_precision(precision: Duration) -> Self {
+        let unit = if precision.is_zero() || precision >= BASE_UNIT {
+            precision.max(BASE_UNIT)
+        } else {
+            let steps = BASE_UNIT.as_nanos().div_ceil(precision.as_nanos());
+            precision * u32::try_from(steps).unwrap_or(u32::MAX)
+        };
+        // A coarse precision is already a whole step; round it up to a whole multiple too.
+        let unit = if precision > Duration::ZERO && unit.as_nanos() % precision.as_nanos() != 0 {
+            let steps = unit.as_nanos().div_ceil(precision.as_nanos());
+            precision * u32::try_from(steps).unwrap_or(u32::MAX)
+        } else {
+            unit
+        };
+        Self {
+            unit,
+            tolerance: precision + SLACK,
+        }
+    }
+
+    /// `n` units.
+    pub fn units(&self, n: u32) -> Duration {
+        self.unit * n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fine_precision_uses_the_base_unit() {
+        let timing = Timing::for_precision(Duration::from_nanos(1));
+        assert_eq!(timing.unit, Duration::from_millis(100));
+        assert_eq!(
+            timing.tolerance,
+            Duration::from_millis(25) + Duration::from_nanos(1)
+        );
+        assert_eq!(
+            Timing::for_precision(Duration::from_millis(1)).unit,
+            BASE_UNIT
+        );
+    }
+
+    #[test]
+    fn coarse_precision_gives_whole_steps() {
+        let timing = Timing::for_precision(Duration::from_secs(1));
+        assert_eq!(timing.unit, Duration::from_secs(1));
+        assert_eq!(timing.tolerance, Duration::from_millis(1025));
+        assert_eq!(
+            Timing::for_precision(Duration::from_millis(60)).unit,
+            Duration::from_millis(120)
+        );
+        assert_eq!(
+            Timing::for_precision(Duration::ZERO).unit,
+            Duration::from_millis(100)
+        );
+    }
+}
