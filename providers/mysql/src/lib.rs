@@ -268,19 +268,7 @@ impl MySqlLockProviderBuilder {
         let pool = match self.source {
             Source::Pool(pool) => pool,
             Source::Url(url) => {
-                let options = MySqlConnectOptions::from_str(&url).map_err(|e| {
-                    LockError::backend(
-                        PROVIDER,
-                        Operation::Connect,
-                        "",
-                        format!("{target} is not a valid MySQL URL"),
-                        e,
-                    )
-                })?;
-                // UTC sessions: TIMESTAMP columns then hold the UTC times the statements write.
-                let options = options.timezone(Some("+00:00".to_owned()));
-                // A statement waiting on a row lock gives up server-side too, not only here.
-                let lock_wait = self.operation_timeout.as_secs().max(1);
+                let options = url_options(&url, &target, self.operation_timeout)?;
                 // One direct connection first: its error says why (refused, no such host,
                 // authentication), where a pool would only report that it timed out.
                 match tokio_timeout(timeout, MySqlConnection::connect_with(&options)).await {
@@ -302,19 +290,7 @@ impl MySqlLockProviderBuilder {
                         )));
                     }
                 }
-                MySqlPoolOptions::new()
-                    .max_connections(self.max_connections)
-                    .acquire_timeout(timeout)
-                    .after_connect(move |connection, _| {
-                        Box::pin(async move {
-                            sqlx::query(AssertSqlSafe(format!(
-                                "SET SESSION innodb_lock_wait_timeout = {lock_wait}"
-                            )))
-                            .execute(connection)
-                            .await
-                            .map(|_| ())
-                        })
-                    })
+                pool_options(self.max_connections, timeout, self.operation_timeout)
                     .connect_lazy_with(options)
             }
         };
@@ -333,21 +309,116 @@ impl MySqlLockProviderBuilder {
                 )));
             }
         };
+        Ok(Self::finish(
+            storage,
+            self.operation_timeout,
+            self.holder,
+            self.clock,
+        ))
+    }
+
+    /// Builds the provider without connecting or reading the catalog, for an application that
+    /// must start while the database is down: the first lock statement connects, and an
+    /// unreachable database is then that statement's error.
+    ///
+    /// The table is trusted to be exactly what [`create_table_statement`] creates for the
+    /// configured names (with the fencing column when `fencing` is true); nothing checks it,
+    /// so prefer [`build`](Self::build) whenever the database is up.
+    pub fn build_without_connecting(self, fencing: bool) -> Result<MySqlLockProvider, LockError> {
+        let target = describe(&self.source);
+        let table = self.table.map_err(|e| {
+            LockError::backend_message(
+                PROVIDER,
+                Operation::Connect,
+                "",
+                format!("bad lock table configuration: {e}"),
+            )
+        })?;
+        let pool = match self.source {
+            Source::Pool(pool) => pool,
+            Source::Url(url) => {
+                let options = url_options(&url, &target, self.operation_timeout)?;
+                pool_options(
+                    self.max_connections,
+                    self.connect_timeout,
+                    self.operation_timeout,
+                )
+                .connect_lazy_with(options)
+            }
+        };
+        let storage = MySqlStorage::unchecked(pool, table, self.time_source, fencing, target);
+        Ok(Self::finish(
+            storage,
+            self.operation_timeout,
+            self.holder,
+            self.clock,
+        ))
+    }
+
+    fn finish(
+        storage: MySqlStorage,
+        operation_timeout: Duration,
+        holder: Option<String>,
+        clock: Option<Arc<dyn Clock>>,
+    ) -> MySqlLockProvider {
         let storage = Arc::new(storage);
         let mut inner = StorageBasedLockProvider::from_arc(storage.clone())
-            .with_operation_timeout(self.operation_timeout);
-        if let Some(holder) = self.holder {
+            .with_operation_timeout(operation_timeout);
+        if let Some(holder) = holder {
             inner = inner.with_holder(holder);
         }
-        if let Some(clock) = self.clock {
+        if let Some(clock) = clock {
             inner = inner.with_clock(clock);
         }
-        Ok(MySqlLockProvider {
+        MySqlLockProvider {
             inner,
             storage,
-            operation_timeout: self.operation_timeout,
-        })
+            operation_timeout,
+        }
     }
+}
+
+/// Parses `url` into connect options with this crate's session settings.
+fn url_options(
+    url: &str,
+    target: &str,
+    operation_timeout: Duration,
+) -> Result<MySqlConnectOptions, LockError> {
+    let options = MySqlConnectOptions::from_str(url).map_err(|e| {
+        LockError::backend(
+            PROVIDER,
+            Operation::Connect,
+            "",
+            format!("{target} is not a valid MySQL URL"),
+            e,
+        )
+    })?;
+    let _ = operation_timeout;
+    // UTC sessions: TIMESTAMP columns then hold the UTC times the statements write.
+    Ok(options.timezone(Some("+00:00".to_owned())))
+}
+
+/// The pool settings for a pool this crate opens.
+fn pool_options(
+    max_connections: u32,
+    connect_timeout: Duration,
+    operation_timeout: Duration,
+) -> MySqlPoolOptions {
+    // A statement waiting on a row lock gives up server-side too, not only here.
+    let lock_wait = operation_timeout.as_secs().max(1);
+    MySqlPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(connect_timeout)
+        .after_connect(move |connection, _| {
+            Box::pin(async move {
+                sqlx::query(AssertSqlSafe(format!(
+                    "SET SESSION innodb_lock_wait_timeout = {lock_wait}"
+                )))
+                .execute(connection)
+                .await
+                .map(|_| ())
+            })
+        })
 }
 
 async fn tokio_timeout<T>(limit: Duration, future: impl Future<Output = T>) -> Option<T> {

@@ -248,19 +248,7 @@ impl PostgresLockProviderBuilder {
         let pool = match self.source {
             Source::Pool(pool) => pool,
             Source::Url(url) => {
-                let options = PgConnectOptions::from_str(&url).map_err(|e| {
-                    LockError::backend(
-                        PROVIDER,
-                        Operation::Connect,
-                        "",
-                        format!("{target} is not a valid PostgreSQL URL"),
-                        e,
-                    )
-                })?;
-                let statement_timeout = self.operation_timeout.as_millis().max(1).to_string();
-                let options = options
-                    .options([("statement_timeout", statement_timeout.as_str())])
-                    .application_name("shedlock-rs");
+                let options = url_options(&url, &target, self.operation_timeout)?;
                 // One direct connection first: its error says why (refused, no such host,
                 // authentication), where a pool would only report that it timed out.
                 match tokio_timeout(timeout, PgConnection::connect_with(&options)).await {
@@ -282,9 +270,7 @@ impl PostgresLockProviderBuilder {
                         )));
                     }
                 }
-                PgPoolOptions::new()
-                    .max_connections(self.max_connections)
-                    .acquire_timeout(timeout)
+                pool_options(self.max_connections, timeout, self.operation_timeout)
                     .connect_lazy_with(options)
             }
         };
@@ -303,21 +289,109 @@ impl PostgresLockProviderBuilder {
                 )));
             }
         };
+        Ok(Self::finish(
+            storage,
+            self.operation_timeout,
+            self.holder,
+            self.clock,
+        ))
+    }
+
+    /// Builds the provider without connecting or reading the catalog, for an application that
+    /// must start while the database is down: the first lock statement connects, and an
+    /// unreachable database is then that statement's error.
+    ///
+    /// The table is trusted to be exactly what [`create_table_statement`] creates for the
+    /// configured names (with the fencing column when `fencing` is true); nothing checks it,
+    /// so prefer [`build`](Self::build) whenever the database is up.
+    pub fn build_without_connecting(
+        self,
+        fencing: bool,
+    ) -> Result<PostgresLockProvider, LockError> {
+        let target = describe(&self.source);
+        let table = self.table.map_err(|e| {
+            LockError::backend_message(
+                PROVIDER,
+                Operation::Connect,
+                "",
+                format!("bad lock table configuration: {e}"),
+            )
+        })?;
+        let pool = match self.source {
+            Source::Pool(pool) => pool,
+            Source::Url(url) => {
+                let options = url_options(&url, &target, self.operation_timeout)?;
+                pool_options(
+                    self.max_connections,
+                    self.connect_timeout,
+                    self.operation_timeout,
+                )
+                .connect_lazy_with(options)
+            }
+        };
+        let storage = PostgresStorage::unchecked(pool, table, self.time_source, fencing, target);
+        Ok(Self::finish(
+            storage,
+            self.operation_timeout,
+            self.holder,
+            self.clock,
+        ))
+    }
+
+    fn finish(
+        storage: PostgresStorage,
+        operation_timeout: Duration,
+        holder: Option<String>,
+        clock: Option<Arc<dyn Clock>>,
+    ) -> PostgresLockProvider {
         let storage = Arc::new(storage);
         let mut inner = StorageBasedLockProvider::from_arc(storage.clone())
-            .with_operation_timeout(self.operation_timeout);
-        if let Some(holder) = self.holder {
+            .with_operation_timeout(operation_timeout);
+        if let Some(holder) = holder {
             inner = inner.with_holder(holder);
         }
-        if let Some(clock) = self.clock {
+        if let Some(clock) = clock {
             inner = inner.with_clock(clock);
         }
-        Ok(PostgresLockProvider {
+        PostgresLockProvider {
             inner,
             storage,
-            operation_timeout: self.operation_timeout,
-        })
+            operation_timeout,
+        }
     }
+}
+
+/// Parses `url` into connect options with this crate's session settings.
+fn url_options(
+    url: &str,
+    target: &str,
+    operation_timeout: Duration,
+) -> Result<PgConnectOptions, LockError> {
+    let options = PgConnectOptions::from_str(url).map_err(|e| {
+        LockError::backend(
+            PROVIDER,
+            Operation::Connect,
+            "",
+            format!("{target} is not a valid PostgreSQL URL"),
+            e,
+        )
+    })?;
+    let statement_timeout = operation_timeout.as_millis().max(1).to_string();
+    Ok(options
+        .options([("statement_timeout", statement_timeout.as_str())])
+        .application_name("shedlock-rs"))
+}
+
+/// The pool settings for a pool this crate opens.
+fn pool_options(
+    max_connections: u32,
+    connect_timeout: Duration,
+    operation_timeout: Duration,
+) -> PgPoolOptions {
+    let _ = operation_timeout;
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(connect_timeout)
 }
 
 async fn tokio_timeout<T>(limit: Duration, future: impl Future<Output = T>) -> Option<T> {

@@ -224,6 +224,34 @@ impl PostgresStorage {
         })
     }
 
+    /// Storage that trusts `table` to be ShedLock's table as [`create_table_statement`] makes
+    /// it (`VARCHAR(64)` names, `TIMESTAMP` columns, the fencing column when `fencing`), without
+    /// connecting: the first statement connects.
+    pub(crate) fn unchecked(
+        pool: PgPool,
+        table: LockTable,
+        time_source: TimeSource,
+        fencing: bool,
+        target: String,
+    ) -> Self {
+        let schema = TableSchema {
+            max_name_chars: Some(64),
+            max_locked_by_chars: Some(255),
+            time_precision: Duration::from_millis(1),
+            timestamps_with_time_zone: false,
+            fencing,
+        };
+        let statements = Statements::new(&table, &schema, time_source);
+        Self {
+            pool,
+            table,
+            schema,
+            time_source,
+            statements,
+            target,
+        }
+    }
+
     pub(crate) fn pool(&self) -> &PgPool {
         &self.pool
     }
