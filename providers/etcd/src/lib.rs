@@ -18,10 +18,13 @@
 //! - **fencing tokens** are the revision of the acquiring put: etcd raises its revision with
 //!   every write, so tokens strictly increase per name (and across names).
 //!
-//! Leases count whole seconds, so every duration is rounded up to a second (the provider
-//! declares a 1 s [`Capabilities::time_precision`]), and etcd raises a lease below its minimum
-//! TTL (about 2 s with default settings) to that minimum: a lock is never shorter than asked,
-//! but may be held up to that much longer.
+//! Leases count whole seconds, so every duration is rounded up to a second, and etcd raises a
+//! lease below its minimum TTL (2 s with default settings) to that minimum and revokes expired
+//! leases on a 500 ms tick: a lock is never shorter than asked, but the shortest locks may be
+//! held up to about 2 s longer. The provider declares this as its
+//! [`Capabilities::time_precision`]: the minimum TTL the server grants, measured by
+//! [`EtcdLockProviderBuilder::connect`] (a 1 s lease, granted and revoked), at least 1 s, and
+//! etcd's default of 2 s when the provider is built without that check.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -88,6 +91,10 @@ pub const DEFAULT_KEY_PREFIX: &str = "shedlock";
 
 /// ShedLock's default environment segment of the key.
 pub const DEFAULT_ENV: &str = "default";
+
+/// The time precision declared until [`EtcdLockProviderBuilder::connect`] measures the
+/// server's: etcd's default minimum lease TTL.
+pub const DEFAULT_TIME_PRECISION: Duration = Duration::from_secs(2);
 
 /// How long one lock operation may take before it fails with [`LockError::Timeout`].
 pub const DEFAULT_OPERATION_TIMEOUT: Duration = shedlock_core::DEFAULT_OPERATION_TIMEOUT;
@@ -173,9 +180,10 @@ impl EtcdLockProviderBuilder {
 
     /// Connects to `url` (`http://[user:password@]host:2379`; several endpoints separated by
     /// commas) and checks, within the operation timeout, that etcd answers a read of the lock
-    /// keys. Fails with a [`LockError::Backend`] naming the redacted URL otherwise.
+    /// keys; then measures the shortest lease etcd grants, the provider's declared time
+    /// precision. Fails with a [`LockError::Backend`] naming the redacted URL otherwise.
     pub async fn connect(self, url: &str) -> Result<EtcdLockProvider, LockError> {
-        let provider = self.connect_lazy(url).await?;
+        let mut provider = self.connect_lazy(url).await?;
         let inner = &provider.inner;
         let probe_key = storage::lock_key(&inner.key_prefix, &inner.env, "");
         let mut client = inner.client.clone();
@@ -186,6 +194,16 @@ impl EtcdLockProviderBuilder {
                 storage::probe(&mut client, &probe_key),
             )
             .await?;
+        let minimum = inner
+            .call(
+                Operation::Connect,
+                "",
+                storage::minimum_lease_secs(&mut client),
+            )
+            .await?;
+        if let Some(inner) = Arc::get_mut(&mut provider.inner) {
+            inner.time_precision = Duration::from_secs(minimum.unsigned_abs());
+        }
         Ok(provider)
     }
 
@@ -276,6 +294,7 @@ impl EtcdLockProviderBuilder {
                 env: self.env,
                 holder: self.holder,
                 operation_timeout: self.operation_timeout,
+                time_precision: DEFAULT_TIME_PRECISION,
                 endpoint,
             }),
         }
@@ -304,6 +323,8 @@ struct Inner {
     env: String,
     holder: String,
     operation_timeout: Duration,
+    /// The shortest lease the server grants (at least 1 s): the declared time precision.
+    time_precision: Duration,
     /// Where the client goes, with any password masked.
     endpoint: String,
 }
@@ -317,6 +338,7 @@ impl fmt::Debug for EtcdLockProvider {
             .field("env", &inner.env)
             .field("holder", &inner.holder)
             .field("operation_timeout", &inner.operation_timeout)
+            .field("time_precision", &inner.time_precision)
             .finish()
     }
 }
@@ -515,7 +537,7 @@ impl LockProvider for EtcdLockProvider {
         Capabilities::new(TimeSource::Server)
             .with_fencing(true)
             .with_extend(true)
-            .with_time_precision(Duration::from_secs(1))
+            .with_time_precision(self.inner.time_precision)
     }
 }
 

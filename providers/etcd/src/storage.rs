@@ -157,6 +157,15 @@ pub(crate) async fn delete_if_ours(
     Ok(client.txn(txn).await?.succeeded())
 }
 
+/// The shortest lease etcd grants, in seconds: it raises shorter requests to its minimum TTL
+/// (2 s with default settings, derived from the election timeout). Grants a 1 s lease, reads
+/// the TTL it actually got, and revokes it.
+pub(crate) async fn minimum_lease_secs(client: &mut Client) -> Result<i64, etcd_client::Error> {
+    let granted = client.lease_grant(1, None).await?;
+    client.lease_revoke(granted.id()).await?;
+    Ok(granted.ttl().max(1))
+}
+
 /// A cheap read that proves the server answers and the credentials may read the lock keys.
 pub(crate) async fn probe(client: &mut Client, key: &str) -> Result<(), etcd_client::Error> {
     client

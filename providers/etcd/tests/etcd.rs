@@ -318,11 +318,15 @@ async fn fencing_tokens_are_the_put_revisions_and_strictly_increase() {
     let env = unique_env();
     let provider = provider(&env).await;
     assert!(provider.capabilities().fencing);
+    let mut client = raw().await;
+    // The declared precision is the shortest lease this server grants (etcd raises a 1 s
+    // request to its minimum TTL, 2 s by default).
+    let granted = client.lease_grant(1, None).await.unwrap();
+    client.lease_revoke(granted.id()).await.unwrap();
     assert_eq!(
         provider.capabilities().time_precision,
-        Duration::from_secs(1)
+        Duration::from_secs(granted.ttl().max(1) as u64)
     );
-    let mut client = raw().await;
     let key = provider.lock_key("job").unwrap();
     let config = config("job", Duration::from_secs(10), Duration::ZERO);
     let mut last = 0;
