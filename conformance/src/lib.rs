@@ -48,10 +48,11 @@ pub use checks::{
     Check, check_acquire_skip_release, check_at_least_hold, check_at_most_expiry,
     check_backend_unreachable, check_clock_skew, check_extend,
     check_extend_refused_when_not_declared, check_fencing_tokens_increase, check_model,
-    check_mutual_exclusion, check_name_cache_cleared_midway, check_name_edge_cases,
-    check_name_length_limit, check_ownership_after_expiry, check_shedlock_record_takeover,
+    check_model_with, check_mutual_exclusion, check_name_cache_cleared_midway,
+    check_name_edge_cases, check_name_length_limit, check_ownership_after_expiry,
+    check_shedlock_record_takeover,
 };
-pub use checks::{EDGE_CASE_NAMES, SEED_VARIABLE, UNREACHABLE_LIMIT};
+pub use checks::{EDGE_CASE_NAMES, ModelSettings, SEED_VARIABLE, UNREACHABLE_LIMIT};
 pub use failure::{CheckFailure, Event, Rule, Verdict};
 pub use harness::{ConformanceHarness, PlantedRecord, Support};
 pub use libtest_mimic::Arguments;

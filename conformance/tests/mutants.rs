@@ -8,7 +8,8 @@ use std::time::{Duration, SystemTime};
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use shedlock_conformance::{
-    Check, ConformanceHarness, NameSpace, PlantedRecord, Rule, Support, Verdict, async_trait,
+    Check, ConformanceHarness, ModelSettings, NameSpace, PlantedRecord, Rule, Support, Verdict,
+    async_trait, check_model_with,
 };
 use shedlock_core::{
     Capabilities, Clock, HeldRecord, LockError, LockRecord, LockStorage, MonotonicClock, Operation,
@@ -318,6 +319,41 @@ fn main() {
                     Ok(verdict) => Err(Failed::from(format!(
                         "the kit did not catch {defect:?}: `{}` answered {verdict:?}",
                         check.name()
+                    ))),
+                }
+            },
+        ));
+    }
+    // The model check finds the same defects from random sequences alone, and shrinks them.
+    for (defect, rules) in [
+        (Defect::NeverExpires, &[Rule::AT_MOST][..]),
+        (Defect::IgnoresAtLeast, &[Rule::AT_LEAST][..]),
+    ] {
+        let runtime = runtime.clone();
+        let names = Check::Model.names_in(&run).child(snake(defect));
+        trials.push(Trial::test(
+            format!("mutant_{}_fails_model", snake(defect)),
+            move || {
+                let harness = MutantHarness {
+                    store: MutantStore::new(defect),
+                };
+                let settings = ModelSettings {
+                    cases: Some(64),
+                    seed: Some(20_261_129),
+                };
+                match runtime.block_on(check_model_with(&harness, &names, settings)) {
+                    Err(failure)
+                        if rules.contains(&failure.rule)
+                            && failure.observed.contains("minimal failing sequence") =>
+                    {
+                        println!("{defect:?} caught by the model check:\n{failure}");
+                        Ok(())
+                    }
+                    Err(failure) => Err(Failed::from(format!(
+                        "{defect:?} was caught by the model check under an unexpected rule:\n{failure}"
+                    ))),
+                    Ok(verdict) => Err(Failed::from(format!(
+                        "the model check did not catch {defect:?} in 64 sequences: {verdict:?}"
                     ))),
                 }
             },

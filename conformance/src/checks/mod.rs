@@ -24,7 +24,7 @@ use crate::trace::Trace;
 pub use basics::check_acquire_skip_release;
 pub use concurrency::{check_fencing_tokens_increase, check_mutual_exclusion};
 pub use extend::{check_extend, check_extend_refused_when_not_declared};
-pub use model::{SEED_VARIABLE, check_model};
+pub use model::{ModelSettings, SEED_VARIABLE, check_model, check_model_with};
 pub use names::{EDGE_CASE_NAMES, check_name_edge_cases, check_name_length_limit};
 pub use skew::check_clock_skew;
 pub use storage::{check_name_cache_cleared_midway, check_shedlock_record_takeover};

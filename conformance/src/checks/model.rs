@@ -471,6 +471,24 @@ pub async fn check_model<H: ConformanceHarness>(
     harness: &H,
     names: &NameSpace,
 ) -> Result<Verdict, CheckFailure> {
+    check_model_with(harness, names, ModelSettings::default()).await
+}
+
+/// How many random sequences [`check_model_with`] tries, and from which seed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ModelSettings {
+    /// Sequences to try; `None`: 12, or 6 for providers with a coarse precision.
+    pub cases: Option<u32>,
+    /// The random seed; `None`: [`SEED_VARIABLE`] if set, else a fresh one.
+    pub seed: Option<u64>,
+}
+
+/// [`check_model`] with explicit settings, for a longer search or a replay.
+pub async fn check_model_with<H: ConformanceHarness>(
+    harness: &H,
+    names: &NameSpace,
+    settings: ModelSettings,
+) -> Result<Verdict, CheckFailure> {
     let setup = Trace::new("model");
     let mut nodes = Vec::new();
     for index in 0..NODES {
@@ -478,12 +496,14 @@ pub async fn check_model<H: ConformanceHarness>(
     }
     let capabilities = nodes[0].capabilities();
     let timing = timing_of(&capabilities);
-    let cases = if timing.unit > Duration::from_millis(200) {
-        6
-    } else {
-        12
-    };
-    let seed = seed();
+    let cases = settings
+        .cases
+        .unwrap_or(if timing.unit > Duration::from_millis(200) {
+            6
+        } else {
+            12
+        });
+    let seed = settings.seed.unwrap_or_else(seed);
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes);
