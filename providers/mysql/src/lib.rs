@@ -159,7 +159,7 @@ impl fmt::Debug for MySqlLockProviderBuilder {
 fn describe(source: &Source) -> String {
     match source {
         Source::Url(url) => redact_url(url),
-        Source::Pool(_) => "an existing sqlx pool".to_owned(),
+        Source::Pool(_) => "the given pool".to_owned(),
     }
 }
 

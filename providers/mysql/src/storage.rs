@@ -225,7 +225,7 @@ impl Statements {
 
         w.sql(&format!("UPDATE {t} SET {until} = GREATEST("))
             .now()
-            .sql(&format!(", TIMESTAMPADD(MICROSECOND, "))
+            .sql(", TIMESTAMPADD(MICROSECOND, ")
             .param(Param::Micros)
             .sql(&format!(", {at})) WHERE {name} = "))
             .param(Param::Name)

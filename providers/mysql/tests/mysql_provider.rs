@@ -848,3 +848,53 @@ async fn errors_on_a_dropped_table_name_the_statement_and_the_acquire_fails_clos
     assert!(text.contains("acquire of lock \"job\" failed"), "{text}");
     assert!(text.contains("doesn't exist"), "{text}");
 }
+
+#[tokio::test]
+async fn the_acquire_means_the_same_under_mariadbs_simultaneous_assignment() {
+    let probe_table = unique("my_probe");
+    let flavor = provider_on(&probe_table, false).await.flavor();
+    exec(&pool().await, &format!("DROP TABLE {probe_table}")).await;
+    // MariaDB can evaluate assignments simultaneously instead of left to right; the acquire
+    // statement must not depend on the order. MySQL has no such mode: the default order runs.
+    let mode = if flavor == Flavor::MariaDb {
+        "SET sql_mode = CONCAT(@@sql_mode, ',SIMULTANEOUS_ASSIGNMENT')"
+    } else {
+        "SET sql_mode = @@sql_mode"
+    };
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .after_connect(move |connection, _| {
+            Box::pin(async move { sqlx::query(mode).execute(connection).await.map(|_| ()) })
+        })
+        .connect(&url())
+        .await
+        .unwrap();
+    if flavor == Flavor::MariaDb {
+        let mode: String = sqlx::query_scalar("SELECT CAST(@@sql_mode AS CHAR)")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert!(mode.contains("SIMULTANEOUS_ASSIGNMENT"), "{mode}");
+    }
+    let table = unique("my_simul");
+    let build = || {
+        MySqlLockProvider::builder(pool.clone())
+            .table_name(&table)
+            .create_table_if_missing(true)
+            .build()
+    };
+    let (a, b) = (build().await.unwrap(), build().await.unwrap());
+    for expected in 1..=3u64 {
+        let held = lock(&a, "job", Duration::from_millis(300))
+            .await
+            .expect("free");
+        assert_eq!(held.fencing_token(), Some(expected));
+        assert!(lock(&b, "job", MINUTE).await.is_none(), "held");
+        if expected == 2 {
+            // Let it expire instead of releasing: the take-over path.
+            tokio::time::sleep(Duration::from_millis(450)).await;
+        } else {
+            assert!(held.unlock().await.unwrap());
+        }
+    }
+    exec(&pool, &format!("DROP TABLE {table}")).await;
+}

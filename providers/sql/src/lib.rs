@@ -19,7 +19,7 @@ mod redact;
 mod schema;
 mod table;
 
-pub use identifier::{Dialect, Identifier, IdentifierError, TableName};
+pub use identifier::{Dialect, Identifier, IdentifierError, MAX_IDENTIFIER_LEN, TableName};
 pub use redact::redact_url;
 pub use schema::{ColumnInfo, ColumnKind, TableSchema};
 pub use table::{Column, LockTable};
