@@ -187,26 +187,39 @@ async fn a_holder_whose_key_is_gone_cannot_release_or_extend_the_next_holders_lo
     let env = unique_env();
     let node_a = provider(&env).await;
     let node_b = provider(&env).await;
-    let config = config("job", Duration::from_secs(10), Duration::ZERO);
-    let stale = acquire(&node_a, &config).await;
-    assert_not_acquired(&node_b, &config).await;
-    // A's lock goes away (as if its lease expired) and B takes it.
     let mut client = raw().await;
     let key = node_a.lock_key("job").unwrap();
-    client.delete(key.as_str(), None).await.unwrap();
-    let fresh = acquire(&node_b, &config).await;
-    let before = read(&mut client, &key).await.unwrap();
-
-    assert!(!stale.extend(Duration::from_secs(60)).await.unwrap());
-    assert!(!stale.unlock().await.unwrap());
-    assert_eq!(
-        read(&mut client, &key).await.unwrap(),
-        before,
-        "the stale holder changed nothing"
-    );
-    assert_not_acquired(&node_a, &config).await;
-    assert!(fresh.unlock().await.unwrap());
-    acquire(&node_a, &config).await;
+    let plain = config("job", Duration::from_secs(10), Duration::ZERO);
+    let with_at_least = config("job", Duration::from_secs(10), Duration::from_secs(5));
+    // Each stale operation in turn: release (delete), release within at-least (move to a new
+    // lease), extend (move to a new lease).
+    for (operation, stale_config) in [
+        ("unlock", &plain),
+        ("unlock within at-least", &with_at_least),
+        ("extend", &plain),
+    ] {
+        let stale = acquire(&node_a, stale_config).await;
+        assert_not_acquired(&node_b, &plain).await;
+        // A's lock goes away (as if its lease expired) and B takes it.
+        client.delete(key.as_str(), None).await.unwrap();
+        let fresh = acquire(&node_b, &plain).await;
+        let before = read(&mut client, &key).await.unwrap();
+        let answer = if operation == "extend" {
+            stale.extend(Duration::from_secs(60)).await.unwrap()
+        } else {
+            stale.unlock().await.unwrap()
+        };
+        assert!(!answer, "a stale {operation} must answer false");
+        assert_eq!(
+            read(&mut client, &key).await.unwrap(),
+            before,
+            "the stale {operation} changed nothing"
+        );
+        assert!(!stale.unlock().await.unwrap());
+        assert_not_acquired(&node_a, &plain).await;
+        assert!(fresh.unlock().await.unwrap());
+    }
+    acquire(&node_a, &plain).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -174,15 +174,20 @@ async fn an_expired_holder_cannot_release_or_extend_the_next_holders_lock() {
     let node_a = provider(&env).await;
     let node_b = provider(&env).await;
     let short = config("job", 150 * MS, Duration::ZERO);
+    let long = config("job", Duration::from_secs(10), Duration::ZERO);
+    // A stale release (the release script's own owner check)...
     let stale = acquire(&node_a, &short).await;
     assert_not_acquired(&node_b, &short).await;
     tokio::time::sleep(400 * MS).await;
+    let fresh = acquire(&node_b, &long).await;
+    assert!(!stale.unlock().await.unwrap());
+    assert_not_acquired(&node_a, &short).await;
+    assert!(fresh.unlock().await.unwrap());
 
-    let fresh = acquire(
-        &node_b,
-        &config("job", Duration::from_secs(10), Duration::ZERO),
-    )
-    .await;
+    // ...and a stale extend (the extend script's), on a second stale acquisition.
+    let stale = acquire(&node_a, &short).await;
+    tokio::time::sleep(400 * MS).await;
+    let fresh = acquire(&node_b, &long).await;
     assert!(!stale.extend(Duration::from_secs(30)).await.unwrap());
     assert!(!stale.unlock().await.unwrap());
 
