@@ -79,6 +79,11 @@
 //! was taken over can neither release nor extend the new holder's lock. A Java node's rows
 //! (`locked_by` = its host name) are honoured exactly like Rust ones.
 //!
+//! Java's `JdbcTemplateLockProvider` with `usingDbTime()` uses the same `UTC_TIMESTAMP(3)`;
+//! the plain `JdbcLockProvider` writes its JVM's clock, so that JVM must run in UTC. Java's
+//! unlock checks only its host name, so a Java node whose lock expired can still shorten a
+//! lock a Rust node took afterwards (ShedLock issues #186, #317); Rust's never can.
+//!
 //! With [`TimeSource::Client`] the node's clock is bound in place of `UTC_TIMESTAMP(3)`;
 //! exclusion then holds only while the nodes' clocks differ by less than `lock_at_most_for`
 //! minus the task's run time.

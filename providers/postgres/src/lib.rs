@@ -57,6 +57,16 @@
 //! then holds only while the nodes' clocks differ by less than `lock_at_most_for` minus the
 //! task's run time.
 //!
+//! # Sharing the table with Java ShedLock
+//!
+//! Java nodes and Rust nodes honour each other's rows (tested with ShedLock's own statements).
+//! On the Java side: `JdbcTemplateLockProvider` with `usingDbTime()` uses the same server
+//! clock; the plain `JdbcLockProvider` writes its JVM's clock through the JVM's default time
+//! zone, so that JVM must run in UTC (`-Duser.timezone=UTC`) and its clock must be close to
+//! the database's. Java's unlock checks only its host name, not its acquisition: a Java node
+//! whose lock expired while its task still ran can shorten a lock a Rust node then took
+//! (ShedLock issues #186, #317). Rust's release and extend never touch another acquisition.
+//!
 //! # Fencing
 //!
 //! If the table has the fencing column (default name `fencing_token`, an integer), each
@@ -140,7 +150,7 @@ impl fmt::Debug for PostgresLockProviderBuilder {
 fn describe(source: &Source) -> String {
     match source {
         Source::Url(url) => redact_url(url),
-        Source::Pool(_) => "an existing sqlx pool".to_owned(),
+        Source::Pool(_) => "the given pool".to_owned(),
     }
 }
 
