@@ -27,6 +27,7 @@
 
 mod clock;
 mod configuration;
+mod credentials;
 mod duration;
 mod error;
 mod executor;
@@ -35,6 +36,7 @@ mod storage;
 
 pub use clock::{Clock, ManualClock, MonotonicClock, SkewedClock, SystemClock};
 pub use configuration::{ConfigurationError, LockConfiguration};
+pub use credentials::redact_url;
 pub use duration::{DurationParseError, parse_duration};
 pub use error::{BoxError, LockError, Operation};
 pub use executor::{

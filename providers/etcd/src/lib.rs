@@ -65,7 +65,7 @@
 //! or from [`EtcdLockProviderBuilder::credentials`]. The provider keeps only a redacted copy of
 //! the URL for its `Debug` output, error messages and log lines.
 
-mod redact;
+mod credentials;
 mod storage;
 
 use std::fmt;
@@ -212,7 +212,7 @@ impl EtcdLockProviderBuilder {
     /// answers. With credentials, etcd is asked for a token here, so it must answer.
     pub async fn connect_lazy(self, url: &str) -> Result<EtcdLockProvider, LockError> {
         self.validate()?;
-        let endpoint = redact::redact_url(url);
+        let endpoint = shedlock_core::redact_url(url);
         let mut credentials = self.credentials.clone();
         let mut endpoints = Vec::new();
         for part in url
@@ -220,7 +220,7 @@ impl EtcdLockProviderBuilder {
             .map(str::trim)
             .filter(|part| !part.is_empty())
         {
-            let (bare, from_url) = redact::split_credentials(part);
+            let (bare, from_url) = credentials::split_credentials(part);
             if let Some((user, password)) = from_url {
                 credentials.get_or_insert(Credentials { user, password });
             }

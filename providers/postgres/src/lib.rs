@@ -99,9 +99,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use shedlock_core::{
     Acquisition, Capabilities, Clock, DEFAULT_OPERATION_TIMEOUT, LockConfiguration, LockError,
-    LockProvider, Operation, StorageBasedLockProvider, TimeSource,
+    LockProvider, Operation, StorageBasedLockProvider, TimeSource, redact_url,
 };
-use shedlock_sql::{IdentifierError, redact_url};
+use shedlock_sql::IdentifierError;
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 

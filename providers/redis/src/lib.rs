@@ -66,7 +66,6 @@
 //! Connection URLs may contain a password. The provider keeps only a redacted copy
 //! (`redis://user:***@host`) for its `Debug` output, error messages and log lines.
 
-mod redact;
 mod storage;
 
 use std::fmt;
@@ -164,7 +163,7 @@ impl RedisLockProviderBuilder {
     /// for the first connection. Fails with a [`LockError::Backend`] naming the redacted URL when
     /// the server cannot be reached within the operation timeout.
     pub async fn connect(self, url: &str) -> Result<RedisLockProvider, LockError> {
-        let endpoint = redact::redact_url(url);
+        let endpoint = shedlock_core::redact_url(url);
         self.validate()?;
         let (client, config) = self.client(url, &endpoint)?;
         let started = Instant::now();
@@ -203,7 +202,7 @@ impl RedisLockProviderBuilder {
     /// while Redis is down; each lock operation then fails (bounded by the operation timeout)
     /// until Redis answers. Must be called inside a Tokio runtime.
     pub fn connect_lazy(self, url: &str) -> Result<RedisLockProvider, LockError> {
-        let endpoint = redact::redact_url(url);
+        let endpoint = shedlock_core::redact_url(url);
         self.validate()?;
         let (client, config) = self.client(url, &endpoint)?;
         let manager = ConnectionManager::new_lazy_with_config(client, config).map_err(|error| {

@@ -9,17 +9,14 @@
 //!   so a configured name can never change a statement's meaning.
 //! - [`ColumnInfo`] and [`LockTable::check_columns`]: what a provider read from its catalog,
 //!   checked once at connect, with errors that say how to create or fix the table.
-//! - [`redact_url`]: connection URLs appear in errors and `Debug` output without passwords.
 //!
 //! This crate has no database client in its dependencies: each provider reads its own catalog
 //! and hands the result here.
 
 mod identifier;
-mod redact;
 mod schema;
 mod table;
 
 pub use identifier::{Dialect, Identifier, IdentifierError, MAX_IDENTIFIER_LEN, TableName};
-pub use redact::redact_url;
 pub use schema::{ColumnInfo, ColumnKind, TableSchema};
 pub use table::{Column, LockTable};
