@@ -1,21 +1,20 @@
 //! The statements: one per acquire, release and extend, all on ShedLock's table.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use async_trait::async_trait;
 use chrono::{DateTime, NaiveDateTime, Utc};
-use shedlock_core::{
-    Capabilities, HeldRecord, LockError, LockRecord, LockStorage, Operation, RecordOutcome,
-    TimeSource,
+use shedlock_core::{HeldRecord, LockError, LockRecord, Operation, TimeSource};
+use shedlock_sql::{
+    AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement, LockTable,
+    SqlBackend, TableSchema, statement_error,
 };
-use shedlock_sql::{Column, ColumnInfo, ColumnKind, Dialect, LockTable, TableSchema};
-use sqlx::mysql::{MySql, MySqlArguments, MySqlPool, MySqlQueryResult};
+use sqlx::mysql::{
+    MySql, MySqlArguments, MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlQueryResult,
+};
 use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, Row};
 
-pub(crate) const PROVIDER: &str = "mysql";
 const DIALECT: Dialect = Dialect::MySql;
 
 /// Which server the pool talks to: the DDL's collation differs between them.
@@ -256,7 +255,7 @@ impl Statements {
 
 /// The name column's character set and collation, as far as they change which names are safe.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct NameColumn {
+struct NameColumn {
     /// Characters the column's character set can store (`None`: all of Unicode).
     max_char: Option<char>,
     /// The character set's name, for errors.
@@ -266,43 +265,47 @@ pub(crate) struct NameColumn {
     collation: String,
 }
 
-/// The lock table on one MySQL or MariaDB database, checked at connect.
-pub(crate) struct MySqlStorage {
-    pool: MySqlPool,
-    table: LockTable,
-    schema: TableSchema,
-    name_column: NameColumn,
-    time_source: TimeSource,
+/// MySQL's and MariaDB's side of [`MySqlLockProvider`](crate::MySqlLockProvider): the UTC
+/// session, the catalog checks (collation, character set, `AUTO_INCREMENT`), and the
+/// statements prepared for one table.
+#[derive(Debug)]
+pub struct MySqlBackend {
     statements: Statements,
+    name_column: NameColumn,
     flavor: Flavor,
-    /// Where the pool points, without secrets.
-    target: String,
 }
 
-impl fmt::Debug for MySqlStorage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MySqlStorage")
-            .field("target", &self.target)
-            .field("flavor", &self.flavor)
-            .field("table", &self.table.table().to_string())
-            .field("time_source", &self.time_source)
-            .field("fencing", &self.schema.fencing)
-            .finish_non_exhaustive()
+impl MySqlBackend {
+    /// Whether the server is MySQL or MariaDB (MySQL when built without connecting).
+    pub fn flavor(&self) -> Flavor {
+        self.flavor
+    }
+
+    fn bind<'q>(
+        &self,
+        statement: &Statement,
+        name: &'q str,
+        locked_by: &'q str,
+        duration: Duration,
+        now: SystemTime,
+    ) -> Query<'q, MySql, MySqlArguments> {
+        let micros = i64::try_from(duration.as_micros()).unwrap_or(i64::MAX);
+        let now: NaiveDateTime = DateTime::<Utc>::from(now).naive_utc();
+        let mut query = sqlx::query(AssertSqlSafe(statement.sql.clone()));
+        for param in &statement.params {
+            query = match param {
+                Param::Name => query.bind(name),
+                Param::LockedBy => query.bind(locked_by),
+                Param::Micros => query.bind(micros),
+                Param::Now => query.bind(now),
+            };
+        }
+        query
     }
 }
 
-pub(crate) fn sql_error(operation: Operation, name: &str, error: sqlx::Error) -> LockError {
-    let message = match &error {
-        sqlx::Error::PoolTimedOut => {
-            "no database connection became available in time (is the server reachable?)".to_owned()
-        }
-        other => format!("the statement failed: {other}"),
-    };
-    LockError::backend(PROVIDER, operation, name, message, error)
-}
-
 /// Reads which server this is.
-pub(crate) async fn flavor(pool: &MySqlPool) -> Result<Flavor, sqlx::Error> {
+async fn flavor(pool: &MySqlPool) -> Result<Flavor, sqlx::Error> {
     let version: String = sqlx::query_scalar("SELECT CAST(VERSION() AS CHAR)")
         .fetch_one(pool)
         .await?;
@@ -313,23 +316,51 @@ pub(crate) async fn flavor(pool: &MySqlPool) -> Result<Flavor, sqlx::Error> {
     })
 }
 
-impl MySqlStorage {
-    /// Reads the table's columns from the catalog (creating the table first when asked) and
-    /// prepares the statements.
-    pub(crate) async fn connect(
-        pool: MySqlPool,
-        table: LockTable,
+impl SqlBackend for MySqlBackend {
+    type Database = MySql;
+    const PROVIDER: &'static str = "mysql";
+    const DATABASE_NAME: &'static str = "MySQL";
+    const UNREACHABLE_HINT: &'static str = "is the server reachable?";
+
+    fn session_options(
+        options: MySqlConnectOptions,
+        _operation_timeout: Duration,
+    ) -> MySqlConnectOptions {
+        // UTC sessions: TIMESTAMP columns then hold the UTC times the statements write.
+        options.timezone(Some("+00:00".to_owned()))
+    }
+
+    fn pool_options(operation_timeout: Duration) -> MySqlPoolOptions {
+        // A statement waiting on a row lock gives up server-side too, not only here.
+        let lock_wait = operation_timeout.as_secs().max(1);
+        MySqlPoolOptions::new().after_connect(move |connection, _| {
+            Box::pin(async move {
+                sqlx::query(AssertSqlSafe(format!(
+                    "SET SESSION innodb_lock_wait_timeout = {lock_wait}"
+                )))
+                .execute(connection)
+                .await
+                .map(|_| ())
+            })
+        })
+    }
+
+    /// Reads the table's columns from `information_schema` (creating the table first when
+    /// asked), checks the session time zone for `TIMESTAMP` columns, and prepares the
+    /// statements.
+    async fn connect(
+        pool: &MySqlPool,
+        table: &LockTable,
         time_source: TimeSource,
         create_table: Option<bool>,
-        target: String,
-    ) -> Result<Self, LockError> {
-        let connect_error = |e| sql_error(Operation::Connect, "", e);
-        let flavor = flavor(&pool).await.map_err(connect_error)?;
+    ) -> Result<(Self, TableSchema), LockError> {
+        let connect_error = |e| statement_error::<Self>(Operation::Connect, "", e);
+        let flavor = flavor(pool).await.map_err(connect_error)?;
         if let Some(fencing) = create_table {
             sqlx::query(AssertSqlSafe(create_table_statement(
-                &table, fencing, flavor,
+                table, fencing, flavor,
             )))
-            .execute(&pool)
+            .execute(pool)
             .await
             .map_err(connect_error)?;
         }
@@ -350,10 +381,10 @@ impl MySqlStorage {
                 .map(|s| s.catalog_name(DIALECT)),
         )
         .bind(table.table().table.catalog_name(DIALECT))
-        .fetch_all(&pool)
+        .fetch_all(pool)
         .await
         .map_err(connect_error)?;
-        let ddl = format!("{};", create_table_statement(&table, false, flavor));
+        let ddl = format!("{};", create_table_statement(table, false, flavor));
         let mut columns = Vec::with_capacity(rows.len());
         let mut name_column = NameColumn::default();
         let mut name_key = String::new();
@@ -370,7 +401,7 @@ impl MySqlStorage {
             let extra = get(8)?.unwrap_or_default();
             if extra.to_ascii_lowercase().contains("auto_increment") {
                 return Err(LockError::backend_message(
-                    PROVIDER,
+                    Self::PROVIDER,
                     Operation::Connect,
                     "",
                     format!(
@@ -427,10 +458,10 @@ impl MySqlStorage {
                 kind,
             });
         }
-        let schema = table.check_columns(DIALECT, PROVIDER, &columns, &ddl)?;
+        let schema = table.check_columns(DIALECT, Self::PROVIDER, &columns, &ddl)?;
         if !matches!(name_key.as_str(), "PRI" | "UNI") {
             return Err(LockError::backend_message(
-                PROVIDER,
+                Self::PROVIDER,
                 Operation::Connect,
                 "",
                 format!(
@@ -446,12 +477,12 @@ impl MySqlStorage {
             // and write; the statements' UTC times are only right in a UTC session.
             let offset: i64 =
                 sqlx::query_scalar("SELECT TIMESTAMPDIFF(MINUTE, UTC_TIMESTAMP(), NOW())")
-                    .fetch_one(&pool)
+                    .fetch_one(pool)
                     .await
                     .map_err(connect_error)?;
             if offset != 0 {
                 return Err(LockError::backend_message(
-                    PROVIDER,
+                    Self::PROVIDER,
                     Operation::Connect,
                     "",
                     format!(
@@ -472,170 +503,30 @@ impl MySqlStorage {
                  accents or trailing spaces); such names share one lock"
             );
         }
-        let statements = Statements::new(&table, &schema, time_source);
-        Ok(Self {
-            pool,
-            table,
-            schema,
+        let backend = Self {
+            statements: Statements::new(table, &schema, time_source),
             name_column,
-            time_source,
-            statements,
             flavor,
-            target,
-        })
-    }
-
-    /// Storage that trusts `table` to be ShedLock's table as [`create_table_statement`] makes
-    /// it (`VARCHAR(64)` binary-collated names, `TIMESTAMP(3)` columns, the fencing column
-    /// when `fencing`), without connecting: the first statement connects.
-    pub(crate) fn unchecked(
-        pool: MySqlPool,
-        table: LockTable,
-        time_source: TimeSource,
-        fencing: bool,
-        target: String,
-    ) -> Self {
-        let schema = TableSchema {
-            max_name_chars: Some(64),
-            max_locked_by_chars: Some(255),
-            time_precision: Duration::from_millis(1),
-            timestamps_with_time_zone: false,
-            fencing,
         };
-        let statements = Statements::new(&table, &schema, time_source);
+        Ok((backend, schema))
+    }
+
+    /// The statements for the table [`create_table_statement`] makes: binary-collated
+    /// `utf8mb4` names, on MySQL.
+    fn unchecked(table: &LockTable, schema: &TableSchema, time_source: TimeSource) -> Self {
         Self {
-            pool,
-            table,
-            schema,
+            statements: Statements::new(table, schema, time_source),
             name_column: NameColumn::default(),
-            time_source,
-            statements,
             flavor: Flavor::MySql,
-            target,
-        }
-    }
-
-    pub(crate) fn pool(&self) -> &MySqlPool {
-        &self.pool
-    }
-
-    pub(crate) fn table(&self) -> &LockTable {
-        &self.table
-    }
-
-    pub(crate) fn schema(&self) -> &TableSchema {
-        &self.schema
-    }
-
-    pub(crate) fn flavor(&self) -> Flavor {
-        self.flavor
-    }
-
-    fn bind<'q>(
-        &self,
-        statement: &Statement,
-        name: &'q str,
-        locked_by: &'q str,
-        duration: Duration,
-        now: SystemTime,
-    ) -> Query<'q, MySql, MySqlArguments> {
-        let micros = i64::try_from(duration.as_micros()).unwrap_or(i64::MAX);
-        let now: NaiveDateTime = DateTime::<Utc>::from(now).naive_utc();
-        let mut query = sqlx::query(AssertSqlSafe(statement.sql.clone()));
-        for param in &statement.params {
-            query = match param {
-                Param::Name => query.bind(name),
-                Param::LockedBy => query.bind(locked_by),
-                Param::Micros => query.bind(micros),
-                Param::Now => query.bind(now),
-            };
-        }
-        query
-    }
-
-    fn check_locked_by(&self, name: &str, locked_by: &str) -> Result<(), LockError> {
-        match self.schema.max_locked_by_chars {
-            Some(max) if locked_by.chars().count() > max => Err(LockError::backend_message(
-                PROVIDER,
-                Operation::Acquire,
-                name,
-                format!(
-                    "the holder identity {locked_by:?} is {} characters, longer than column {} \
-                     allows ({max}); choose a shorter holder name (with_holder)",
-                    locked_by.chars().count(),
-                    self.table.column(Column::LockedBy)
-                ),
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    async fn take(
-        &self,
-        statement: &Statement,
-        record: &LockRecord<'_>,
-    ) -> Result<RecordOutcome, LockError> {
-        self.check_locked_by(record.name, record.locked_by)?;
-        let done: MySqlQueryResult = self
-            .bind(
-                statement,
-                record.name,
-                record.locked_by,
-                record.lock_at_most_for,
-                record.now,
-            )
-            .execute(&self.pool)
-            .await
-            .map_err(|e| sql_error(Operation::Acquire, record.name, e))?;
-        // The insert id is the `LAST_INSERT_ID(expr)` the statement evaluated last: 1 or the
-        // new token when the row was inserted or taken over, 0 when it was left alone. The
-        // affected-row count cannot tell "inserted" (1) from "left alone" (1 under sqlx's
-        // CLIENT_FOUND_ROWS), but it must agree with a take-over (1 or 2).
-        let id = done.last_insert_id();
-        if id == 0 {
-            return Ok(RecordOutcome::NotAcquired(None));
-        }
-        if done.rows_affected() == 0 {
-            return Err(LockError::backend_message(
-                PROVIDER,
-                Operation::Acquire,
-                record.name,
-                format!(
-                    "the acquire statement reported insert id {id} but no affected row; the \
-                     outcome is unknown"
-                ),
-            ));
-        }
-        Ok(RecordOutcome::Acquired {
-            fencing_token: self.schema.fencing.then_some(id),
-        })
-    }
-}
-
-#[async_trait]
-impl LockStorage for MySqlStorage {
-    fn provider_name(&self) -> &'static str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        let capabilities = Capabilities::new(self.time_source)
-            .with_extend(true)
-            .with_fencing(self.schema.fencing)
-            .with_time_precision(self.schema.time_precision);
-        match self.schema.max_name_chars {
-            Some(max) => capabilities.with_max_name_chars(max),
-            None => capabilities,
         }
     }
 
     fn check_name(&self, name: &str) -> Result<(), LockError> {
-        self.capabilities().check_name_length(PROVIDER, name)?;
         if let Some(max) = self.name_column.max_char
             && let Some(c) = name.chars().find(|&c| c > max)
         {
             return Err(LockError::invalid_name(
-                PROVIDER,
+                Self::PROVIDER,
                 name,
                 format!(
                     "the name column's character set {} cannot store {c:?}",
@@ -645,7 +536,7 @@ impl LockStorage for MySqlStorage {
         }
         if self.name_column.pads && name.ends_with(' ') {
             return Err(LockError::invalid_name(
-                PROVIDER,
+                Self::PROVIDER,
                 name,
                 format!(
                     "it ends with a space, which the name column's collation {} ignores, so it \
@@ -657,51 +548,67 @@ impl LockStorage for MySqlStorage {
         Ok(())
     }
 
-    fn update_creates_missing_record(&self) -> bool {
-        true
-    }
-
-    async fn insert_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
-        self.take(&self.statements.insert, record).await
-    }
-
-    async fn update_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
-        self.take(&self.statements.acquire, record).await
-    }
-
-    async fn extend(
+    async fn acquire(
         &self,
-        held: &HeldRecord,
-        lock_at_most_for: Duration,
-        now: SystemTime,
-    ) -> Result<bool, LockError> {
-        let done = self
+        pool: &MySqlPool,
+        statement: AcquireStatement,
+        record: &LockRecord<'_>,
+    ) -> Result<Option<u64>, LockError> {
+        let statement = match statement {
+            AcquireStatement::InsertOnly => &self.statements.insert,
+            AcquireStatement::InsertOrTakeOver => &self.statements.acquire,
+        };
+        let done: MySqlQueryResult = self
             .bind(
-                &self.statements.extend,
-                &held.name,
-                &held.locked_by,
-                lock_at_most_for,
-                now,
+                statement,
+                record.name,
+                record.locked_by,
+                record.lock_at_most_for,
+                record.now,
             )
-            .execute(&self.pool)
+            .execute(pool)
             .await
-            .map_err(|e| sql_error(Operation::Extend, &held.name, e))?;
-        // Under CLIENT_FOUND_ROWS this counts matched rows: the owner check decides.
-        Ok(done.rows_affected() > 0)
+            .map_err(|e| statement_error::<Self>(Operation::Acquire, record.name, e))?;
+        // The insert id is the `LAST_INSERT_ID(expr)` the statement evaluated last: 1 or the
+        // new token when the row was inserted or taken over, 0 when it was left alone. The
+        // affected-row count cannot tell "inserted" (1) from "left alone" (1 under sqlx's
+        // CLIENT_FOUND_ROWS), but it must agree with a take-over (1 or 2).
+        let id = done.last_insert_id();
+        if id == 0 {
+            return Ok(None);
+        }
+        if done.rows_affected() == 0 {
+            return Err(LockError::backend_message(
+                Self::PROVIDER,
+                Operation::Acquire,
+                record.name,
+                format!(
+                    "the acquire statement reported insert id {id} but no affected row; the \
+                     outcome is unknown"
+                ),
+            ));
+        }
+        // With the fencing column the insert id is the new token.
+        Ok(Some(id))
     }
 
-    async fn unlock(&self, held: &HeldRecord, now: SystemTime) -> Result<bool, LockError> {
+    async fn change_held(
+        &self,
+        pool: &MySqlPool,
+        statement: HeldStatement,
+        held: &HeldRecord,
+        duration: Duration,
+        now: SystemTime,
+    ) -> Result<bool, sqlx::Error> {
+        let statement = match statement {
+            HeldStatement::Release => &self.statements.release,
+            HeldStatement::Extend => &self.statements.extend,
+        };
         let done = self
-            .bind(
-                &self.statements.release,
-                &held.name,
-                &held.locked_by,
-                held.lock_at_least_for,
-                now,
-            )
-            .execute(&self.pool)
-            .await
-            .map_err(|e| sql_error(Operation::Release, &held.name, e))?;
+            .bind(statement, &held.name, &held.locked_by, duration, now)
+            .execute(pool)
+            .await?;
+        // Under CLIENT_FOUND_ROWS this counts matched rows: the owner check decides.
         Ok(done.rows_affected() > 0)
     }
 }

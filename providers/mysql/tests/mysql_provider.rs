@@ -830,7 +830,7 @@ async fn the_server_flavor_is_detected() {
     } else {
         Flavor::MySql
     };
-    assert_eq!(provider.flavor(), expected, "{version}");
+    assert_eq!(provider.backend().flavor(), expected, "{version}");
     exec(&pool().await, &format!("DROP TABLE {table}")).await;
 }
 
@@ -852,7 +852,7 @@ async fn errors_on_a_dropped_table_name_the_statement_and_the_acquire_fails_clos
 #[tokio::test]
 async fn the_acquire_means_the_same_under_mariadbs_simultaneous_assignment() {
     let probe_table = unique("my_probe");
-    let flavor = provider_on(&probe_table, false).await.flavor();
+    let flavor = provider_on(&probe_table, false).await.backend().flavor();
     exec(&pool().await, &format!("DROP TABLE {probe_table}")).await;
     // MariaDB can evaluate assignments simultaneously instead of left to right; the acquire
     // statement must not depend on the order. MySQL has no such mode: the default order runs.

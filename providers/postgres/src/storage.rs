@@ -1,21 +1,18 @@
 //! The statements: one per acquire, release and extend, all on ShedLock's table.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use shedlock_core::{
-    Capabilities, HeldRecord, LockError, LockRecord, LockStorage, Operation, RecordOutcome,
-    TimeSource,
+use shedlock_core::{HeldRecord, LockError, LockRecord, Operation, TimeSource};
+use shedlock_sql::{
+    AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement, LockTable,
+    SqlBackend, TableSchema, statement_error,
 };
-use shedlock_sql::{Column, ColumnInfo, ColumnKind, Dialect, LockTable, TableSchema};
-use sqlx::postgres::{PgArguments, PgPool};
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgPool};
 use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, Postgres, Row};
 
-pub(crate) const PROVIDER: &str = "postgres";
 const DIALECT: Dialect = Dialect::Postgres;
 
 /// `CREATE TABLE IF NOT EXISTS` for `table`: ShedLock's PostgreSQL table, plus the fencing
@@ -115,155 +112,17 @@ impl Statements {
     }
 }
 
-/// The lock table on one PostgreSQL database, checked at connect.
-pub(crate) struct PostgresStorage {
-    pool: PgPool,
-    table: LockTable,
-    schema: TableSchema,
-    time_source: TimeSource,
+/// PostgreSQL's side of [`PostgresLockProvider`](crate::PostgresLockProvider): its session
+/// settings, its catalog checks, and the statements prepared for one table.
+#[derive(Debug)]
+pub struct PostgresBackend {
     statements: Statements,
-    /// Where the pool points, without secrets.
-    target: String,
+    time_source: TimeSource,
+    /// `TIMESTAMPTZ` columns: client times are bound as instants, not UTC wall times.
+    timestamps_with_time_zone: bool,
 }
 
-impl fmt::Debug for PostgresStorage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PostgresStorage")
-            .field("target", &self.target)
-            .field("table", &self.table.table().to_string())
-            .field("time_source", &self.time_source)
-            .field("fencing", &self.schema.fencing)
-            .finish_non_exhaustive()
-    }
-}
-
-fn sql_error(operation: Operation, name: &str, error: sqlx::Error) -> LockError {
-    let message = match &error {
-        sqlx::Error::PoolTimedOut => {
-            "no database connection became available in time (is the server reachable?)".to_owned()
-        }
-        other => format!("the statement failed: {other}"),
-    };
-    LockError::backend(PROVIDER, operation, name, message, error)
-}
-
-impl PostgresStorage {
-    /// Reads the table's columns from the catalog (creating the table first when asked) and
-    /// prepares the statements.
-    pub(crate) async fn connect(
-        pool: PgPool,
-        table: LockTable,
-        time_source: TimeSource,
-        create_table: Option<bool>,
-        target: String,
-    ) -> Result<Self, LockError> {
-        let connect_error = |e| sql_error(Operation::Connect, "", e);
-        if let Some(fencing) = create_table {
-            sqlx::query(AssertSqlSafe(create_table_statement(&table, fencing)))
-                .execute(&pool)
-                .await
-                .map_err(connect_error)?;
-        }
-        let regclass = table.quoted_table(DIALECT);
-        let rows = sqlx::query(
-            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), t.typname::text, \
-             a.atttypmod FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
-             WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped \
-             ORDER BY a.attnum",
-        )
-        .bind(&regclass)
-        .fetch_all(&pool)
-        .await
-        .map_err(connect_error)?;
-        let mut columns = Vec::with_capacity(rows.len());
-        for row in rows {
-            let name: String = row.try_get(0).map_err(connect_error)?;
-            let declared: String = row.try_get(1).map_err(connect_error)?;
-            let type_name: String = row.try_get(2).map_err(connect_error)?;
-            let typmod: i32 = row.try_get(3).map_err(connect_error)?;
-            columns.push(ColumnInfo {
-                name,
-                declared_type: declared,
-                kind: classify(&type_name, typmod),
-            });
-        }
-        let ddl = format!("{};", create_table_statement(&table, false));
-        let schema = table.check_columns(DIALECT, PROVIDER, &columns, &ddl)?;
-        let name_is_unique: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a \
-             ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] \
-             WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indnkeyatts = 1 \
-             AND i.indpred IS NULL AND a.attname = $2)",
-        )
-        .bind(&regclass)
-        .bind(table.column(Column::Name).catalog_name(DIALECT))
-        .fetch_one(&pool)
-        .await
-        .map_err(connect_error)?;
-        if !name_is_unique {
-            return Err(LockError::backend_message(
-                PROVIDER,
-                Operation::Connect,
-                "",
-                format!(
-                    "the lock table {t}: column {c} must be its primary key (or have a unique \
-                     index of its own); ShedLock's table is:\n{ddl}",
-                    t = table.table(),
-                    c = table.column(Column::Name),
-                ),
-            ));
-        }
-        let statements = Statements::new(&table, &schema, time_source);
-        Ok(Self {
-            pool,
-            table,
-            schema,
-            time_source,
-            statements,
-            target,
-        })
-    }
-
-    /// Storage that trusts `table` to be ShedLock's table as [`create_table_statement`] makes
-    /// it (`VARCHAR(64)` names, `TIMESTAMP` columns, the fencing column when `fencing`), without
-    /// connecting: the first statement connects.
-    pub(crate) fn unchecked(
-        pool: PgPool,
-        table: LockTable,
-        time_source: TimeSource,
-        fencing: bool,
-        target: String,
-    ) -> Self {
-        let schema = TableSchema {
-            max_name_chars: Some(64),
-            max_locked_by_chars: Some(255),
-            time_precision: Duration::from_millis(1),
-            timestamps_with_time_zone: false,
-            fencing,
-        };
-        let statements = Statements::new(&table, &schema, time_source);
-        Self {
-            pool,
-            table,
-            schema,
-            time_source,
-            statements,
-            target,
-        }
-    }
-
-    pub(crate) fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-
-    pub(crate) fn table(&self) -> &LockTable {
-        &self.table
-    }
-
-    pub(crate) fn schema(&self) -> &TableSchema {
-        &self.schema
-    }
-
+impl PostgresBackend {
     /// Binds `$1` name, `$2` locked_by, `$3` seconds and, for client time, `$4` now.
     fn bind<'q>(
         &self,
@@ -281,7 +140,7 @@ impl PostgresStorage {
             TimeSource::Server => query,
             TimeSource::Client => {
                 let now = DateTime::<Utc>::from(now);
-                if self.schema.timestamps_with_time_zone {
+                if self.timestamps_with_time_zone {
                     query.bind(now)
                 } else {
                     query.bind(now.naive_utc())
@@ -289,30 +148,118 @@ impl PostgresStorage {
             }
         }
     }
+}
 
-    fn check_locked_by(&self, name: &str, locked_by: &str) -> Result<(), LockError> {
-        match self.schema.max_locked_by_chars {
-            Some(max) if locked_by.chars().count() > max => Err(LockError::backend_message(
-                PROVIDER,
-                Operation::Acquire,
+impl SqlBackend for PostgresBackend {
+    type Database = Postgres;
+    const PROVIDER: &'static str = "postgres";
+    const DATABASE_NAME: &'static str = "PostgreSQL";
+    const UNREACHABLE_HINT: &'static str = "is the server reachable?";
+
+    fn session_options(options: PgConnectOptions, operation_timeout: Duration) -> PgConnectOptions {
+        let statement_timeout = operation_timeout.as_millis().max(1).to_string();
+        options
+            .options([("statement_timeout", statement_timeout.as_str())])
+            .application_name("shedlock-rs")
+    }
+
+    /// Reads the table's columns from the catalog (creating the table first when asked) and
+    /// prepares the statements.
+    async fn connect(
+        pool: &PgPool,
+        table: &LockTable,
+        time_source: TimeSource,
+        create_table: Option<bool>,
+    ) -> Result<(Self, TableSchema), LockError> {
+        let connect_error = |e| statement_error::<Self>(Operation::Connect, "", e);
+        if let Some(fencing) = create_table {
+            sqlx::query(AssertSqlSafe(create_table_statement(table, fencing)))
+                .execute(pool)
+                .await
+                .map_err(connect_error)?;
+        }
+        let regclass = table.quoted_table(DIALECT);
+        let rows = sqlx::query(
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), t.typname::text, \
+             a.atttypmod FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
+             WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped \
+             ORDER BY a.attnum",
+        )
+        .bind(&regclass)
+        .fetch_all(pool)
+        .await
+        .map_err(connect_error)?;
+        let mut columns = Vec::with_capacity(rows.len());
+        for row in rows {
+            let name: String = row.try_get(0).map_err(connect_error)?;
+            let declared: String = row.try_get(1).map_err(connect_error)?;
+            let type_name: String = row.try_get(2).map_err(connect_error)?;
+            let typmod: i32 = row.try_get(3).map_err(connect_error)?;
+            columns.push(ColumnInfo {
                 name,
+                declared_type: declared,
+                kind: classify(&type_name, typmod),
+            });
+        }
+        let ddl = format!("{};", create_table_statement(table, false));
+        let schema = table.check_columns(DIALECT, Self::PROVIDER, &columns, &ddl)?;
+        let name_is_unique: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a \
+             ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] \
+             WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indnkeyatts = 1 \
+             AND i.indpred IS NULL AND a.attname = $2)",
+        )
+        .bind(&regclass)
+        .bind(table.column(Column::Name).catalog_name(DIALECT))
+        .fetch_one(pool)
+        .await
+        .map_err(connect_error)?;
+        if !name_is_unique {
+            return Err(LockError::backend_message(
+                Self::PROVIDER,
+                Operation::Connect,
+                "",
                 format!(
-                    "the holder identity {locked_by:?} is {} characters, longer than column {} \
-                     allows ({max}); choose a shorter holder name (with_holder)",
-                    locked_by.chars().count(),
-                    self.table.column(Column::LockedBy)
+                    "the lock table {t}: column {c} must be its primary key (or have a unique \
+                     index of its own); ShedLock's table is:\n{ddl}",
+                    t = table.table(),
+                    c = table.column(Column::Name),
                 ),
-            )),
-            _ => Ok(()),
+            ));
+        }
+        Ok((Self::unchecked(table, &schema, time_source), schema))
+    }
+
+    fn unchecked(table: &LockTable, schema: &TableSchema, time_source: TimeSource) -> Self {
+        Self {
+            statements: Statements::new(table, schema, time_source),
+            time_source,
+            timestamps_with_time_zone: schema.timestamps_with_time_zone,
         }
     }
 
-    async fn take(
+    fn check_name(&self, name: &str) -> Result<(), LockError> {
+        if name.contains('\0') {
+            return Err(LockError::invalid_name(
+                Self::PROVIDER,
+                name,
+                "PostgreSQL text cannot contain the NUL character",
+            ));
+        }
+        Ok(())
+    }
+
+    async fn acquire(
         &self,
-        sql: &Arc<str>,
+        pool: &PgPool,
+        statement: AcquireStatement,
         record: &LockRecord<'_>,
-    ) -> Result<RecordOutcome, LockError> {
-        self.check_locked_by(record.name, record.locked_by)?;
+    ) -> Result<Option<u64>, LockError> {
+        let sql = match statement {
+            AcquireStatement::InsertOnly => &self.statements.insert,
+            AcquireStatement::InsertOrTakeOver => &self.statements.acquire,
+        };
+        let acquire_error = |e| statement_error::<Self>(Operation::Acquire, record.name, e);
         let row = self
             .bind(
                 sql,
@@ -321,20 +268,32 @@ impl PostgresStorage {
                 record.lock_at_most_for,
                 record.now,
             )
-            .fetch_optional(&self.pool)
+            .fetch_optional(pool)
             .await
-            .map_err(|e| sql_error(Operation::Acquire, record.name, e))?;
-        match row {
-            None => Ok(RecordOutcome::NotAcquired(None)),
-            Some(row) => {
-                let token: i64 = row
-                    .try_get(0)
-                    .map_err(|e| sql_error(Operation::Acquire, record.name, e))?;
-                Ok(RecordOutcome::Acquired {
-                    fencing_token: self.schema.fencing.then_some(token as u64),
-                })
-            }
-        }
+            .map_err(acquire_error)?;
+        // The statement returns the new fencing token (0 without the column).
+        row.map(|row| row.try_get::<i64, _>(0).map(|token| token as u64))
+            .transpose()
+            .map_err(acquire_error)
+    }
+
+    async fn change_held(
+        &self,
+        pool: &PgPool,
+        statement: HeldStatement,
+        held: &HeldRecord,
+        duration: Duration,
+        now: SystemTime,
+    ) -> Result<bool, sqlx::Error> {
+        let sql = match statement {
+            HeldStatement::Release => &self.statements.release,
+            HeldStatement::Extend => &self.statements.extend,
+        };
+        let done = self
+            .bind(sql, &held.name, &held.locked_by, duration, now)
+            .execute(pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
     }
 }
 
@@ -352,82 +311,5 @@ fn classify(type_name: &str, typmod: i32) -> ColumnKind {
         },
         "int8" | "int4" | "int2" => ColumnKind::Integer,
         _ => ColumnKind::Other,
-    }
-}
-
-#[async_trait]
-impl LockStorage for PostgresStorage {
-    fn provider_name(&self) -> &'static str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        let capabilities = Capabilities::new(self.time_source)
-            .with_extend(true)
-            .with_fencing(self.schema.fencing)
-            .with_time_precision(self.schema.time_precision);
-        match self.schema.max_name_chars {
-            Some(max) => capabilities.with_max_name_chars(max),
-            None => capabilities,
-        }
-    }
-
-    fn check_name(&self, name: &str) -> Result<(), LockError> {
-        self.capabilities().check_name_length(PROVIDER, name)?;
-        if name.contains('\0') {
-            return Err(LockError::invalid_name(
-                PROVIDER,
-                name,
-                "PostgreSQL text cannot contain the NUL character",
-            ));
-        }
-        Ok(())
-    }
-
-    fn update_creates_missing_record(&self) -> bool {
-        true
-    }
-
-    async fn insert_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
-        self.take(&self.statements.insert, record).await
-    }
-
-    async fn update_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
-        self.take(&self.statements.acquire, record).await
-    }
-
-    async fn extend(
-        &self,
-        held: &HeldRecord,
-        lock_at_most_for: Duration,
-        now: SystemTime,
-    ) -> Result<bool, LockError> {
-        let done = self
-            .bind(
-                &self.statements.extend,
-                &held.name,
-                &held.locked_by,
-                lock_at_most_for,
-                now,
-            )
-            .execute(&self.pool)
-            .await
-            .map_err(|e| sql_error(Operation::Extend, &held.name, e))?;
-        Ok(done.rows_affected() > 0)
-    }
-
-    async fn unlock(&self, held: &HeldRecord, now: SystemTime) -> Result<bool, LockError> {
-        let done = self
-            .bind(
-                &self.statements.release,
-                &held.name,
-                &held.locked_by,
-                held.lock_at_least_for,
-                now,
-            )
-            .execute(&self.pool)
-            .await
-            .map_err(|e| sql_error(Operation::Release, &held.name, e))?;
-        Ok(done.rows_affected() > 0)
     }
 }

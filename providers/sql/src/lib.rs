@@ -1,5 +1,5 @@
-//! The ShedLock table as the shedlock-rs SQL providers (`shedlock-postgres`, `shedlock-mysql`,
-//! `shedlock-sqlite`) share it, so the three describe, check and name it the same way.
+//! What the shedlock-rs SQL providers (`shedlock-postgres`, `shedlock-mysql`,
+//! `shedlock-sqlite`) share, so each of them holds only its own SQL.
 //!
 //! - [`LockTable`]: the table's name (optionally schema-qualified) and its column names, with
 //!   ShedLock's defaults (`shedlock`: `name`, `lock_until`, `locked_at`, `locked_by`) and the
@@ -9,14 +9,27 @@
 //!   so a configured name can never change a statement's meaning.
 //! - [`ColumnInfo`] and [`LockTable::check_columns`]: what a provider read from its catalog,
 //!   checked once at connect, with errors that say how to create or fix the table.
+//! - [`SqlBackend`]: what differs between databases (session settings, catalog checks, the
+//!   lock statements), implemented once by each provider crate.
+//! - [`SqlLockProvider`] and [`SqlLockProviderBuilder`]: the provider and its builder for any
+//!   backend, with the connect timeouts, redacted error messages, name and holder checks they
+//!   all share. Each provider crate names them for its database
+//!   (`pub type PostgresLockProvider = SqlLockProvider<PostgresBackend>`).
 //!
-//! This crate has no database client in its dependencies: each provider reads its own catalog
-//! and hands the result here.
+//! This crate depends on sqlx without any database driver: each provider crate brings its
+//! own driver, reads its own catalog and hands the result here.
 
+mod backend;
 mod identifier;
+mod provider;
 mod schema;
+mod storage;
 mod table;
 
+pub use backend::{AcquireStatement, ConnectOptionsOf, HeldStatement, SqlBackend, statement_error};
 pub use identifier::{Dialect, Identifier, IdentifierError, MAX_IDENTIFIER_LEN, TableName};
+pub use provider::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, SqlLockProvider, SqlLockProviderBuilder,
+};
 pub use schema::{ColumnInfo, ColumnKind, TableSchema};
 pub use table::{Column, LockTable};

@@ -1,21 +1,18 @@
 //! The statements: one per acquire, release and extend, all on ShedLock's table.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use shedlock_core::{
-    Capabilities, HeldRecord, LockError, LockRecord, LockStorage, Operation, RecordOutcome,
-    TimeSource,
+use shedlock_core::{HeldRecord, LockError, LockRecord, Operation, TimeSource};
+use shedlock_sql::{
+    AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement, LockTable,
+    SqlBackend, TableSchema, statement_error,
 };
-use shedlock_sql::{Column, ColumnInfo, ColumnKind, Dialect, LockTable, TableSchema};
 use sqlx::query::Query;
-use sqlx::sqlite::{Sqlite, SqliteArguments, SqlitePool};
+use sqlx::sqlite::{Sqlite, SqliteArguments, SqliteConnectOptions, SqlitePool};
 use sqlx::{AssertSqlSafe, Row};
 
-pub(crate) const PROVIDER: &str = "sqlite";
 const DIALECT: Dialect = Dialect::Sqlite;
 
 /// How times are stored: SQLite's own date-time text, in UTC, with milliseconds. Fixed width,
@@ -104,36 +101,39 @@ impl Statements {
         }
     }
 }
-
-/// The lock table in one SQLite database, checked at connect.
-pub(crate) struct SqliteStorage {
-    pool: SqlitePool,
-    table: LockTable,
-    schema: TableSchema,
-    time_source: TimeSource,
+/// SQLite's side of [`SqliteLockProvider`](crate::SqliteLockProvider): the busy timeout, the
+/// catalog checks, and the statements prepared for one table.
+#[derive(Debug)]
+pub struct SqliteBackend {
     statements: Statements,
-    target: String,
+    time_source: TimeSource,
 }
 
-impl fmt::Debug for SqliteStorage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SqliteStorage")
-            .field("target", &self.target)
-            .field("table", &self.table.table().to_string())
-            .field("time_source", &self.time_source)
-            .field("fencing", &self.schema.fencing)
-            .finish_non_exhaustive()
+impl SqliteBackend {
+    /// Binds `?1` name, `?2` locked_by, `?3` the duration modifier and `?4` the time.
+    fn bind<'q>(
+        &self,
+        sql: &Arc<str>,
+        name: &'q str,
+        locked_by: &'q str,
+        duration: Duration,
+        now: SystemTime,
+    ) -> Query<'q, Sqlite, SqliteArguments> {
+        let modifier = format!(
+            "+{}.{:03} seconds",
+            duration.as_secs(),
+            duration.subsec_millis()
+        );
+        let time = match self.time_source {
+            TimeSource::Server => "now".to_owned(),
+            TimeSource::Client => DateTime::<Utc>::from(now).format(CHRONO_FORMAT).to_string(),
+        };
+        sqlx::query(AssertSqlSafe(sql.clone()))
+            .bind(name)
+            .bind(locked_by)
+            .bind(modifier)
+            .bind(time)
     }
-}
-
-fn sql_error(operation: Operation, name: &str, error: sqlx::Error) -> LockError {
-    let message = match &error {
-        sqlx::Error::PoolTimedOut => {
-            "no database connection became available in time (can the file be opened?)".to_owned()
-        }
-        other => format!("the statement failed: {other}"),
-    };
-    LockError::backend(PROVIDER, operation, name, message, error)
 }
 
 /// The declared length in `VARCHAR(64)`, if any.
@@ -162,20 +162,32 @@ fn classify(declared: &str) -> ColumnKind {
     }
 }
 
-impl SqliteStorage {
+impl SqlBackend for SqliteBackend {
+    type Database = Sqlite;
+    const PROVIDER: &'static str = "sqlite";
+    const DATABASE_NAME: &'static str = "SQLite";
+    const UNREACHABLE_HINT: &'static str = "can the file be opened?";
+
+    fn session_options(
+        options: SqliteConnectOptions,
+        operation_timeout: Duration,
+    ) -> SqliteConnectOptions {
+        // Writers queue on the file lock for at most the operation timeout.
+        options.busy_timeout(operation_timeout)
+    }
+
     /// Reads the table's columns (creating the table first when asked) and prepares the
     /// statements.
-    pub(crate) async fn connect(
-        pool: SqlitePool,
-        table: LockTable,
+    async fn connect(
+        pool: &SqlitePool,
+        table: &LockTable,
         time_source: TimeSource,
         create_table: Option<bool>,
-        target: String,
-    ) -> Result<Self, LockError> {
-        let connect_error = |e| sql_error(Operation::Connect, "", e);
+    ) -> Result<(Self, TableSchema), LockError> {
+        let connect_error = |e| statement_error::<Self>(Operation::Connect, "", e);
         if let Some(fencing) = create_table {
-            sqlx::query(AssertSqlSafe(create_table_statement(&table, fencing)))
-                .execute(&pool)
+            sqlx::query(AssertSqlSafe(create_table_statement(table, fencing)))
+                .execute(pool)
                 .await
                 .map_err(connect_error)?;
         }
@@ -188,7 +200,7 @@ impl SqliteStorage {
                     .as_ref()
                     .map_or_else(|| "main".to_owned(), |s| s.catalog_name(DIALECT)),
             )
-            .fetch_all(&pool)
+            .fetch_all(pool)
             .await
             .map_err(connect_error)?;
         let mut columns = Vec::with_capacity(rows.len());
@@ -210,12 +222,12 @@ impl SqliteStorage {
                 name,
             });
         }
-        let ddl = format!("{};", create_table_statement(&table, false));
-        let schema = table.check_columns(DIALECT, PROVIDER, &columns, &ddl)?;
+        let ddl = format!("{};", create_table_statement(table, false));
+        let schema = table.check_columns(DIALECT, Self::PROVIDER, &columns, &ddl)?;
         let name_column = table.column(Column::Name);
         if !(key_columns.len() == 1 && name_column.matches_column(DIALECT, &key_columns[0])) {
             return Err(LockError::backend_message(
-                PROVIDER,
+                Self::PROVIDER,
                 Operation::Connect,
                 "",
                 format!(
@@ -225,105 +237,27 @@ impl SqliteStorage {
                 ),
             ));
         }
-        Ok(Self::from_schema(pool, table, schema, time_source, target))
+        Ok((Self::unchecked(table, &schema, time_source), schema))
     }
 
-    fn from_schema(
-        pool: SqlitePool,
-        table: LockTable,
-        schema: TableSchema,
-        time_source: TimeSource,
-        target: String,
-    ) -> Self {
-        let statements = Statements::new(&table, &schema);
+    fn unchecked(table: &LockTable, schema: &TableSchema, time_source: TimeSource) -> Self {
         Self {
-            pool,
-            table,
-            schema,
+            statements: Statements::new(table, schema),
             time_source,
-            statements,
-            target,
         }
     }
 
-    /// Storage that trusts `table` to be what [`create_table_statement`] makes, without
-    /// opening the database: the first statement opens it.
-    pub(crate) fn unchecked(
-        pool: SqlitePool,
-        table: LockTable,
-        time_source: TimeSource,
-        fencing: bool,
-        target: String,
-    ) -> Self {
-        let schema = TableSchema {
-            max_name_chars: Some(64),
-            max_locked_by_chars: Some(255),
-            time_precision: Duration::from_millis(1),
-            timestamps_with_time_zone: false,
-            fencing,
-        };
-        Self::from_schema(pool, table, schema, time_source, target)
-    }
-
-    pub(crate) fn pool(&self) -> &SqlitePool {
-        &self.pool
-    }
-
-    pub(crate) fn table(&self) -> &LockTable {
-        &self.table
-    }
-
-    pub(crate) fn schema(&self) -> &TableSchema {
-        &self.schema
-    }
-
-    fn bind<'q>(
+    async fn acquire(
         &self,
-        sql: &Arc<str>,
-        name: &'q str,
-        locked_by: &'q str,
-        duration: Duration,
-        now: SystemTime,
-    ) -> Query<'q, Sqlite, SqliteArguments> {
-        let modifier = format!(
-            "+{}.{:03} seconds",
-            duration.as_secs(),
-            duration.subsec_millis()
-        );
-        let time = match self.time_source {
-            TimeSource::Server => "now".to_owned(),
-            TimeSource::Client => DateTime::<Utc>::from(now).format(CHRONO_FORMAT).to_string(),
-        };
-        sqlx::query(AssertSqlSafe(sql.clone()))
-            .bind(name)
-            .bind(locked_by)
-            .bind(modifier)
-            .bind(time)
-    }
-
-    fn check_locked_by(&self, name: &str, locked_by: &str) -> Result<(), LockError> {
-        match self.schema.max_locked_by_chars {
-            Some(max) if locked_by.chars().count() > max => Err(LockError::backend_message(
-                PROVIDER,
-                Operation::Acquire,
-                name,
-                format!(
-                    "the holder identity {locked_by:?} is {} characters, longer than column {} \
-                     allows ({max}); choose a shorter holder name (with_holder)",
-                    locked_by.chars().count(),
-                    self.table.column(Column::LockedBy)
-                ),
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    async fn take(
-        &self,
-        sql: &Arc<str>,
+        pool: &SqlitePool,
+        statement: AcquireStatement,
         record: &LockRecord<'_>,
-    ) -> Result<RecordOutcome, LockError> {
-        self.check_locked_by(record.name, record.locked_by)?;
+    ) -> Result<Option<u64>, LockError> {
+        let sql = match statement {
+            AcquireStatement::InsertOnly => &self.statements.insert,
+            AcquireStatement::InsertOrTakeOver => &self.statements.acquire,
+        };
+        let acquire_error = |e| statement_error::<Self>(Operation::Acquire, record.name, e);
         let row = self
             .bind(
                 sql,
@@ -332,84 +266,31 @@ impl SqliteStorage {
                 record.lock_at_most_for,
                 record.now,
             )
-            .fetch_optional(&self.pool)
+            .fetch_optional(pool)
             .await
-            .map_err(|e| sql_error(Operation::Acquire, record.name, e))?;
-        match row {
-            None => Ok(RecordOutcome::NotAcquired(None)),
-            Some(row) => {
-                let token: i64 = row
-                    .try_get(0)
-                    .map_err(|e| sql_error(Operation::Acquire, record.name, e))?;
-                Ok(RecordOutcome::Acquired {
-                    fencing_token: self.schema.fencing.then_some(token as u64),
-                })
-            }
-        }
-    }
-}
-
-#[async_trait]
-impl LockStorage for SqliteStorage {
-    fn provider_name(&self) -> &'static str {
-        PROVIDER
+            .map_err(acquire_error)?;
+        // The statement returns the new fencing token (0 without the column).
+        row.map(|row| row.try_get::<i64, _>(0).map(|token| token as u64))
+            .transpose()
+            .map_err(acquire_error)
     }
 
-    fn capabilities(&self) -> Capabilities {
-        let capabilities = Capabilities::new(self.time_source)
-            .with_extend(true)
-            .with_fencing(self.schema.fencing)
-            .with_time_precision(self.schema.time_precision);
-        match self.schema.max_name_chars {
-            Some(max) => capabilities.with_max_name_chars(max),
-            None => capabilities,
-        }
-    }
-
-    fn update_creates_missing_record(&self) -> bool {
-        true
-    }
-
-    async fn insert_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
-        self.take(&self.statements.insert, record).await
-    }
-
-    async fn update_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
-        self.take(&self.statements.acquire, record).await
-    }
-
-    async fn extend(
+    async fn change_held(
         &self,
+        pool: &SqlitePool,
+        statement: HeldStatement,
         held: &HeldRecord,
-        lock_at_most_for: Duration,
+        duration: Duration,
         now: SystemTime,
-    ) -> Result<bool, LockError> {
+    ) -> Result<bool, sqlx::Error> {
+        let sql = match statement {
+            HeldStatement::Release => &self.statements.release,
+            HeldStatement::Extend => &self.statements.extend,
+        };
         let done = self
-            .bind(
-                &self.statements.extend,
-                &held.name,
-                &held.locked_by,
-                lock_at_most_for,
-                now,
-            )
-            .execute(&self.pool)
-            .await
-            .map_err(|e| sql_error(Operation::Extend, &held.name, e))?;
-        Ok(done.rows_affected() > 0)
-    }
-
-    async fn unlock(&self, held: &HeldRecord, now: SystemTime) -> Result<bool, LockError> {
-        let done = self
-            .bind(
-                &self.statements.release,
-                &held.name,
-                &held.locked_by,
-                held.lock_at_least_for,
-                now,
-            )
-            .execute(&self.pool)
-            .await
-            .map_err(|e| sql_error(Operation::Release, &held.name, e))?;
+            .bind(sql, &held.name, &held.locked_by, duration, now)
+            .execute(pool)
+            .await?;
         Ok(done.rows_affected() > 0)
     }
 }

@@ -1,0 +1,437 @@
+//! The provider and its builder, once for every [`SqlBackend`]: where the pool comes from,
+//! connect timeouts and their messages, and one node's view of the table.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use shedlock_core::{
+    Acquisition, Capabilities, Clock, DEFAULT_OPERATION_TIMEOUT, LockConfiguration, LockError,
+    LockProvider, Operation, StorageBasedLockProvider, TimeSource, redact_url,
+};
+use sqlx::{ConnectOptions, Connection, Pool};
+
+use crate::backend::{ConnectOptionsOf, SqlBackend};
+use crate::identifier::IdentifierError;
+use crate::storage::SqlStorage;
+use crate::table::{Column, LockTable};
+
+/// How long connecting (and each wait for a pooled connection) may take by default.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The default pool size for a pool a provider opens from a URL.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+
+enum Source<B: SqlBackend> {
+    Url(String),
+    Pool(Pool<B::Database>),
+}
+
+impl<B: SqlBackend> Source<B> {
+    /// Where the pool points, for messages: the URL without its password.
+    fn describe(&self) -> String {
+        match self {
+            Source::Url(url) => redact_url(url),
+            Source::Pool(_) => "the given pool".to_owned(),
+        }
+    }
+}
+
+/// Configures and connects a [`SqlLockProvider`]. Every setting has ShedLock's default.
+///
+/// Each provider crate names it for its database (`PostgresLockProviderBuilder`,
+/// `MySqlLockProviderBuilder`, `SqliteLockProviderBuilder`); get one from
+/// [`SqlLockProvider::builder_from_url`] or [`SqlLockProvider::builder`].
+pub struct SqlLockProviderBuilder<B: SqlBackend> {
+    source: Source<B>,
+    table: Result<LockTable, IdentifierError>,
+    time_source: TimeSource,
+    create_table: Option<bool>,
+    connect_timeout: Duration,
+    operation_timeout: Duration,
+    max_connections: u32,
+    holder: Option<String>,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+impl<B: SqlBackend> fmt::Debug for SqlLockProviderBuilder<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqlLockProviderBuilder")
+            .field("provider", &B::PROVIDER)
+            .field("target", &self.source.describe())
+            .field("table", &self.table)
+            .field("time_source", &self.time_source)
+            .field("create_table", &self.create_table)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("operation_timeout", &self.operation_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: SqlBackend> SqlLockProviderBuilder<B> {
+    fn new(source: Source<B>) -> Self {
+        Self {
+            source,
+            table: Ok(LockTable::default()),
+            time_source: TimeSource::Server,
+            create_table: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            operation_timeout: DEFAULT_OPERATION_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            holder: None,
+            clock: None,
+        }
+    }
+
+    /// The lock table's name (default `shedlock`); `schema.table` names another schema
+    /// (MySQL: another database; SQLite: an attached database). Plain identifiers only
+    /// (letters, digits, `_`); they fold as unquoted SQL does. The column names are kept.
+    /// A refused name is reported by [`build`](Self::build).
+    pub fn table_name(mut self, table: &str) -> Self {
+        self.table = self.table.and_then(|current| {
+            let renamed = LockTable::new(table)?;
+            [
+                Column::Name,
+                Column::LockUntil,
+                Column::LockedAt,
+                Column::LockedBy,
+                Column::FencingToken,
+            ]
+            .into_iter()
+            .try_fold(renamed, |t, c| t.with_column(c, current.column(c).as_str()))
+        });
+        self
+    }
+
+    /// Renames one column, for a table whose columns differ from ShedLock's.
+    pub fn column_name(mut self, column: Column, name: &str) -> Self {
+        self.table = self.table.and_then(|t| t.with_column(column, name));
+        self
+    }
+
+    /// The whole table description at once.
+    pub fn lock_table(mut self, table: LockTable) -> Self {
+        self.table = Ok(table);
+        self
+    }
+
+    /// Whose clock decides expiry: [`TimeSource::Server`] (default: the database's clock; for
+    /// SQLite the clock of the machine holding the file, shared by every process using it) or
+    /// [`TimeSource::Client`] (each node's clock, bound as a parameter).
+    pub fn time_source(mut self, time_source: TimeSource) -> Self {
+        self.time_source = time_source;
+        self
+    }
+
+    /// Creates the table at connect if it does not exist, with the fencing column when
+    /// `fencing` is true. An existing table is left as it is.
+    pub fn create_table_if_missing(mut self, fencing: bool) -> Self {
+        self.create_table = Some(fencing);
+        self
+    }
+
+    /// The bound on connecting (opening the file, for SQLite) and on each wait for a pooled
+    /// connection (default 5 s), so an unreachable database is an error, not a hang.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The bound on each lock statement (default 5 s). For a pool opened from a URL it is also
+    /// the database's own bound, so a statement given up here gives up on the server too:
+    /// PostgreSQL's `statement_timeout`, MySQL's `innodb_lock_wait_timeout` (whole seconds),
+    /// SQLite's busy timeout (how long a statement waits for another writer's file lock).
+    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+
+    /// The pool size when connecting from a URL (default 10); ignored for a given pool.
+    pub fn max_connections(mut self, max: u32) -> Self {
+        self.max_connections = max;
+        self
+    }
+
+    /// The readable part of `locked_by` (default: the host name, as ShedLock).
+    pub fn holder(mut self, holder: impl Into<String>) -> Self {
+        self.holder = Some(holder.into());
+        self
+    }
+
+    /// The node clock, used for lock decisions only with [`TimeSource::Client`].
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Connects, creates the table if asked, checks it, and returns the provider.
+    pub async fn build(self) -> Result<SqlLockProvider<B>, LockError> {
+        let target = self.source.describe();
+        let table = self.table.map_err(bad_table::<B>)?;
+        let timeout = self.connect_timeout;
+        let pool = match self.source {
+            Source::Pool(pool) => pool,
+            Source::Url(url) => {
+                let options = url_options::<B>(&url, &target, self.operation_timeout)?;
+                // One direct connection first: its error says why (refused, no such host,
+                // authentication), where a pool would only report that it timed out.
+                match tokio::time::timeout(timeout, options.connect()).await {
+                    Ok(Ok(connection)) => {
+                        let _ = connection.close().await;
+                    }
+                    Ok(Err(e)) => {
+                        return Err(LockError::backend(
+                            B::PROVIDER,
+                            Operation::Connect,
+                            "",
+                            format!("{target}: cannot connect: {e}"),
+                            e,
+                        ));
+                    }
+                    Err(_) => {
+                        return Err(connect_error::<B>(format!(
+                            "{target}: no connection within {timeout:?} (is the server reachable?)"
+                        )));
+                    }
+                }
+                pool_options::<B>(self.max_connections, timeout, self.operation_timeout)
+                    .connect_lazy_with(options)
+            }
+        };
+        let connecting = SqlStorage::connect(
+            pool,
+            table,
+            self.time_source,
+            self.create_table,
+            target.clone(),
+        );
+        let storage = match tokio::time::timeout(timeout, connecting).await {
+            Ok(result) => result.map_err(|e| add_target(e, &target))?,
+            Err(_) => {
+                return Err(connect_error::<B>(format!(
+                    "{target}: no answer within {timeout:?} (is the server reachable?)"
+                )));
+            }
+        };
+        Ok(SqlLockProvider::new(
+            storage,
+            self.operation_timeout,
+            self.holder,
+            self.clock,
+        ))
+    }
+
+    /// Builds the provider without connecting or reading the catalog, for an application that
+    /// must start while the database is down: the first lock statement connects, and an
+    /// unreachable database is then that statement's error.
+    ///
+    /// The table is trusted to be exactly what the provider crate's `create_table_statement`
+    /// creates for the configured names (with the fencing column when `fencing` is true);
+    /// nothing checks it, so prefer [`build`](Self::build) whenever the database is up.
+    pub fn build_without_connecting(self, fencing: bool) -> Result<SqlLockProvider<B>, LockError> {
+        let target = self.source.describe();
+        let table = self.table.map_err(bad_table::<B>)?;
+        let pool = match self.source {
+            Source::Pool(pool) => pool,
+            Source::Url(url) => {
+                let options = url_options::<B>(&url, &target, self.operation_timeout)?;
+                pool_options::<B>(
+                    self.max_connections,
+                    self.connect_timeout,
+                    self.operation_timeout,
+                )
+                .connect_lazy_with(options)
+            }
+        };
+        let storage = SqlStorage::unchecked(pool, table, self.time_source, fencing, target);
+        Ok(SqlLockProvider::new(
+            storage,
+            self.operation_timeout,
+            self.holder,
+            self.clock,
+        ))
+    }
+}
+
+fn connect_error<B: SqlBackend>(message: String) -> LockError {
+    LockError::backend_message(B::PROVIDER, Operation::Connect, "", message)
+}
+
+fn bad_table<B: SqlBackend>(error: IdentifierError) -> LockError {
+    connect_error::<B>(format!("bad lock table configuration: {error}"))
+}
+
+/// Parses `url` into connect options with the backend's session settings.
+fn url_options<B: SqlBackend>(
+    url: &str,
+    target: &str,
+    operation_timeout: Duration,
+) -> Result<ConnectOptionsOf<B::Database>, LockError> {
+    let options = ConnectOptionsOf::<B::Database>::from_str(url).map_err(|e| {
+        LockError::backend(
+            B::PROVIDER,
+            Operation::Connect,
+            "",
+            format!("{target} is not a valid {} URL", B::DATABASE_NAME),
+            e,
+        )
+    })?;
+    Ok(B::session_options(options, operation_timeout))
+}
+
+/// The settings of a pool a provider opens from a URL.
+fn pool_options<B: SqlBackend>(
+    max_connections: u32,
+    connect_timeout: Duration,
+    operation_timeout: Duration,
+) -> sqlx::pool::PoolOptions<B::Database> {
+    B::pool_options(operation_timeout)
+        .max_connections(max_connections)
+        .acquire_timeout(connect_timeout)
+}
+
+/// Prefixes a connect error with the redacted target, so the message says which database.
+fn add_target(error: LockError, target: &str) -> LockError {
+    match error {
+        LockError::Backend {
+            provider,
+            operation,
+            name,
+            message,
+            source,
+        } => LockError::Backend {
+            provider,
+            operation,
+            name,
+            message: format!("{target}: {message}"),
+            source,
+        },
+        other => other,
+    }
+}
+
+/// A lock provider on a SQL table: one node's view of it.
+///
+/// Each provider crate names it for its database (`PostgresLockProvider`,
+/// `MySqlLockProvider`, `SqliteLockProvider`), and documents its table and statements there.
+///
+/// Cloning is not offered; call [`node`](Self::node) for another node on the same pool and
+/// table (with its own name cache), as tests of several nodes do.
+pub struct SqlLockProvider<B: SqlBackend> {
+    inner: StorageBasedLockProvider,
+    storage: Arc<SqlStorage<B>>,
+    operation_timeout: Duration,
+}
+
+impl<B: SqlBackend> fmt::Debug for SqlLockProvider<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqlLockProvider")
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+impl<B: SqlBackend> SqlLockProvider<B> {
+    /// A builder that opens its own pool from `url` (`postgres://user@host:5432/db`,
+    /// `mysql://user@host:3306/db`, `sqlite://locks.db?mode=rwc`).
+    pub fn builder_from_url(url: impl Into<String>) -> SqlLockProviderBuilder<B> {
+        SqlLockProviderBuilder::new(Source::Url(url.into()))
+    }
+
+    /// A builder on an existing pool; lock statements take a connection from it per statement,
+    /// never joining a transaction of yours.
+    pub fn builder(pool: Pool<B::Database>) -> SqlLockProviderBuilder<B> {
+        SqlLockProviderBuilder::new(Source::Pool(pool))
+    }
+
+    /// Connects to `url` with every default: ShedLock's table, server time.
+    pub async fn connect(url: impl Into<String>) -> Result<Self, LockError> {
+        Self::builder_from_url(url).build().await
+    }
+
+    fn new(
+        storage: SqlStorage<B>,
+        operation_timeout: Duration,
+        holder: Option<String>,
+        clock: Option<Arc<dyn Clock>>,
+    ) -> Self {
+        let mut provider = Self::on_storage(Arc::new(storage), operation_timeout);
+        if let Some(holder) = holder {
+            provider = provider.with_holder(holder);
+        }
+        if let Some(clock) = clock {
+            provider = provider.with_clock(clock);
+        }
+        provider
+    }
+
+    fn on_storage(storage: Arc<SqlStorage<B>>, operation_timeout: Duration) -> Self {
+        Self {
+            inner: StorageBasedLockProvider::from_arc(storage.clone())
+                .with_operation_timeout(operation_timeout),
+            storage,
+            operation_timeout,
+        }
+    }
+
+    /// Another node on the same pool and table: the host name as holder, the system clock, and
+    /// a name cache of its own.
+    pub fn node(&self) -> Self {
+        Self::on_storage(self.storage.clone(), self.operation_timeout)
+    }
+
+    /// This node's clock (see [`SqlLockProviderBuilder::clock`]).
+    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            inner: self.inner.with_clock(clock),
+            ..self
+        }
+    }
+
+    /// This node's holder name (see [`SqlLockProviderBuilder::holder`]).
+    pub fn with_holder(self, holder: impl Into<String>) -> Self {
+        Self {
+            inner: self.inner.with_holder(holder),
+            ..self
+        }
+    }
+
+    /// Forgets which names this node has seen, as a restarted node would.
+    pub fn clear_name_cache(&self) {
+        self.inner.clear_name_cache();
+    }
+
+    /// The pool the statements run on.
+    pub fn pool(&self) -> &Pool<B::Database> {
+        self.storage.pool()
+    }
+
+    /// The table the provider uses.
+    pub fn lock_table(&self) -> &LockTable {
+        self.storage.table()
+    }
+
+    /// Whether the table has the fencing column, so acquisitions carry tokens.
+    pub fn has_fencing(&self) -> bool {
+        self.storage.schema().fencing
+    }
+
+    /// The backend as connecting found it, for what only one database has (MySQL's
+    /// `flavor()`: MySQL or MariaDB).
+    pub fn backend(&self) -> &B {
+        self.storage.backend()
+    }
+}
+
+#[async_trait]
+impl<B: SqlBackend> LockProvider for SqlLockProvider<B> {
+    async fn try_lock(&self, config: &LockConfiguration) -> Result<Acquisition, LockError> {
+        self.inner.try_lock(config).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+}

@@ -1,0 +1,204 @@
+//! The lock table as core's [`LockStorage`], for any [`SqlBackend`]: the checks and outcomes
+//! every SQL provider shares, around the backend's own statements.
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use shedlock_core::{
+    Capabilities, HeldRecord, LockError, LockRecord, LockStorage, Operation, RecordOutcome,
+    TimeSource,
+};
+use sqlx::Pool;
+
+use crate::backend::{AcquireStatement, HeldStatement, SqlBackend, statement_error};
+use crate::schema::TableSchema;
+use crate::table::{Column, LockTable};
+
+/// The lock table on one database: its pool, what connecting found, and the backend's
+/// statements for it.
+pub(crate) struct SqlStorage<B: SqlBackend> {
+    pool: Pool<B::Database>,
+    table: LockTable,
+    schema: TableSchema,
+    time_source: TimeSource,
+    backend: B,
+    /// Where the pool points, without secrets.
+    target: String,
+}
+
+impl<B: SqlBackend> fmt::Debug for SqlStorage<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqlStorage")
+            .field("provider", &B::PROVIDER)
+            .field("target", &self.target)
+            .field("table", &self.table.table().to_string())
+            .field("time_source", &self.time_source)
+            .field("fencing", &self.schema.fencing)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: SqlBackend> SqlStorage<B> {
+    /// Reads and checks the table (creating it first when asked) and prepares the statements.
+    pub(crate) async fn connect(
+        pool: Pool<B::Database>,
+        table: LockTable,
+        time_source: TimeSource,
+        create_table: Option<bool>,
+        target: String,
+    ) -> Result<Self, LockError> {
+        let (backend, schema) = B::connect(&pool, &table, time_source, create_table).await?;
+        Ok(Self {
+            pool,
+            table,
+            schema,
+            time_source,
+            backend,
+            target,
+        })
+    }
+
+    /// Storage that trusts `table` to be ShedLock's table as the backend's
+    /// `create_table_statement` makes it (`VARCHAR(64)` names, `VARCHAR(255)` holders,
+    /// millisecond times, the fencing column when `fencing`), without connecting: the first
+    /// statement connects.
+    pub(crate) fn unchecked(
+        pool: Pool<B::Database>,
+        table: LockTable,
+        time_source: TimeSource,
+        fencing: bool,
+        target: String,
+    ) -> Self {
+        let schema = TableSchema {
+            max_name_chars: Some(64),
+            max_locked_by_chars: Some(255),
+            time_precision: Duration::from_millis(1),
+            timestamps_with_time_zone: false,
+            fencing,
+        };
+        let backend = B::unchecked(&table, &schema, time_source);
+        Self {
+            pool,
+            table,
+            schema,
+            time_source,
+            backend,
+            target,
+        }
+    }
+
+    pub(crate) fn pool(&self) -> &Pool<B::Database> {
+        &self.pool
+    }
+
+    pub(crate) fn table(&self) -> &LockTable {
+        &self.table
+    }
+
+    pub(crate) fn schema(&self) -> &TableSchema {
+        &self.schema
+    }
+
+    pub(crate) fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// A holder identity the `locked_by` column cannot hold is an error, never truncated.
+    fn check_locked_by(&self, name: &str, locked_by: &str) -> Result<(), LockError> {
+        match self.schema.max_locked_by_chars {
+            Some(max) if locked_by.chars().count() > max => Err(LockError::backend_message(
+                B::PROVIDER,
+                Operation::Acquire,
+                name,
+                format!(
+                    "the holder identity {locked_by:?} is {} characters, longer than column {} \
+                     allows ({max}); choose a shorter holder name (with_holder)",
+                    locked_by.chars().count(),
+                    self.table.column(Column::LockedBy)
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    async fn acquire(
+        &self,
+        statement: AcquireStatement,
+        record: &LockRecord<'_>,
+    ) -> Result<RecordOutcome, LockError> {
+        self.check_locked_by(record.name, record.locked_by)?;
+        Ok(
+            match self.backend.acquire(&self.pool, statement, record).await? {
+                None => RecordOutcome::NotAcquired(None),
+                Some(token) => RecordOutcome::Acquired {
+                    fencing_token: self.schema.fencing.then_some(token),
+                },
+            },
+        )
+    }
+
+    async fn change_held(
+        &self,
+        statement: HeldStatement,
+        held: &HeldRecord,
+        duration: Duration,
+        now: SystemTime,
+    ) -> Result<bool, LockError> {
+        self.backend
+            .change_held(&self.pool, statement, held, duration, now)
+            .await
+            .map_err(|e| statement_error::<B>(statement.operation(), &held.name, e))
+    }
+}
+
+#[async_trait]
+impl<B: SqlBackend> LockStorage for SqlStorage<B> {
+    fn provider_name(&self) -> &'static str {
+        B::PROVIDER
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let capabilities = Capabilities::new(self.time_source)
+            .with_extend(true)
+            .with_fencing(self.schema.fencing)
+            .with_time_precision(self.schema.time_precision);
+        match self.schema.max_name_chars {
+            Some(max) => capabilities.with_max_name_chars(max),
+            None => capabilities,
+        }
+    }
+
+    fn check_name(&self, name: &str) -> Result<(), LockError> {
+        self.capabilities().check_name_length(B::PROVIDER, name)?;
+        self.backend.check_name(name)
+    }
+
+    fn update_creates_missing_record(&self) -> bool {
+        true
+    }
+
+    async fn insert_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
+        self.acquire(AcquireStatement::InsertOnly, record).await
+    }
+
+    async fn update_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
+        self.acquire(AcquireStatement::InsertOrTakeOver, record)
+            .await
+    }
+
+    async fn extend(
+        &self,
+        held: &HeldRecord,
+        lock_at_most_for: Duration,
+        now: SystemTime,
+    ) -> Result<bool, LockError> {
+        self.change_held(HeldStatement::Extend, held, lock_at_most_for, now)
+            .await
+    }
+
+    async fn unlock(&self, held: &HeldRecord, now: SystemTime) -> Result<bool, LockError> {
+        self.change_held(HeldStatement::Release, held, held.lock_at_least_for, now)
+            .await
+    }
+}
