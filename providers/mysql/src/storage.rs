@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime};
 use chrono::{DateTime, NaiveDateTime, Utc};
 use shedlock_core::{HeldRecord, LockError, LockRecord, Operation, TimeSource};
 use shedlock_sql::{
-    AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement, LockTable,
-    SqlBackend, TableSchema, statement_error,
+    AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement, LockStatements,
+    LockTable, SqlBackend, TableSchema, statement_error,
 };
 use sqlx::mysql::{
     MySql, MySqlArguments, MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlQueryResult,
@@ -132,124 +132,118 @@ impl Writer {
     }
 }
 
-#[derive(Debug)]
-struct Statements {
-    acquire: Statement,
-    insert: Statement,
-    release: Statement,
-    extend: Statement,
-}
+fn prepare_statements(
+    table: &LockTable,
+    schema: &TableSchema,
+    time_source: TimeSource,
+) -> LockStatements<Statement> {
+    let q = |c| table.quoted(DIALECT, c);
+    let (t, name, until, at, by, fence) = (
+        table.quoted_table(DIALECT),
+        q(Column::Name),
+        q(Column::LockUntil),
+        q(Column::LockedAt),
+        q(Column::LockedBy),
+        q(Column::FencingToken),
+    );
+    let mut w = Writer::new(time_source);
 
-impl Statements {
-    fn new(table: &LockTable, schema: &TableSchema, time_source: TimeSource) -> Self {
-        let q = |c| table.quoted(DIALECT, c);
-        let (t, name, until, at, by, fence) = (
-            table.quoted_table(DIALECT),
-            q(Column::Name),
-            q(Column::LockUntil),
-            q(Column::LockedAt),
-            q(Column::LockedBy),
-            q(Column::FencingToken),
-        );
-        let mut w = Writer::new(time_source);
+    // The insert half, shared by acquire and insert. `LAST_INSERT_ID(1)` marks "inserted":
+    // the server reports the last `LAST_INSERT_ID(expr)` of the statement as its insert id.
+    let fence_col = if schema.fencing {
+        format!(", {fence}")
+    } else {
+        String::new()
+    };
+    let values = |w: &mut Writer| {
+        w.sql(&format!(
+            "INSERT INTO {t} ({name}, {until}, {at}, {by}{fence_col}) VALUES ("
+        ))
+        .param(Param::Name)
+        .sql(", ")
+        .now_plus()
+        .sql(", ")
+        .now()
+        .sql(", IF(LAST_INSERT_ID(1) > 0, ")
+        .param(Param::LockedBy)
+        .sql(", NULL)");
+        if schema.fencing {
+            w.sql(", 1");
+        }
+        w.sql(")");
+    };
 
-        // The insert half, shared by acquire and insert. `LAST_INSERT_ID(1)` marks "inserted":
-        // the server reports the last `LAST_INSERT_ID(expr)` of the statement as its insert id.
-        let fence_col = if schema.fencing {
-            format!(", {fence}")
-        } else {
-            String::new()
-        };
-        let values = |w: &mut Writer| {
-            w.sql(&format!(
-                "INSERT INTO {t} ({name}, {until}, {at}, {by}{fence_col}) VALUES ("
-            ))
-            .param(Param::Name)
+    // Acquire: every assignment is conditioned on the old lock_until, which is assigned
+    // last, so the conditions read the old row whether the server evaluates assignments
+    // left to right (MySQL, MariaDB) or simultaneously (MariaDB's SIMULTANEOUS_ASSIGNMENT).
+    // The taken branch sets the insert id to the new token (or 1), the other to 0.
+    values(&mut w);
+    w.sql(" ON DUPLICATE KEY UPDATE ");
+    if schema.fencing {
+        w.sql(&format!("{fence} = IF({until} <= "))
+            .now()
+            .sql(&format!(
+                ", LAST_INSERT_ID(COALESCE({fence}, 0) + 1), {fence}), "
+            ));
+        w.sql(&format!("{by} = IF({until} <= "))
+            .now()
             .sql(", ")
-            .now_plus()
-            .sql(", ")
+            .param(Param::LockedBy);
+    } else {
+        w.sql(&format!("{by} = IF({until} <= "))
             .now()
             .sql(", IF(LAST_INSERT_ID(1) > 0, ")
             .param(Param::LockedBy)
             .sql(", NULL)");
-            if schema.fencing {
-                w.sql(", 1");
-            }
-            w.sql(")");
-        };
+    }
+    w.sql(&format!(", IF(LAST_INSERT_ID(0) = 0, {by}, NULL)), "));
+    w.sql(&format!("{at} = IF({until} <= "))
+        .now()
+        .sql(", ")
+        .now()
+        .sql(&format!(", {at}), "));
+    w.sql(&format!("{until} = IF({until} <= "))
+        .now()
+        .sql(", ")
+        .now_plus()
+        .sql(&format!(", {until})"));
+    let acquire = w.finish();
 
-        // Acquire: every assignment is conditioned on the old lock_until, which is assigned
-        // last, so the conditions read the old row whether the server evaluates assignments
-        // left to right (MySQL, MariaDB) or simultaneously (MariaDB's SIMULTANEOUS_ASSIGNMENT).
-        // The taken branch sets the insert id to the new token (or 1), the other to 0.
-        values(&mut w);
-        w.sql(" ON DUPLICATE KEY UPDATE ");
-        if schema.fencing {
-            w.sql(&format!("{fence} = IF({until} <= "))
-                .now()
-                .sql(&format!(
-                    ", LAST_INSERT_ID(COALESCE({fence}, 0) + 1), {fence}), "
-                ));
-            w.sql(&format!("{by} = IF({until} <= "))
-                .now()
-                .sql(", ")
-                .param(Param::LockedBy);
-        } else {
-            w.sql(&format!("{by} = IF({until} <= "))
-                .now()
-                .sql(", IF(LAST_INSERT_ID(1) > 0, ")
-                .param(Param::LockedBy)
-                .sql(", NULL)");
-        }
-        w.sql(&format!(", IF(LAST_INSERT_ID(0) = 0, {by}, NULL)), "));
-        w.sql(&format!("{at} = IF({until} <= "))
-            .now()
-            .sql(", ")
-            .now()
-            .sql(&format!(", {at}), "));
-        w.sql(&format!("{until} = IF({until} <= "))
-            .now()
-            .sql(", ")
-            .now_plus()
-            .sql(&format!(", {until})"));
-        let acquire = w.finish();
+    // Insert only: an existing row, held or not, is left alone (the no-op assignment
+    // resets the insert id to 0, so "not inserted" is visible).
+    values(&mut w);
+    w.sql(&format!(
+        " ON DUPLICATE KEY UPDATE {by} = IF(LAST_INSERT_ID(0) = 0, {by}, NULL)"
+    ));
+    let insert = w.finish();
 
-        // Insert only: an existing row, held or not, is left alone (the no-op assignment
-        // resets the insert id to 0, so "not inserted" is visible).
-        values(&mut w);
-        w.sql(&format!(
-            " ON DUPLICATE KEY UPDATE {by} = IF(LAST_INSERT_ID(0) = 0, {by}, NULL)"
-        ));
-        let insert = w.finish();
+    w.sql(&format!("UPDATE {t} SET {until} = GREATEST("))
+        .now()
+        .sql(", TIMESTAMPADD(MICROSECOND, ")
+        .param(Param::Micros)
+        .sql(&format!(", {at})) WHERE {name} = "))
+        .param(Param::Name)
+        .sql(&format!(" AND {by} = "))
+        .param(Param::LockedBy)
+        .sql(&format!(" AND {until} > "))
+        .now();
+    let release = w.finish();
 
-        w.sql(&format!("UPDATE {t} SET {until} = GREATEST("))
-            .now()
-            .sql(", TIMESTAMPADD(MICROSECOND, ")
-            .param(Param::Micros)
-            .sql(&format!(", {at})) WHERE {name} = "))
-            .param(Param::Name)
-            .sql(&format!(" AND {by} = "))
-            .param(Param::LockedBy)
-            .sql(&format!(" AND {until} > "))
-            .now();
-        let release = w.finish();
+    w.sql(&format!("UPDATE {t} SET {until} = "))
+        .now_plus()
+        .sql(&format!(" WHERE {name} = "))
+        .param(Param::Name)
+        .sql(&format!(" AND {by} = "))
+        .param(Param::LockedBy)
+        .sql(&format!(" AND {until} > "))
+        .now();
+    let extend = w.finish();
 
-        w.sql(&format!("UPDATE {t} SET {until} = "))
-            .now_plus()
-            .sql(&format!(" WHERE {name} = "))
-            .param(Param::Name)
-            .sql(&format!(" AND {by} = "))
-            .param(Param::LockedBy)
-            .sql(&format!(" AND {until} > "))
-            .now();
-        let extend = w.finish();
-
-        Self {
-            acquire,
-            insert,
-            release,
-            extend,
-        }
+    LockStatements {
+        acquire,
+        insert,
+        release,
+        extend,
     }
 }
 
@@ -270,7 +264,7 @@ struct NameColumn {
 /// statements prepared for one table.
 #[derive(Debug)]
 pub struct MySqlBackend {
-    statements: Statements,
+    statements: LockStatements<Statement>,
     name_column: NameColumn,
     flavor: Flavor,
 }
@@ -504,7 +498,7 @@ impl SqlBackend for MySqlBackend {
             );
         }
         let backend = Self {
-            statements: Statements::new(table, &schema, time_source),
+            statements: prepare_statements(table, &schema, time_source),
             name_column,
             flavor,
         };
@@ -515,7 +509,7 @@ impl SqlBackend for MySqlBackend {
     /// `utf8mb4` names, on MySQL.
     fn unchecked(table: &LockTable, schema: &TableSchema, time_source: TimeSource) -> Self {
         Self {
-            statements: Statements::new(table, schema, time_source),
+            statements: prepare_statements(table, schema, time_source),
             name_column: NameColumn::default(),
             flavor: Flavor::MySql,
         }
@@ -554,10 +548,7 @@ impl SqlBackend for MySqlBackend {
         statement: AcquireStatement,
         record: &LockRecord<'_>,
     ) -> Result<Option<u64>, LockError> {
-        let statement = match statement {
-            AcquireStatement::InsertOnly => &self.statements.insert,
-            AcquireStatement::InsertOrTakeOver => &self.statements.acquire,
-        };
+        let statement = self.statements.for_acquire(statement);
         let done: MySqlQueryResult = self
             .bind(
                 statement,
@@ -600,10 +591,7 @@ impl SqlBackend for MySqlBackend {
         duration: Duration,
         now: SystemTime,
     ) -> Result<bool, sqlx::Error> {
-        let statement = match statement {
-            HeldStatement::Release => &self.statements.release,
-            HeldStatement::Extend => &self.statements.extend,
-        };
+        let statement = self.statements.for_held(statement);
         let done = self
             .bind(statement, &held.name, &held.locked_by, duration, now)
             .execute(pool)
@@ -626,7 +614,7 @@ mod tests {
             timestamps_with_time_zone: false,
             fencing: false,
         };
-        let statements = Statements::new(&LockTable::default(), &schema, TimeSource::Server);
+        let statements = prepare_statements(&LockTable::default(), &schema, TimeSource::Server);
         let sql = &*statements.acquire.sql;
         assert!(!sql.contains("VALUES("), "no VALUES() function: {sql}");
         assert!(!sql.contains(" AS "), "no row alias: {sql}");

@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime};
 use chrono::{DateTime, Utc};
 use shedlock_core::{HeldRecord, LockError, LockRecord, Operation, TimeSource};
 use shedlock_sql::{
-    AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement, LockTable,
-    SqlBackend, TableSchema, statement_error,
+    AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement, LockStatements,
+    LockTable, SqlBackend, TableSchema, statement_error,
 };
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgPool};
 use sqlx::query::Query;
@@ -42,73 +42,66 @@ pub fn create_table_statement(table: &LockTable, fencing: bool) -> String {
     )
 }
 
-/// The statements for one table, built once at connect from validated, quoted identifiers.
-#[derive(Debug)]
-struct Statements {
-    acquire: Arc<str>,
-    insert: Arc<str>,
-    release: Arc<str>,
-    extend: Arc<str>,
-}
-
-impl Statements {
-    /// `$1` name, `$2` locked_by, `$3` seconds (f64), `$4` the node's now (client time only).
-    fn new(table: &LockTable, schema: &TableSchema, time_source: TimeSource) -> Self {
-        let q = |c| table.quoted(DIALECT, c);
-        let (t, name, until, at, by, fence) = (
-            table.quoted_table(DIALECT),
-            q(Column::Name),
-            q(Column::LockUntil),
-            q(Column::LockedAt),
-            q(Column::LockedBy),
-            q(Column::FencingToken),
-        );
-        let now = match (time_source, schema.timestamps_with_time_zone) {
-            // ShedLock's own server-time expression: UTC wall time, for TIMESTAMP columns.
-            (TimeSource::Server, false) => "timezone('utc', CURRENT_TIMESTAMP)",
-            // An instant, for TIMESTAMPTZ columns; no session time zone is involved either way.
-            (TimeSource::Server, true) => "CURRENT_TIMESTAMP",
-            (TimeSource::Client, _) => "$4",
-        };
-        let (fence_insert_col, fence_insert_val, fence_update, returning) = if schema.fencing {
-            (
-                format!(", {fence}"),
-                ", 1".to_owned(),
-                format!(", {fence} = COALESCE(lock_row.{fence}, 0) + 1"),
-                format!("lock_row.{fence}::int8"),
-            )
-        } else {
-            (
-                String::new(),
-                String::new(),
-                String::new(),
-                "0::int8".to_owned(),
-            )
-        };
-        let values = format!(
-            "INSERT INTO {t} AS lock_row ({name}, {until}, {at}, {by}{fence_insert_col}) \
-             VALUES ($1, {now} + make_interval(secs => $3), {now}, $2{fence_insert_val})"
-        );
-        let acquire = format!(
-            "{values} ON CONFLICT ({name}) DO UPDATE SET {until} = EXCLUDED.{until}, \
-             {at} = EXCLUDED.{at}, {by} = EXCLUDED.{by}{fence_update} \
-             WHERE lock_row.{until} <= {now} RETURNING {returning}"
-        );
-        let insert = format!("{values} ON CONFLICT ({name}) DO NOTHING RETURNING {returning}");
-        let release = format!(
-            "UPDATE {t} SET {until} = GREATEST({now}, {at} + make_interval(secs => $3)) \
-             WHERE {name} = $1 AND {by} = $2 AND {until} > {now}"
-        );
-        let extend = format!(
-            "UPDATE {t} SET {until} = {now} + make_interval(secs => $3) \
-             WHERE {name} = $1 AND {by} = $2 AND {until} > {now}"
-        );
-        Self {
-            acquire: acquire.into(),
-            insert: insert.into(),
-            release: release.into(),
-            extend: extend.into(),
-        }
+/// `$1` name, `$2` locked_by, `$3` seconds (f64), `$4` the node's now (client time only).
+fn prepare_statements(
+    table: &LockTable,
+    schema: &TableSchema,
+    time_source: TimeSource,
+) -> LockStatements<Arc<str>> {
+    let q = |c| table.quoted(DIALECT, c);
+    let (t, name, until, at, by, fence) = (
+        table.quoted_table(DIALECT),
+        q(Column::Name),
+        q(Column::LockUntil),
+        q(Column::LockedAt),
+        q(Column::LockedBy),
+        q(Column::FencingToken),
+    );
+    let now = match (time_source, schema.timestamps_with_time_zone) {
+        // ShedLock's own server-time expression: UTC wall time, for TIMESTAMP columns.
+        (TimeSource::Server, false) => "timezone('utc', CURRENT_TIMESTAMP)",
+        // An instant, for TIMESTAMPTZ columns; no session time zone is involved either way.
+        (TimeSource::Server, true) => "CURRENT_TIMESTAMP",
+        (TimeSource::Client, _) => "$4",
+    };
+    let (fence_insert_col, fence_insert_val, fence_update, returning) = if schema.fencing {
+        (
+            format!(", {fence}"),
+            ", 1".to_owned(),
+            format!(", {fence} = COALESCE(lock_row.{fence}, 0) + 1"),
+            format!("lock_row.{fence}::int8"),
+        )
+    } else {
+        (
+            String::new(),
+            String::new(),
+            String::new(),
+            "0::int8".to_owned(),
+        )
+    };
+    let values = format!(
+        "INSERT INTO {t} AS lock_row ({name}, {until}, {at}, {by}{fence_insert_col}) \
+         VALUES ($1, {now} + make_interval(secs => $3), {now}, $2{fence_insert_val})"
+    );
+    let acquire = format!(
+        "{values} ON CONFLICT ({name}) DO UPDATE SET {until} = EXCLUDED.{until}, \
+         {at} = EXCLUDED.{at}, {by} = EXCLUDED.{by}{fence_update} \
+         WHERE lock_row.{until} <= {now} RETURNING {returning}"
+    );
+    let insert = format!("{values} ON CONFLICT ({name}) DO NOTHING RETURNING {returning}");
+    let release = format!(
+        "UPDATE {t} SET {until} = GREATEST({now}, {at} + make_interval(secs => $3)) \
+         WHERE {name} = $1 AND {by} = $2 AND {until} > {now}"
+    );
+    let extend = format!(
+        "UPDATE {t} SET {until} = {now} + make_interval(secs => $3) \
+         WHERE {name} = $1 AND {by} = $2 AND {until} > {now}"
+    );
+    LockStatements {
+        acquire: acquire.into(),
+        insert: insert.into(),
+        release: release.into(),
+        extend: extend.into(),
     }
 }
 
@@ -116,7 +109,7 @@ impl Statements {
 /// settings, its catalog checks, and the statements prepared for one table.
 #[derive(Debug)]
 pub struct PostgresBackend {
-    statements: Statements,
+    statements: LockStatements<Arc<str>>,
     time_source: TimeSource,
     /// `TIMESTAMPTZ` columns: client times are bound as instants, not UTC wall times.
     timestamps_with_time_zone: bool,
@@ -232,7 +225,7 @@ impl SqlBackend for PostgresBackend {
 
     fn unchecked(table: &LockTable, schema: &TableSchema, time_source: TimeSource) -> Self {
         Self {
-            statements: Statements::new(table, schema, time_source),
+            statements: prepare_statements(table, schema, time_source),
             time_source,
             timestamps_with_time_zone: schema.timestamps_with_time_zone,
         }
@@ -255,10 +248,7 @@ impl SqlBackend for PostgresBackend {
         statement: AcquireStatement,
         record: &LockRecord<'_>,
     ) -> Result<Option<u64>, LockError> {
-        let sql = match statement {
-            AcquireStatement::InsertOnly => &self.statements.insert,
-            AcquireStatement::InsertOrTakeOver => &self.statements.acquire,
-        };
+        let sql = self.statements.for_acquire(statement);
         let acquire_error = |e| statement_error::<Self>(Operation::Acquire, record.name, e);
         let row = self
             .bind(
@@ -285,10 +275,7 @@ impl SqlBackend for PostgresBackend {
         duration: Duration,
         now: SystemTime,
     ) -> Result<bool, sqlx::Error> {
-        let sql = match statement {
-            HeldStatement::Release => &self.statements.release,
-            HeldStatement::Extend => &self.statements.extend,
-        };
+        let sql = self.statements.for_held(statement);
         let done = self
             .bind(sql, &held.name, &held.locked_by, duration, now)
             .execute(pool)

@@ -119,6 +119,38 @@ impl HeldStatement {
     }
 }
 
+/// The four lock statements for one table, in whatever form a backend keeps them (SQL text,
+/// or text with the order of its parameters), built once at connect.
+#[derive(Debug, Clone)]
+pub struct LockStatements<S> {
+    /// Inserts a new name's row, or takes an expired row over.
+    pub acquire: S,
+    /// Inserts a new name's row only.
+    pub insert: S,
+    /// Releases the caller's own acquisition.
+    pub release: S,
+    /// Extends the caller's own acquisition.
+    pub extend: S,
+}
+
+impl<S> LockStatements<S> {
+    /// The statement that runs `statement`.
+    pub fn for_acquire(&self, statement: AcquireStatement) -> &S {
+        match statement {
+            AcquireStatement::InsertOnly => &self.insert,
+            AcquireStatement::InsertOrTakeOver => &self.acquire,
+        }
+    }
+
+    /// The statement that runs `statement`.
+    pub fn for_held(&self, statement: HeldStatement) -> &S {
+        match statement {
+            HeldStatement::Release => &self.release,
+            HeldStatement::Extend => &self.extend,
+        }
+    }
+}
+
 /// A failed statement of `B` as a lock error, saying what a pool timeout most likely means.
 pub fn statement_error<B: SqlBackend>(
     operation: Operation,

@@ -26,7 +26,9 @@ mod schema;
 mod storage;
 mod table;
 
-pub use backend::{AcquireStatement, ConnectOptionsOf, HeldStatement, SqlBackend, statement_error};
+pub use backend::{
+    AcquireStatement, ConnectOptionsOf, HeldStatement, LockStatements, SqlBackend, statement_error,
+};
 pub use identifier::{Dialect, Identifier, IdentifierError, MAX_IDENTIFIER_LEN, TableName};
 pub use provider::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, SqlLockProvider, SqlLockProviderBuilder,

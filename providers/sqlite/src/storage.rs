@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime};
 use chrono::{DateTime, Utc};
 use shedlock_core::{HeldRecord, LockError, LockRecord, Operation, TimeSource};
 use shedlock_sql::{
-    AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement, LockTable,
-    SqlBackend, TableSchema, statement_error,
+    AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement, LockStatements,
+    LockTable, SqlBackend, TableSchema, statement_error,
 };
 use sqlx::query::Query;
 use sqlx::sqlite::{Sqlite, SqliteArguments, SqliteConnectOptions, SqlitePool};
@@ -44,68 +44,59 @@ pub fn create_table_statement(table: &LockTable, fencing: bool) -> String {
     )
 }
 
-#[derive(Debug)]
-struct Statements {
-    acquire: Arc<str>,
-    insert: Arc<str>,
-    release: Arc<str>,
-    extend: Arc<str>,
-}
-
-impl Statements {
-    /// `?1` name, `?2` locked_by, `?3` a duration modifier (`+1.500 seconds`), `?4` the time:
-    /// `'now'` (SQLite's clock) for server time, the node's UTC time for client time.
-    fn new(table: &LockTable, schema: &TableSchema) -> Self {
-        let q = |c| table.quoted(DIALECT, c);
-        let (t, name, until, at, by, fence) = (
-            table.quoted_table(DIALECT),
-            q(Column::Name),
-            q(Column::LockUntil),
-            q(Column::LockedAt),
-            q(Column::LockedBy),
-            q(Column::FencingToken),
-        );
-        let now = format!("strftime({FORMAT}, ?4)");
-        let now_plus = format!("strftime({FORMAT}, ?4, ?3)");
-        let (fence_col, fence_val, fence_update, returning) = if schema.fencing {
-            (
-                format!(", {fence}"),
-                ", 1".to_owned(),
-                format!(", {fence} = COALESCE({fence}, 0) + 1"),
-                fence.clone(),
-            )
-        } else {
-            (String::new(), String::new(), String::new(), "0".to_owned())
-        };
-        let values = format!(
-            "INSERT INTO {t} ({name}, {until}, {at}, {by}{fence_col}) \
-             VALUES (?1, {now_plus}, {now}, ?2{fence_val})"
-        );
-        Self {
-            acquire: format!(
-                "{values} ON CONFLICT ({name}) DO UPDATE SET {until} = excluded.{until}, \
-                 {at} = excluded.{at}, {by} = excluded.{by}{fence_update} \
-                 WHERE {until} <= {now} RETURNING {returning}"
-            )
-            .into(),
-            insert: format!("{values} ON CONFLICT ({name}) DO NOTHING RETURNING {returning}").into(),
-            release: format!(
-                "UPDATE {t} SET {until} = max({now}, strftime({FORMAT}, {at}, ?3)) \
-                 WHERE {name} = ?1 AND {by} = ?2 AND {until} > {now}"
-            )
-            .into(),
-            extend: format!(
-                "UPDATE {t} SET {until} = {now_plus} WHERE {name} = ?1 AND {by} = ?2 AND {until} > {now}"
-            )
-            .into(),
-        }
+/// `?1` name, `?2` locked_by, `?3` a duration modifier (`+1.500 seconds`), `?4` the time:
+/// `'now'` (SQLite's clock) for server time, the node's UTC time for client time.
+fn prepare_statements(table: &LockTable, schema: &TableSchema) -> LockStatements<Arc<str>> {
+    let q = |c| table.quoted(DIALECT, c);
+    let (t, name, until, at, by, fence) = (
+        table.quoted_table(DIALECT),
+        q(Column::Name),
+        q(Column::LockUntil),
+        q(Column::LockedAt),
+        q(Column::LockedBy),
+        q(Column::FencingToken),
+    );
+    let now = format!("strftime({FORMAT}, ?4)");
+    let now_plus = format!("strftime({FORMAT}, ?4, ?3)");
+    let (fence_col, fence_val, fence_update, returning) = if schema.fencing {
+        (
+            format!(", {fence}"),
+            ", 1".to_owned(),
+            format!(", {fence} = COALESCE({fence}, 0) + 1"),
+            fence.clone(),
+        )
+    } else {
+        (String::new(), String::new(), String::new(), "0".to_owned())
+    };
+    let values = format!(
+        "INSERT INTO {t} ({name}, {until}, {at}, {by}{fence_col}) \
+         VALUES (?1, {now_plus}, {now}, ?2{fence_val})"
+    );
+    LockStatements {
+        acquire: format!(
+            "{values} ON CONFLICT ({name}) DO UPDATE SET {until} = excluded.{until}, \
+             {at} = excluded.{at}, {by} = excluded.{by}{fence_update} \
+             WHERE {until} <= {now} RETURNING {returning}"
+        )
+        .into(),
+        insert: format!("{values} ON CONFLICT ({name}) DO NOTHING RETURNING {returning}").into(),
+        release: format!(
+            "UPDATE {t} SET {until} = max({now}, strftime({FORMAT}, {at}, ?3)) \
+             WHERE {name} = ?1 AND {by} = ?2 AND {until} > {now}"
+        )
+        .into(),
+        extend: format!(
+            "UPDATE {t} SET {until} = {now_plus} WHERE {name} = ?1 AND {by} = ?2 AND {until} > {now}"
+        )
+        .into(),
     }
 }
+
 /// SQLite's side of [`SqliteLockProvider`](crate::SqliteLockProvider): the busy timeout, the
 /// catalog checks, and the statements prepared for one table.
 #[derive(Debug)]
 pub struct SqliteBackend {
-    statements: Statements,
+    statements: LockStatements<Arc<str>>,
     time_source: TimeSource,
 }
 
@@ -242,7 +233,7 @@ impl SqlBackend for SqliteBackend {
 
     fn unchecked(table: &LockTable, schema: &TableSchema, time_source: TimeSource) -> Self {
         Self {
-            statements: Statements::new(table, schema),
+            statements: prepare_statements(table, schema),
             time_source,
         }
     }
@@ -253,10 +244,7 @@ impl SqlBackend for SqliteBackend {
         statement: AcquireStatement,
         record: &LockRecord<'_>,
     ) -> Result<Option<u64>, LockError> {
-        let sql = match statement {
-            AcquireStatement::InsertOnly => &self.statements.insert,
-            AcquireStatement::InsertOrTakeOver => &self.statements.acquire,
-        };
+        let sql = self.statements.for_acquire(statement);
         let acquire_error = |e| statement_error::<Self>(Operation::Acquire, record.name, e);
         let row = self
             .bind(
@@ -283,10 +271,7 @@ impl SqlBackend for SqliteBackend {
         duration: Duration,
         now: SystemTime,
     ) -> Result<bool, sqlx::Error> {
-        let sql = match statement {
-            HeldStatement::Release => &self.statements.release,
-            HeldStatement::Extend => &self.statements.extend,
-        };
+        let sql = self.statements.for_held(statement);
         let done = self
             .bind(sql, &held.name, &held.locked_by, duration, now)
             .execute(pool)
