@@ -1,70 +1,25 @@
 //! The conformance kit against a real MySQL or MariaDB server (`SHEDLOCK_TEST_MYSQL_URL`), on a
 //! ShedLock table with the fencing column, in server time.
 
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+#[path = "../../sql/tests/shared/conformance_harness.rs"]
+mod conformance_harness;
 
-use shedlock_conformance::{
-    Clock, ConformanceHarness, LockError, PlantedRecord, Support, async_trait, backends,
-};
-use shedlock_mysql::MySqlLockProvider;
-use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use std::time::SystemTime;
 
-/// The kit's table: fixed, so repeated runs reuse it; each run's names are unique.
-const TABLE: &str = "shedlock_conformance";
-
-struct Harness {
-    url: String,
-    /// For planting and cleaning records, as another program would.
-    admin: MySqlPool,
-}
+use conformance_harness::{PlantRecords, TABLE};
+use shedlock_conformance::{PlantedRecord, async_trait, backends};
+use shedlock_mysql::MySqlBackend;
+use sqlx::MySqlPool;
 
 fn utc(time: SystemTime) -> chrono::NaiveDateTime {
     chrono::DateTime::<chrono::Utc>::from(time).naive_utc()
 }
 
-fn sql_error(error: sqlx::Error) -> LockError {
-    LockError::backend(
-        "mysql",
-        shedlock_core::Operation::Acquire,
-        "",
-        "harness SQL failed",
-        error,
-    )
-}
-
 #[async_trait]
-impl ConformanceHarness for Harness {
-    type Node = MySqlLockProvider;
+impl PlantRecords for MySqlBackend {
+    const UNREACHABLE_URL: &'static str = "mysql://root:secret@127.0.0.1:1/test";
 
-    fn name(&self) -> &str {
-        "mysql"
-    }
-
-    async fn node(&self, clock: Arc<dyn Clock>) -> Result<MySqlLockProvider, LockError> {
-        MySqlLockProvider::builder_from_url(self.url.clone())
-            .table_name(TABLE)
-            .create_table_if_missing(true)
-            .max_connections(3)
-            .clock(clock)
-            .build()
-            .await
-    }
-
-    async fn unreachable_node(&self) -> Result<Support<MySqlLockProvider>, LockError> {
-        MySqlLockProvider::builder_from_url("mysql://root:secret@127.0.0.1:1/test")
-            .table_name(TABLE)
-            .connect_timeout(Duration::from_secs(2))
-            .build_without_connecting(true)
-            .map(Support::Supported)
-    }
-
-    fn clear_name_cache(&self, node: &MySqlLockProvider) -> Support<()> {
-        node.clear_name_cache();
-        Support::Supported(())
-    }
-
-    async fn write_record(&self, record: &PlantedRecord) -> Result<Support<()>, LockError> {
+    async fn write_record(admin: &MySqlPool, record: &PlantedRecord) -> Result<(), sqlx::Error> {
         let (until, at) = (utc(record.lock_until), utc(record.locked_at));
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {TABLE} (name, lock_until, locked_at, locked_by) VALUES (?, ?, ?, ?) \
@@ -77,38 +32,23 @@ impl ConformanceHarness for Harness {
         .bind(until)
         .bind(at)
         .bind(&record.locked_by)
-        .execute(&self.admin)
-        .await
-        .map_err(sql_error)?;
-        Ok(Support::Supported(()))
+        .execute(admin)
+        .await?;
+        Ok(())
     }
 
-    async fn cleanup(&self, name_prefix: &str) -> Result<(), LockError> {
+    async fn cleanup(admin: &MySqlPool, name_prefix: &str) -> Result<(), sqlx::Error> {
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "DELETE FROM {TABLE} WHERE LEFT(name, CHAR_LENGTH(?)) = ?"
         )))
         .bind(name_prefix)
         .bind(name_prefix)
-        .execute(&self.admin)
-        .await
-        .map_err(sql_error)?;
+        .execute(admin)
+        .await?;
         Ok(())
     }
 }
 
 fn main() -> std::process::ExitCode {
-    shedlock_conformance::run(|| async {
-        let url = backends::mysql_url().await?;
-        let admin = MySqlPoolOptions::new()
-            .max_connections(2)
-            .connect(&url)
-            .await?;
-        // Creates the table before checks run in parallel.
-        MySqlLockProvider::builder(admin.clone())
-            .table_name(TABLE)
-            .create_table_if_missing(true)
-            .build()
-            .await?;
-        Ok(Harness { url, admin })
-    })
+    conformance_harness::run::<MySqlBackend>(backends::mysql_url(), 2)
 }

@@ -2,18 +2,31 @@
 //! outcome is read, schema checks, errors, fencing, time sources, collations and
 //! interoperation with Java ShedLock's own SQL.
 
-mod common;
+#[path = "../../sql/tests/shared/provider_tests.rs"]
+mod shared;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{config, exec, lock, pool, unique, url};
+use shared::{config, exec, lock, unique};
 use shedlock_core::{Clock, LockError, LockProvider, SkewedClock, SystemClock, TimeSource};
 use shedlock_mysql::{Column, Flavor, LockTable, MySqlLockProvider, create_table_statement};
 use sqlx::Row;
 use sqlx::mysql::MySqlPool;
 
 const MINUTE: Duration = Duration::from_secs(60);
+
+fn url() -> String {
+    shared::url_from_env(
+        "SHEDLOCK_TEST_MYSQL_URL",
+        "a MySQL or MariaDB server",
+        "mysql://root@127.0.0.1:3306/test",
+    )
+}
+
+async fn pool() -> MySqlPool {
+    shared::pool(&url()).await
+}
 
 async fn provider_on(table: &str, fencing: bool) -> MySqlLockProvider {
     MySqlLockProvider::builder_from_url(url())

@@ -1,17 +1,30 @@
 //! The PostgreSQL provider against a real server: statements, schema checks, errors, fencing,
 //! time sources and interoperation with Java ShedLock's own SQL.
 
-mod common;
+#[path = "../../sql/tests/shared/provider_tests.rs"]
+mod shared;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{config, exec, lock, pool, unique, url};
+use shared::{config, exec, lock, unique};
 use shedlock_core::{Clock, LockError, LockProvider, SkewedClock, SystemClock, TimeSource};
 use shedlock_postgres::{Column, PostgresLockProvider, create_table_statement};
 use sqlx::Row;
 
 const MINUTE: Duration = Duration::from_secs(60);
+
+fn url() -> String {
+    shared::url_from_env(
+        "SHEDLOCK_TEST_POSTGRES_URL",
+        "a PostgreSQL server",
+        "postgres://postgres@127.0.0.1:5432/test",
+    )
+}
+
+async fn pool() -> sqlx::PgPool {
+    shared::pool(&url()).await
+}
 
 async fn provider_on(table: &str, fencing: bool) -> PostgresLockProvider {
     PostgresLockProvider::builder_from_url(url())

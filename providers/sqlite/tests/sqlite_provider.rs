@@ -1,13 +1,14 @@
 //! The SQLite provider on a real database file: statements, schema checks, errors, fencing,
 //! time sources and rows written by other programs.
 
+#[path = "../../sql/tests/shared/provider_tests.rs"]
+mod shared;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shedlock_core::{
-    Acquisition, Clock, LockConfiguration, LockError, LockHandle, LockProvider, SkewedClock,
-    SystemClock, TimeSource,
-};
+use shared::{config, exec, lock};
+use shedlock_core::{Clock, LockError, LockProvider, SkewedClock, SystemClock, TimeSource};
 use shedlock_sqlite::{Column, SqliteLockProvider};
 use sqlx::sqlite::SqlitePool;
 
@@ -24,32 +25,6 @@ fn database_url() -> String {
 
 async fn admin(url: &str) -> SqlitePool {
     SqlitePool::connect(url).await.unwrap()
-}
-
-async fn exec(pool: &SqlitePool, sql: &str) {
-    sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
-        .execute(pool)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
-
-fn config(name: &str, at_most: Duration, at_least: Duration) -> LockConfiguration {
-    LockConfiguration::new(name, at_most, at_least).unwrap()
-}
-
-async fn lock(
-    provider: &dyn LockProvider,
-    name: &str,
-    at_most: Duration,
-) -> Option<Box<dyn LockHandle>> {
-    match provider
-        .try_lock(&config(name, at_most, Duration::ZERO))
-        .await
-        .unwrap()
-    {
-        Acquisition::Acquired(handle) => Some(handle),
-        Acquisition::NotAcquired(_) => None,
-    }
 }
 
 async fn node(url: &str, fencing: bool) -> SqliteLockProvider {

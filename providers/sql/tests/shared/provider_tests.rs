@@ -1,34 +1,32 @@
-//! What every PostgreSQL test needs: the server from the environment, and table names of its
-//! own so tests run in parallel and again on a persistent database.
+//! What every SQL provider's tests need: the server from the environment, table names of
+//! their own so tests run in parallel and again on a persistent database, and short ways to
+//! run SQL and take locks. Each provider's `tests/<backend>_provider.rs` includes this file
+//! with `#[path]`; a target uses only some of it.
 
 #![allow(dead_code)]
 
 use std::time::Duration;
 
 use shedlock_core::{Acquisition, LockConfiguration, LockHandle, LockProvider};
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::pool::PoolOptions;
+use sqlx::{Database, Executor, IntoArguments, Pool};
 
-/// The environment variable naming the test server.
-pub const URL_VAR: &str = "SHEDLOCK_TEST_POSTGRES_URL";
-
-/// The test server's URL; a missing variable fails the test loudly, it never skips.
-pub fn url() -> String {
-    std::env::var(URL_VAR).unwrap_or_else(|_| {
-        panic!(
-            "{URL_VAR} is not set: these tests need a PostgreSQL server, e.g. \
-             {URL_VAR}=postgres://postgres@127.0.0.1:5432/test"
-        )
+/// The test server's URL from `var`; a missing variable fails the test loudly, it never
+/// skips. `server` and `example` say what to set it to.
+pub fn url_from_env(var: &str, server: &str, example: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| {
+        panic!("{var} is not set: these tests need {server}, e.g. {var}={example}")
     })
 }
 
 /// A pool of our own for setup and inspection SQL.
-pub async fn pool() -> PgPool {
-    PgPoolOptions::new()
+pub async fn pool<DB: Database>(url: &str) -> Pool<DB> {
+    PoolOptions::<DB>::new()
         .max_connections(4)
         .acquire_timeout(Duration::from_secs(5))
-        .connect(&url())
+        .connect(url)
         .await
-        .expect("connect to the PostgreSQL test server")
+        .unwrap_or_else(|e| panic!("connect to the test server: {e}"))
 }
 
 /// A table name no other test or run uses.
@@ -40,7 +38,11 @@ pub fn unique(prefix: &str) -> String {
 }
 
 /// Runs SQL built by the test itself.
-pub async fn exec(pool: &PgPool, sql: &str) {
+pub async fn exec<DB: Database>(pool: &Pool<DB>, sql: &str)
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+{
     sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
         .execute(pool)
         .await
