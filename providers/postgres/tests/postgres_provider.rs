@@ -91,24 +91,8 @@ async fn one_statement_acquire_creates_the_row_excludes_others_and_releases() {
 async fn racing_first_acquires_of_a_new_name_let_exactly_one_in() {
     let table = unique("pg_race");
     let first = provider_on(&table, false).await;
-    let nodes: Vec<_> = (0..8).map(|_| Arc::new(first.node())).collect();
-    for round in 0..5 {
-        let name = format!("race-{round}");
-        let tasks: Vec<_> = nodes
-            .iter()
-            .map(|node| {
-                let (node, name) = (node.clone(), name.clone());
-                tokio::spawn(async move { lock(&*node, &name, MINUTE).await })
-            })
-            .collect();
-        let mut acquired = 0;
-        for task in tasks {
-            if task.await.unwrap().is_some() {
-                acquired += 1;
-            }
-        }
-        assert_eq!(acquired, 1, "round {round}: exactly one of 8 nodes");
-    }
+    let nodes: Vec<Arc<dyn LockProvider>> = (0..8).map(|_| Arc::new(first.node()) as _).collect();
+    shared::exactly_one_racing_node_acquires(&nodes).await;
     exec(&pool().await, &format!("DROP TABLE {table}")).await;
 }
 
@@ -116,37 +100,7 @@ async fn racing_first_acquires_of_a_new_name_let_exactly_one_in() {
 async fn release_keeps_the_lock_until_at_least_and_extend_moves_it() {
     let table = unique("pg_times");
     let node_a = provider_on(&table, false).await;
-    let node_b = node_a.node();
-
-    let held = node_a
-        .try_lock(&config("at-least", MINUTE, Duration::from_millis(600)))
-        .await
-        .unwrap()
-        .into_handle()
-        .unwrap();
-    let released_at = Instant::now();
-    assert!(held.unlock().await.unwrap());
-    assert!(
-        lock(&node_b, "at-least", MINUTE).await.is_none(),
-        "still within at-least"
-    );
-    tokio::time::sleep(
-        Duration::from_millis(600).saturating_sub(released_at.elapsed())
-            + Duration::from_millis(150),
-    )
-    .await;
-    let b = lock(&node_b, "at-least", Duration::from_millis(300)).await;
-    assert!(b.is_some(), "free once at-least has passed");
-
-    // Extend: B holds for 300 ms, extends to 1 min, so A still cannot take it after 500 ms.
-    let b = b.unwrap();
-    assert!(b.extend(MINUTE).await.unwrap());
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        lock(&node_a, "at-least", MINUTE).await.is_none(),
-        "extended"
-    );
-    b.unlock().await.unwrap();
+    shared::release_keeps_at_least_and_extend_moves_the_lock(&node_a, &node_a.node()).await;
     exec(&pool().await, &format!("DROP TABLE {table}")).await;
 }
 
@@ -154,28 +108,8 @@ async fn release_keeps_the_lock_until_at_least_and_extend_moves_it() {
 async fn an_expired_holder_cannot_release_or_extend_the_next_holders_lock() {
     let table = unique("pg_stale");
     let node_a = provider_on(&table, false).await;
-    // Same holder name on purpose: ShedLock would confuse the two, the per-acquisition id must not.
     let node_b = node_a.node().with_holder("rust-node");
-    let stale = lock(&node_a, "job", Duration::from_millis(200))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(350)).await;
-    let current = lock(&node_b, "job", MINUTE)
-        .await
-        .expect("expired, so B takes it");
-    assert!(
-        !stale.extend(MINUTE).await.unwrap(),
-        "stale extend must not touch B's lock"
-    );
-    assert!(
-        !stale.unlock().await.unwrap(),
-        "stale release must not touch B's lock"
-    );
-    assert!(
-        lock(&node_a, "job", MINUTE).await.is_none(),
-        "B still holds it"
-    );
-    assert!(current.unlock().await.unwrap());
+    shared::an_expired_holder_cannot_touch_the_next_holders_lock(&node_a, &node_b).await;
     exec(&pool().await, &format!("DROP TABLE {table}")).await;
 }
 

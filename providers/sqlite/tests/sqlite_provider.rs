@@ -83,80 +83,24 @@ async fn one_statement_acquire_creates_the_row_excludes_others_and_releases() {
 #[tokio::test]
 async fn racing_nodes_on_one_file_let_exactly_one_in() {
     let url = database_url();
-    let mut nodes = Vec::new();
+    let mut nodes: Vec<Arc<dyn LockProvider>> = Vec::new();
     for _ in 0..6 {
         nodes.push(Arc::new(node(&url, true).await));
     }
-    for round in 0..5 {
-        let name = format!("race-{round}");
-        let tasks: Vec<_> = nodes
-            .iter()
-            .map(|node| {
-                let (node, name) = (node.clone(), name.clone());
-                tokio::spawn(async move { lock(&*node, &name, MINUTE).await })
-            })
-            .collect();
-        let mut acquired = 0;
-        for task in tasks {
-            if task.await.unwrap().is_some() {
-                acquired += 1;
-            }
-        }
-        assert_eq!(acquired, 1, "round {round}: exactly one of 6 nodes");
-    }
+    shared::exactly_one_racing_node_acquires(&nodes).await;
 }
 
 #[tokio::test]
 async fn release_keeps_the_lock_until_at_least_and_extend_moves_it() {
-    let url = database_url();
-    let node_a = node(&url, false).await;
-    let node_b = node_a.node();
-    let held = node_a
-        .try_lock(&config("at-least", MINUTE, Duration::from_millis(600)))
-        .await
-        .unwrap()
-        .into_handle()
-        .unwrap();
-    let released_at = Instant::now();
-    assert!(held.unlock().await.unwrap());
-    assert!(
-        lock(&node_b, "at-least", MINUTE).await.is_none(),
-        "within at-least"
-    );
-    tokio::time::sleep(
-        Duration::from_millis(600).saturating_sub(released_at.elapsed())
-            + Duration::from_millis(150),
-    )
-    .await;
-    let b = lock(&node_b, "at-least", Duration::from_millis(300))
-        .await
-        .expect("after at-least");
-    assert!(b.extend(MINUTE).await.unwrap());
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        lock(&node_a, "at-least", MINUTE).await.is_none(),
-        "extended"
-    );
-    assert!(b.unlock().await.unwrap());
+    let node_a = node(&database_url(), false).await;
+    shared::release_keeps_at_least_and_extend_moves_the_lock(&node_a, &node_a.node()).await;
 }
 
 #[tokio::test]
 async fn an_expired_holder_cannot_release_or_extend_the_next_holders_lock() {
     let url = database_url();
-    let node_a = node(&url, false).await;
-    let node_b = node(&url, false).await;
-    let stale = lock(&node_a, "job", Duration::from_millis(200))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(350)).await;
-    let current = lock(&node_b, "job", MINUTE).await.expect("expired");
-    assert!(!stale.extend(MINUTE).await.unwrap());
-    assert!(!stale.unlock().await.unwrap());
-    assert!(
-        lock(&node_a, "job", MINUTE).await.is_none(),
-        "B still holds it"
-    );
-    assert!(current.unlock().await.unwrap());
+    let (node_a, node_b) = (node(&url, false).await, node(&url, false).await);
+    shared::an_expired_holder_cannot_touch_the_next_holders_lock(&node_a, &node_b).await;
 }
 
 #[tokio::test]
