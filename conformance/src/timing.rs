@@ -2,6 +2,10 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
+use crate::trace::Timed;
+
 /// The shortest time unit the kit uses, for providers with fine-grained time.
 const BASE_UNIT: Duration = Duration::from_millis(100);
 
@@ -53,6 +57,18 @@ impl Timing {
     /// `n` units.
     pub fn units(&self, n: u32) -> Duration {
         self.unit * n
+    }
+
+    /// Until when a lock that `request` took or extended for `duration` is held under every
+    /// moment the backend may have decided at: the earliest end of its window, minus tolerance.
+    pub(crate) fn surely_held_until<T>(&self, request: &Timed<T>, duration: Duration) -> Instant {
+        request.sent + duration - self.tolerance
+    }
+
+    /// By when a hold of `duration` that `request` started has ended under every moment the
+    /// backend may have decided at: the latest end of its window, plus tolerance.
+    pub(crate) fn surely_over_by<T>(&self, request: &Timed<T>, duration: Duration) -> Instant {
+        request.answered + duration + self.tolerance
     }
 }
 

@@ -19,6 +19,28 @@ pub(crate) struct Timed<T> {
     pub answered: Instant,
 }
 
+/// A lock that is surely held until a deadline: what [`Trace::probe_while_held`] probes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeldLock<'a> {
+    pub lock: &'a LockConfiguration,
+    /// The kit's clock proves the lock held until then (see [`crate::Timing`]).
+    pub surely_held_until: Instant,
+    /// The rule that keeps it held.
+    pub rule: Rule,
+    /// Who holds it until when, for the failure.
+    pub why: &'a str,
+}
+
+/// What a probe of a lock that is surely held until some deadline proved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HeldProbe {
+    /// Answered by the deadline and refused, as the rule demands.
+    Refused,
+    /// Answered after the deadline, so it proves nothing either way; `acquired` says whether
+    /// it got the lock (its handle is dropped, so the lock stays held until its at-most).
+    TooLate { acquired: bool },
+}
+
 /// One check's clock origin and timeline.
 #[derive(Debug)]
 pub(crate) struct Trace {
@@ -40,6 +62,14 @@ pub(crate) fn describe_acquisition(result: &Result<Acquisition, LockError>) -> S
                 None => "not acquired".to_owned(),
             }
         }
+        Err(error) => format!("error: {error}"),
+    }
+}
+
+/// How a release or extend answer reads on the timeline.
+fn describe_answer(result: &Result<bool, LockError>) -> String {
+    match result {
+        Ok(answer) => answer.to_string(),
         Err(error) => format!("error: {error}"),
     }
 }
@@ -102,23 +132,30 @@ impl Trace {
         tokio::time::sleep_until(deadline).await;
     }
 
-    async fn bounded<T>(
+    /// Sends one request, waits at most [`OPERATION_LIMIT`] for its answer, and records both
+    /// on the timeline (`describe` says how the answer reads); no answer fails the check.
+    async fn request<T>(
         &self,
         node: &str,
-        action: &str,
+        action: String,
         future: impl Future<Output = T>,
+        describe: impl FnOnce(&T) -> String,
     ) -> Result<Timed<T>, CheckFailure> {
         let sent = Instant::now();
         match tokio::time::timeout(OPERATION_LIMIT, future).await {
-            Ok(value) => Ok(Timed {
-                value,
-                sent,
-                answered: Instant::now(),
-            }),
+            Ok(value) => {
+                let answered = Instant::now();
+                self.record(node, action, sent, answered, describe(&value));
+                Ok(Timed {
+                    value,
+                    sent,
+                    answered,
+                })
+            }
             Err(_) => {
                 self.record(
                     node,
-                    action.to_owned(),
+                    action.clone(),
                     sent,
                     Instant::now(),
                     "no answer".to_owned(),
@@ -129,6 +166,35 @@ impl Trace {
                 ))
             }
         }
+    }
+
+    /// The answer of a request to a reachable backend: an error breaks the three-outcomes
+    /// rule, as the backend is up. `operation` names the request and its lock (`unlock "x"`).
+    fn answered_without_error<T>(
+        &self,
+        node: &str,
+        operation: &str,
+        timed: Timed<Result<T, LockError>>,
+    ) -> Result<Timed<T>, CheckFailure> {
+        let Timed {
+            value,
+            sent,
+            answered,
+        } = timed;
+        value
+            .map(|value| Timed {
+                value,
+                sent,
+                answered,
+            })
+            .map_err(|error| {
+                self.failure(
+                    Rule::THREE_OUTCOMES,
+                    format!(
+                        "node {node}: {operation} returned an error while the backend is up: {error}"
+                    ),
+                )
+            })
     }
 
     /// `try_lock`, recorded; any outcome including an error is returned.
@@ -144,12 +210,13 @@ impl Trace {
             config.lock_at_most_for(),
             config.lock_at_least_for()
         );
-        let timed = self
-            .bounded(node, &action, provider.try_lock(config))
-            .await?;
-        let outcome = describe_acquisition(&timed.value);
-        self.record(node, action, timed.sent, timed.answered, outcome);
-        Ok(timed)
+        self.request(
+            node,
+            action,
+            provider.try_lock(config),
+            describe_acquisition,
+        )
+        .await
     }
 
     /// `try_lock` on a reachable backend: an error fails the check.
@@ -160,20 +227,7 @@ impl Trace {
         config: &LockConfiguration,
     ) -> Result<Timed<Acquisition>, CheckFailure> {
         let timed = self.try_lock(node, provider, config).await?;
-        match timed.value {
-            Ok(acquisition) => Ok(Timed {
-                value: acquisition,
-                sent: timed.sent,
-                answered: timed.answered,
-            }),
-            Err(error) => Err(self.failure(
-                Rule::THREE_OUTCOMES,
-                format!(
-                    "node {node}: try_lock {:?} returned an error while the backend is up: {error}",
-                    config.name()
-                ),
-            )),
-        }
+        self.answered_without_error(node, &format!("try_lock {:?}", config.name()), timed)
     }
 
     /// `try_lock` that must take the lock under `rule`; gives the handle.
@@ -203,6 +257,38 @@ impl Trace {
         }
     }
 
+    /// `try_lock` of a lock nobody has held yet: it must be taken.
+    pub async fn must_acquire_free(
+        &self,
+        node: &str,
+        provider: &dyn LockProvider,
+        config: &LockConfiguration,
+    ) -> Result<Timed<Box<dyn LockHandle>>, CheckFailure> {
+        self.must_acquire(
+            node,
+            provider,
+            config,
+            Rule::FREE_LOCK_IS_TAKEN,
+            "nobody held it",
+        )
+        .await
+    }
+
+    /// `try_lock` that must take the lock under `rule`, then `unlock` that must release it:
+    /// proves the lock free at this moment and leaves it free.
+    pub async fn must_acquire_and_release(
+        &self,
+        node: &str,
+        provider: &dyn LockProvider,
+        config: &LockConfiguration,
+        rule: Rule,
+        why: &str,
+    ) -> Result<(), CheckFailure> {
+        let taken = self.must_acquire(node, provider, config, rule, why).await?;
+        self.must_release(node, &*taken.value).await?;
+        Ok(())
+    }
+
     /// `try_lock` that must be refused under `rule`.
     pub async fn must_not_acquire(
         &self,
@@ -214,16 +300,48 @@ impl Trace {
     ) -> Result<(), CheckFailure> {
         let timed = self.acquire(node, provider, config).await?;
         if timed.value.is_acquired() {
-            return Err(self.failure(
-                rule,
-                format!(
-                    "node {node} got lock {:?} (answered {}): {why}",
-                    config.name(),
-                    self.at(timed.answered)
-                ),
-            ));
+            return Err(self.got_held_lock(node, config, &timed, rule, why));
         }
         Ok(())
+    }
+
+    /// `try_lock` of a lock that is surely held until a deadline: an answer by then must be a
+    /// refusal under the lock's rule; a later answer proves nothing either way, as the lock
+    /// may have been free by then.
+    pub async fn probe_while_held(
+        &self,
+        node: &str,
+        provider: &dyn LockProvider,
+        held: &HeldLock<'_>,
+    ) -> Result<HeldProbe, CheckFailure> {
+        let timed = self.acquire(node, provider, held.lock).await?;
+        let acquired = timed.value.is_acquired();
+        if timed.answered > held.surely_held_until {
+            return Ok(HeldProbe::TooLate { acquired });
+        }
+        if acquired {
+            return Err(self.got_held_lock(node, held.lock, &timed, held.rule, held.why));
+        }
+        Ok(HeldProbe::Refused)
+    }
+
+    /// The failure for a node that got a lock it must not have got.
+    fn got_held_lock(
+        &self,
+        node: &str,
+        config: &LockConfiguration,
+        timed: &Timed<Acquisition>,
+        rule: Rule,
+        why: &str,
+    ) -> CheckFailure {
+        self.failure(
+            rule,
+            format!(
+                "node {node} got lock {:?} (answered {}): {why}",
+                config.name(),
+                self.at(timed.answered)
+            ),
+        )
     }
 
     /// `unlock`, recorded; an error fails the check.
@@ -232,27 +350,11 @@ impl Trace {
         node: &str,
         handle: &dyn LockHandle,
     ) -> Result<Timed<bool>, CheckFailure> {
-        let action = format!("unlock {:?}", handle.name());
-        let timed = self.bounded(node, &action, handle.unlock()).await?;
-        let outcome = match &timed.value {
-            Ok(released) => released.to_string(),
-            Err(error) => format!("error: {error}"),
-        };
-        self.record(node, action, timed.sent, timed.answered, outcome);
-        match timed.value {
-            Ok(released) => Ok(Timed {
-                value: released,
-                sent: timed.sent,
-                answered: timed.answered,
-            }),
-            Err(error) => Err(self.failure(
-                Rule::THREE_OUTCOMES,
-                format!(
-                    "node {node}: unlock {:?} returned an error while the backend is up: {error}",
-                    handle.name()
-                ),
-            )),
-        }
+        let operation = format!("unlock {:?}", handle.name());
+        let timed = self
+            .request(node, operation.clone(), handle.unlock(), describe_answer)
+            .await?;
+        self.answered_without_error(node, &operation, timed)
     }
 
     /// `unlock` that must answer `expected` under `rule`.
@@ -279,6 +381,22 @@ impl Trace {
         Ok(timed)
     }
 
+    /// `unlock` by the node that holds the lock: it must answer `true`.
+    pub async fn must_release(
+        &self,
+        node: &str,
+        handle: &dyn LockHandle,
+    ) -> Result<Timed<bool>, CheckFailure> {
+        self.must_unlock_with(
+            node,
+            handle,
+            true,
+            Rule::RELEASE_RESULT,
+            &format!("node {node} holds it"),
+        )
+        .await
+    }
+
     /// `extend`, recorded; the raw result is returned.
     pub async fn try_extend(
         &self,
@@ -287,15 +405,13 @@ impl Trace {
         lock_at_most_for: Duration,
     ) -> Result<Timed<Result<bool, LockError>>, CheckFailure> {
         let action = format!("extend {:?} to now + {lock_at_most_for:?}", handle.name());
-        let timed = self
-            .bounded(node, &action, handle.extend(lock_at_most_for))
-            .await?;
-        let outcome = match &timed.value {
-            Ok(extended) => extended.to_string(),
-            Err(error) => format!("error: {error}"),
-        };
-        self.record(node, action, timed.sent, timed.answered, outcome);
-        Ok(timed)
+        self.request(
+            node,
+            action,
+            handle.extend(lock_at_most_for),
+            describe_answer,
+        )
+        .await
     }
 
     /// `extend` on a reachable backend: an error fails the check.
@@ -306,20 +422,7 @@ impl Trace {
         lock_at_most_for: Duration,
     ) -> Result<Timed<bool>, CheckFailure> {
         let timed = self.try_extend(node, handle, lock_at_most_for).await?;
-        match timed.value {
-            Ok(extended) => Ok(Timed {
-                value: extended,
-                sent: timed.sent,
-                answered: timed.answered,
-            }),
-            Err(error) => Err(self.failure(
-                Rule::THREE_OUTCOMES,
-                format!(
-                    "node {node}: extend {:?} returned an error while the backend is up: {error}",
-                    handle.name()
-                ),
-            )),
-        }
+        self.answered_without_error(node, &format!("extend {:?}", handle.name()), timed)
     }
 }
 

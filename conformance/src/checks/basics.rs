@@ -33,10 +33,7 @@ pub async fn check_acquire_skip_release<H: ConformanceHarness>(
     let lock = config(&names.name("lock"), long, Duration::ZERO);
     let other = config(&names.name("other"), long, Duration::ZERO);
 
-    let held = trace
-        .must_acquire("A", &a, &lock, Rule::FREE_LOCK_IS_TAKEN, "nobody held it")
-        .await?
-        .value;
+    let held = trace.must_acquire_free("A", &a, &lock).await?.value;
     if held.name() != lock.name() {
         return Err(trace.failure(
             Rule::HONEST_CAPABILITIES,
@@ -85,15 +82,7 @@ pub async fn check_acquire_skip_release<H: ConformanceHarness>(
         )
         .await?
         .value;
-    trace
-        .must_unlock_with(
-            "A",
-            &*held,
-            true,
-            Rule::RELEASE_RESULT,
-            "node A held the lock",
-        )
-        .await?;
+    trace.must_release("A", &*held).await?;
     trace
         .must_unlock_with(
             "A",
@@ -130,24 +119,8 @@ pub async fn check_acquire_skip_release<H: ConformanceHarness>(
                 &format!("round {}: node {holder_label} holds it", round + 1),
             )
             .await?;
-        trace
-            .must_unlock_with(
-                holder_label,
-                &*handle,
-                true,
-                Rule::RELEASE_RESULT,
-                "the lock was held by this handle",
-            )
-            .await?;
+        trace.must_release(holder_label, &*handle).await?;
     }
-    trace
-        .must_unlock_with(
-            "B",
-            &*independent,
-            true,
-            Rule::RELEASE_RESULT,
-            "node B held this lock",
-        )
-        .await?;
+    trace.must_release("B", &*independent).await?;
     Ok(Verdict::passed())
 }

@@ -274,19 +274,9 @@ pub async fn check_fencing_tokens_increase<H: ConformanceHarness>(
         }
     };
 
-    let first = trace
-        .must_acquire("A", &a, &long, Rule::FREE_LOCK_IS_TAKEN, "nobody held it")
-        .await?;
+    let first = trace.must_acquire_free("A", &a, &long).await?;
     token_of(&*first.value, &mut last, "first")?;
-    trace
-        .must_unlock_with(
-            "A",
-            &*first.value,
-            true,
-            Rule::RELEASE_RESULT,
-            "node A held it",
-        )
-        .await?;
+    trace.must_release("A", &*first.value).await?;
     let second = trace
         .must_acquire("B", &b, &short, Rule::AT_LEAST, "node A released it")
         .await?;
@@ -300,15 +290,7 @@ pub async fn check_fencing_tokens_increase<H: ConformanceHarness>(
         .must_acquire("A", &a, &long, Rule::AT_MOST, "node B's lock expired")
         .await?;
     token_of(&*third.value, &mut last, "after an expiry")?;
-    trace
-        .must_unlock_with(
-            "A",
-            &*third.value,
-            true,
-            Rule::RELEASE_RESULT,
-            "node A held it",
-        )
-        .await?;
+    trace.must_release("A", &*third.value).await?;
 
     let mut nodes = vec![Arc::new(a), Arc::new(b)];
     for index in 2..4 {

@@ -8,9 +8,9 @@ use shedlock_core::{LockError, LockProvider};
 use crate::failure::{CheckFailure, Rule, Verdict};
 use crate::harness::ConformanceHarness;
 use crate::names::NameSpace;
-use crate::trace::{Trace, config};
+use crate::trace::{HeldLock, HeldProbe, Trace, config};
 
-use super::{ATTEMPTS, node, stalled, timing_of};
+use super::{Attempt, node, timing_of, until_conclusive};
 
 /// Extend: the holder extends past the original at-most and others stay out until the new
 /// expiry; release after extend frees the lock; extending an expired lock answers `false` and
@@ -33,104 +33,79 @@ pub async fn check_extend<H: ConformanceHarness>(
     let timing = timing_of(&capabilities);
     let at_most = timing.units(3);
     let extended_to = timing.units(6);
-    let mut proven = false;
-    for attempt in 1..=ATTEMPTS {
-        let lock = config(
-            &names.name(&format!("lock{attempt}")),
-            at_most,
-            Duration::ZERO,
-        );
-        let taken = trace
-            .must_acquire("A", &a, &lock, Rule::FREE_LOCK_IS_TAKEN, "nobody held it")
-            .await?;
-        trace.sleep_until(taken.answered + timing.unit).await;
-        let extend = trace.extend("A", &*taken.value, extended_to).await?;
-        if !extend.value {
-            if extend.answered <= taken.sent + at_most - timing.tolerance {
-                return Err(trace.failure(
-                    Rule::EXTEND,
-                    format!(
-                        "node A's extend answered false at {}, while its lock was surely still held (until {} at the earliest)",
-                        trace.at(extend.answered),
-                        trace.at(taken.sent + at_most)
-                    ),
+    until_conclusive(
+        &trace,
+        Rule::EXTEND,
+        "an extended lock outliving its original at-most",
+        async |attempt| {
+            let lock = config(
+                &names.name(&format!("lock{attempt}")),
+                at_most,
+                Duration::ZERO,
+            );
+            let taken = trace.must_acquire_free("A", &a, &lock).await?;
+            trace.sleep_until(taken.answered + timing.unit).await;
+            let extend = trace.extend("A", &*taken.value, extended_to).await?;
+            if !extend.value {
+                if extend.answered <= timing.surely_held_until(&taken, at_most) {
+                    return Err(trace.failure(
+                        Rule::EXTEND,
+                        format!(
+                            "node A's extend answered false at {}, while its lock was surely still held (until {} at the earliest)",
+                            trace.at(extend.answered),
+                            trace.at(taken.sent + at_most)
+                        ),
+                    ));
+                }
+                return Ok(Attempt::Inconclusive(
+                    "the extend came too late to prove anything",
                 ));
             }
-            trace.note(format!(
-                "attempt {attempt}: the extend came too late to prove anything; retrying"
-            ));
-            continue;
-        }
-        let original_expiry = taken.answered + at_most + timing.tolerance;
-        trace.sleep_until(original_expiry).await;
-        let probe = trace.acquire("B", &b, &lock).await?;
-        if probe.answered > extend.sent + extended_to - timing.tolerance {
-            trace.note(format!(
-                "attempt {attempt}: the probe came too late to prove anything; retrying"
-            ));
-            continue;
-        }
-        if probe.value.is_acquired() {
-            return Err(trace.failure(
-                Rule::EXTEND,
-                format!(
-                    "node B got the lock at {}, after the original at-most but before the extended expiry ({} at the earliest)",
-                    trace.at(probe.answered),
-                    trace.at(extend.sent + extended_to)
-                ),
-            ));
-        }
-        trace
-            .must_unlock_with(
-                "A",
-                &*taken.value,
-                true,
-                Rule::EXTEND,
-                "node A extended its lock and still holds it",
-            )
-            .await?;
-        let after = trace
-            .must_acquire(
-                "B",
-                &b,
-                &lock,
-                Rule::AT_LEAST,
-                "node A released its extended lock (lock_at_least_for = 0)",
-            )
-            .await?;
-        trace
-            .must_unlock_with(
-                "B",
-                &*after.value,
-                true,
-                Rule::RELEASE_RESULT,
-                "node B held it",
-            )
-            .await?;
-        proven = true;
-        break;
-    }
-    if !proven {
-        return Err(stalled(
-            &trace,
-            Rule::EXTEND,
-            "an extended lock outliving its original at-most",
-        ));
-    }
+            trace
+                .sleep_until(timing.surely_over_by(&taken, at_most))
+                .await;
+            let why = format!(
+                "the original at-most has passed, but node A extended the lock until {} at the earliest",
+                trace.at(extend.sent + extended_to)
+            );
+            let held = HeldLock {
+                lock: &lock,
+                surely_held_until: timing.surely_held_until(&extend, extended_to),
+                rule: Rule::EXTEND,
+                why: &why,
+            };
+            if trace.probe_while_held("B", &b, &held).await? != HeldProbe::Refused {
+                return Ok(Attempt::Inconclusive(
+                    "the probe came too late to prove anything",
+                ));
+            }
+            trace
+                .must_unlock_with(
+                    "A",
+                    &*taken.value,
+                    true,
+                    Rule::EXTEND,
+                    "node A extended its lock and still holds it",
+                )
+                .await?;
+            trace
+                .must_acquire_and_release(
+                    "B",
+                    &b,
+                    &lock,
+                    Rule::AT_LEAST,
+                    "node A released its extended lock (lock_at_least_for = 0)",
+                )
+                .await?;
+            Ok(Attempt::Proven)
+        },
+    )
+    .await?;
 
     let expired = config(&names.name("expired"), timing.unit, Duration::ZERO);
-    let taken = trace
-        .must_acquire(
-            "A",
-            &a,
-            &expired,
-            Rule::FREE_LOCK_IS_TAKEN,
-            "nobody held it",
-        )
-        .await?;
-    trace
-        .sleep_until(taken.answered + timing.unit + timing.tolerance)
-        .await;
+    let taken = trace.must_acquire_free("A", &a, &expired).await?;
+    let expired_by = timing.surely_over_by(&taken, timing.unit);
+    trace.sleep_until(expired_by).await;
     let late = trace.extend("A", &*taken.value, extended_to).await?;
     if late.value {
         return Err(trace.failure(
@@ -138,7 +113,7 @@ pub async fn check_extend<H: ConformanceHarness>(
             format!(
                 "node A extended its lock at {}, after it had expired ({} at the latest)",
                 trace.at(late.sent),
-                trace.at(taken.answered + timing.unit + timing.tolerance)
+                trace.at(expired_by)
             ),
         ));
     }
@@ -153,24 +128,8 @@ pub async fn check_extend<H: ConformanceHarness>(
         .await?;
 
     let released = config(&names.name("released"), at_most, Duration::ZERO);
-    let taken = trace
-        .must_acquire(
-            "A",
-            &a,
-            &released,
-            Rule::FREE_LOCK_IS_TAKEN,
-            "nobody held it",
-        )
-        .await?;
-    trace
-        .must_unlock_with(
-            "A",
-            &*taken.value,
-            true,
-            Rule::RELEASE_RESULT,
-            "node A held it",
-        )
-        .await?;
+    let taken = trace.must_acquire_free("A", &a, &released).await?;
+    trace.must_release("A", &*taken.value).await?;
     let after_release = trace.extend("A", &*taken.value, extended_to).await?;
     if after_release.value {
         return Err(trace.failure(
@@ -199,9 +158,7 @@ pub async fn check_extend_refused_when_not_declared<H: ConformanceHarness>(
     }
     let timing = timing_of(&capabilities);
     let lock = config(&names.name("lock"), timing.units(20), Duration::ZERO);
-    let taken = trace
-        .must_acquire("A", &a, &lock, Rule::FREE_LOCK_IS_TAKEN, "nobody held it")
-        .await?;
+    let taken = trace.must_acquire_free("A", &a, &lock).await?;
     let extend = trace
         .try_extend("A", &*taken.value, timing.units(40))
         .await?;
@@ -216,14 +173,6 @@ pub async fn check_extend_refused_when_not_declared<H: ConformanceHarness>(
             ));
         }
     }
-    trace
-        .must_unlock_with(
-            "A",
-            &*taken.value,
-            true,
-            Rule::RELEASE_RESULT,
-            "node A held it",
-        )
-        .await?;
+    trace.must_release("A", &*taken.value).await?;
     Ok(Verdict::passed())
 }

@@ -204,12 +204,37 @@ fn timing_of(capabilities: &Capabilities) -> Timing {
     Timing::for_precision(capabilities.time_precision)
 }
 
-/// The failure for a scenario that stayed inconclusive [`ATTEMPTS`] times in a row.
-fn stalled(trace: &Trace, rule: Rule, what: &str) -> CheckFailure {
-    trace.failure(
+/// What one attempt of a timing-sensitive scenario showed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attempt {
+    /// Every observation was early or late enough to prove something, and the rule held.
+    Proven,
+    /// The machine stalled so that an observation proved nothing either way; why, for the
+    /// timeline.
+    Inconclusive(&'static str),
+}
+
+/// Runs `scenario` (given the attempt number, from 1) until an attempt proves something, at
+/// most [`ATTEMPTS`] times, noting each inconclusive attempt on the timeline. When every
+/// attempt stayed inconclusive the check fails under `rule`: it could not observe `what`.
+async fn until_conclusive(
+    trace: &Trace,
+    rule: Rule,
+    what: &str,
+    mut scenario: impl AsyncFnMut(u32) -> Result<Attempt, CheckFailure>,
+) -> Result<(), CheckFailure> {
+    for attempt in 1..=ATTEMPTS {
+        match scenario(attempt).await? {
+            Attempt::Proven => return Ok(()),
+            Attempt::Inconclusive(why) => {
+                trace.note(format!("attempt {attempt}: {why}; retrying"));
+            }
+        }
+    }
+    Err(trace.failure(
         rule,
         format!(
             "could not observe {what}: in {ATTEMPTS} attempts every probe was answered too late to prove anything (is the machine or the backend overloaded?)"
         ),
-    )
+    ))
 }

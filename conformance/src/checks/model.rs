@@ -15,7 +15,7 @@ use crate::failure::{CheckFailure, Rule, Verdict};
 use crate::harness::ConformanceHarness;
 use crate::names::NameSpace;
 use crate::timing::Timing;
-use crate::trace::{Trace, config};
+use crate::trace::{Timed, Trace, config};
 
 use super::{node, timing_of};
 
@@ -148,6 +148,32 @@ impl LockModel {
     }
 }
 
+/// An operation only a holder makes, answered `true` or `false`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HolderOp {
+    Release,
+    Extend,
+}
+
+impl HolderOp {
+    /// The rule a wrong answer, from the current holder, breaks.
+    fn rule(self) -> Rule {
+        match self {
+            HolderOp::Release => Rule::RELEASE_RESULT,
+            HolderOp::Extend => Rule::EXTEND,
+        }
+    }
+}
+
+impl fmt::Display for HolderOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HolderOp::Release => "release",
+            HolderOp::Extend => "extend",
+        })
+    }
+}
+
 struct Case<'a, N> {
     trace: Trace,
     nodes: &'a [N],
@@ -168,6 +194,62 @@ impl<N: LockProvider> Case<'_, N> {
     fn broken(&self, rule: Rule, index: usize, op: ModelOp, what: String) -> CheckFailure {
         self.trace
             .failure(rule, format!("operation #{} ({op}): {what}", index + 1))
+    }
+
+    /// Judges a holder's `release` or `extend` answer by acquisition `id` of `lock` against
+    /// the model: `true` after another acquisition took the lock breaks ownership; `true` after
+    /// the lock surely expired, or `false` while it was surely held, breaks the operation's own
+    /// rule. Gives the acquisition's holding when it is still the current, unreleased one, for
+    /// the caller to update.
+    fn judge_holder_answer(
+        &self,
+        index: usize,
+        op: ModelOp,
+        lock: usize,
+        id: u64,
+        operation: HolderOp,
+        timed: &Timed<bool>,
+    ) -> Result<Option<Holding>, CheckFailure> {
+        let rule = operation.rule();
+        let tolerance = self.timing.tolerance;
+        let current = self.locks[lock]
+            .current
+            .filter(|holding| holding.id == id && !holding.released);
+        match (current, timed.value) {
+            (None, true) => Err(self.broken(
+                Rule::OWNERSHIP,
+                index,
+                op,
+                format!(
+                    "{operation} answered true, but another acquisition has taken the lock since"
+                ),
+            )),
+            (Some(holding), true) if timed.sent > holding.expiry_latest + tolerance => {
+                Err(self.broken(
+                    rule,
+                    index,
+                    op,
+                    format!(
+                        "{operation} answered true at {}, but the lock had expired by {} at the latest",
+                        self.trace.at(timed.answered),
+                        self.trace.at(holding.expiry_latest)
+                    ),
+                ))
+            }
+            (Some(holding), false) if timed.answered + tolerance < holding.expiry_earliest => {
+                Err(self.broken(
+                    rule,
+                    index,
+                    op,
+                    format!(
+                        "{operation} answered false at {}, but the lock was surely held by this acquisition until {}",
+                        self.trace.at(timed.answered),
+                        self.trace.at(holding.expiry_earliest)
+                    ),
+                ))
+            }
+            (current, _) => Ok(current),
+        }
     }
 
     async fn apply(&mut self, index: usize, op: ModelOp) -> Result<(), CheckFailure> {
@@ -294,62 +376,21 @@ impl<N: LockProvider> Case<'_, N> {
                 let Some((id, handle)) = self.handles.remove(&(node, lock)) else {
                     return Ok(());
                 };
-                let label = node_label(node);
-                let timed = self.trace.unlock(&label, &*handle).await?;
-                let model = &mut self.locks[lock];
-                let current = model
-                    .current
-                    .as_mut()
-                    .filter(|holding| holding.id == id && !holding.released);
-                match (current, timed.value) {
-                    (None, true) => {
-                        return Err(self.broken(
-                            Rule::OWNERSHIP,
-                            index,
-                            op,
-                            "release answered true, but another acquisition has taken the lock since"
-                                .to_owned(),
-                        ));
-                    }
-                    (None, false) => {}
-                    (Some(holding), true) => {
-                        if timed.sent > holding.expiry_latest + tolerance {
-                            let expiry = holding.expiry_latest;
-                            return Err(self.broken(
-                                Rule::RELEASE_RESULT,
-                                index,
-                                op,
-                                format!(
-                                    "release answered true at {}, but the lock had expired by {} at the latest",
-                                    self.trace.at(timed.answered),
-                                    self.trace.at(expiry)
-                                ),
-                            ));
-                        }
-                        holding.expiry_earliest =
-                            timed.sent.max(holding.acquired_sent + holding.at_least);
-                        holding.expiry_latest = timed
-                            .answered
-                            .max(holding.acquired_answered + holding.at_least);
-                        holding.released = true;
-                    }
-                    (Some(holding), false) => {
-                        if timed.answered + tolerance < holding.expiry_earliest {
-                            let expiry = holding.expiry_earliest;
-                            return Err(self.broken(
-                                Rule::RELEASE_RESULT,
-                                index,
-                                op,
-                                format!(
-                                    "release answered false at {}, but the lock was surely held by this acquisition until {}",
-                                    self.trace.at(timed.answered),
-                                    self.trace.at(expiry)
-                                ),
-                            ));
-                        }
-                        holding.released = true;
-                    }
+                let timed = self.trace.unlock(&node_label(node), &*handle).await?;
+                let Some(mut holding) =
+                    self.judge_holder_answer(index, op, lock, id, HolderOp::Release, &timed)?
+                else {
+                    return Ok(());
+                };
+                if timed.value {
+                    holding.expiry_earliest =
+                        timed.sent.max(holding.acquired_sent + holding.at_least);
+                    holding.expiry_latest = timed
+                        .answered
+                        .max(holding.acquired_answered + holding.at_least);
                 }
+                holding.released = true;
+                self.locks[lock].current = Some(holding);
             }
             ModelOp::Extend {
                 node,
@@ -361,56 +402,19 @@ impl<N: LockProvider> Case<'_, N> {
                 };
                 let id = *id;
                 let at_most = self.step * at_most;
-                let label = node_label(node);
-                let timed = self.trace.extend(&label, &**handle, at_most).await?;
-                let model = &mut self.locks[lock];
-                let current = model
-                    .current
-                    .as_mut()
-                    .filter(|holding| holding.id == id && !holding.released);
-                match (current, timed.value) {
-                    (None, true) => {
-                        return Err(self.broken(
-                            Rule::OWNERSHIP,
-                            index,
-                            op,
-                            "extend answered true, but another acquisition has taken the lock since"
-                                .to_owned(),
-                        ));
-                    }
-                    (None, false) => {}
-                    (Some(holding), true) => {
-                        if timed.sent > holding.expiry_latest + tolerance {
-                            let expiry = holding.expiry_latest;
-                            return Err(self.broken(
-                                Rule::EXTEND,
-                                index,
-                                op,
-                                format!(
-                                    "extend answered true at {}, but the lock had expired by {} at the latest",
-                                    self.trace.at(timed.answered),
-                                    self.trace.at(expiry)
-                                ),
-                            ));
-                        }
-                        holding.expiry_earliest = timed.sent + at_most;
-                        holding.expiry_latest = timed.answered + at_most;
-                    }
-                    (Some(holding), false) => {
-                        if timed.answered + tolerance < holding.expiry_earliest {
-                            let expiry = holding.expiry_earliest;
-                            return Err(self.broken(
-                                Rule::EXTEND,
-                                index,
-                                op,
-                                format!(
-                                    "extend answered false at {}, but the lock was surely held by this acquisition until {}",
-                                    self.trace.at(timed.answered),
-                                    self.trace.at(expiry)
-                                ),
-                            ));
-                        }
-                    }
+                let timed = self
+                    .trace
+                    .extend(&node_label(node), &**handle, at_most)
+                    .await?;
+                let Some(mut holding) =
+                    self.judge_holder_answer(index, op, lock, id, HolderOp::Extend, &timed)?
+                else {
+                    return Ok(());
+                };
+                if timed.value {
+                    holding.expiry_earliest = timed.sent + at_most;
+                    holding.expiry_latest = timed.answered + at_most;
+                    self.locks[lock].current = Some(holding);
                 }
             }
         }

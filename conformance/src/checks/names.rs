@@ -116,15 +116,7 @@ pub async fn check_name_length_limit<H: ConformanceHarness>(
         ));
     }
     for handle in &held {
-        trace
-            .must_unlock_with(
-                "A",
-                &**handle,
-                true,
-                Rule::RELEASE_RESULT,
-                "node A holds it",
-            )
-            .await?;
+        trace.must_release("A", &**handle).await?;
     }
     Ok(Verdict::Passed { notes })
 }
@@ -239,22 +231,13 @@ pub async fn check_name_edge_cases<H: ConformanceHarness>(
             .await?;
     }
     for (lock, _) in &held {
-        let again = trace
-            .must_acquire(
+        trace
+            .must_acquire_and_release(
                 "B",
                 &b,
                 lock,
                 Rule::NAMES_ARE_DATA,
                 "node A released the lock of exactly this name",
-            )
-            .await?;
-        trace
-            .must_unlock_with(
-                "B",
-                &*again.value,
-                true,
-                Rule::RELEASE_RESULT,
-                "node B holds it",
             )
             .await?;
     }

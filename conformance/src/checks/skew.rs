@@ -10,12 +10,16 @@ use crate::failure::{CheckFailure, Rule, Verdict};
 use crate::harness::ConformanceHarness;
 use crate::names::NameSpace;
 use crate::timing::Timing;
-use crate::trace::{Trace, config};
+use crate::trace::{HeldLock, HeldProbe, Trace, config};
 
-use super::{ATTEMPTS, node, node_with_clock, stalled, timing_of};
+use super::{Attempt, node, node_with_clock, timing_of, until_conclusive};
 
 /// A node whose wall clock is off by a fixed amount.
 struct SkewedNode<N> {
+    /// Whether its clock runs ahead (else behind).
+    ahead: bool,
+    offset: Duration,
+    /// How the timeline names it ("clock +1h").
     label: String,
     node: N,
 }
@@ -25,7 +29,6 @@ async fn skewed_node<H: ConformanceHarness>(
     trace: &Trace,
     ahead: bool,
     offset: Duration,
-    label: String,
 ) -> Result<SkewedNode<H::Node>, CheckFailure> {
     let system: Arc<dyn Clock> = Arc::new(SystemClock);
     let clock: Arc<dyn Clock> = if ahead {
@@ -33,8 +36,14 @@ async fn skewed_node<H: ConformanceHarness>(
     } else {
         Arc::new(SkewedClock::behind(system, offset))
     };
+    let label = describe(ahead, offset);
     let node = node_with_clock(harness, trace, &label, clock).await?;
-    Ok(SkewedNode { label, node })
+    Ok(SkewedNode {
+        ahead,
+        offset,
+        label,
+        node,
+    })
 }
 
 /// Clock skew.
@@ -70,6 +79,168 @@ fn describe(ahead: bool, offset: Duration) -> String {
     }
 }
 
+/// What a provider's time source promises nodes whose clocks are skewed; the skew probes
+/// differ only in what follows from it.
+#[derive(Debug, Clone, Copy)]
+enum SkewPromise {
+    /// Server time: a node's clock decides nothing.
+    ServerTime,
+    /// Client time: exclusion holds while the clocks differ by `skew`, inside the documented
+    /// bound for locks of `at_most`.
+    ClientTimeWithin { skew: Duration, at_most: Duration },
+}
+
+impl SkewPromise {
+    /// The rule a broken exclusion breaks.
+    fn rule(self) -> Rule {
+        match self {
+            SkewPromise::ServerTime => Rule::SERVER_TIME,
+            SkewPromise::ClientTimeWithin { .. } => Rule::CLIENT_TIME,
+        }
+    }
+
+    /// How much earlier than its at-most a lock may look free to a node on another clock.
+    fn allowed_skew(self) -> Duration {
+        match self {
+            SkewPromise::ServerTime => Duration::ZERO,
+            SkewPromise::ClientTimeWithin { skew, .. } => skew,
+        }
+    }
+
+    /// What a broken exclusion says about the provider, for the failure.
+    fn breach(self) -> String {
+        match self {
+            SkewPromise::ServerTime => {
+                "the provider declares server time but decided with the node's clock".to_owned()
+            }
+            SkewPromise::ClientTimeWithin { at_most, .. } => {
+                format!("the skew is inside the documented bound of lock_at_most_for = {at_most:?}")
+            }
+        }
+    }
+
+    /// What the probes observe, for the failure when every attempt stalled.
+    fn observation(self) -> &'static str {
+        match self {
+            SkewPromise::ServerTime => "skewed nodes against held locks",
+            SkewPromise::ClientTimeWithin { .. } => "skewed nodes inside the bound",
+        }
+    }
+}
+
+/// Nodes on skewed clocks and node N on the true clock keep each other out under `promise`:
+/// each skewed node probes a lock N surely holds, then N probes a lock each skewed node took.
+/// Under server time a skewed node's own lock and release must work as if its clock were
+/// true, and its release frees the lock for N at once.
+async fn exclusion_across_clocks<N: LockProvider>(
+    trace: &Trace,
+    normal: &N,
+    skewed: &[SkewedNode<N>],
+    timing: Timing,
+    at_most: Duration,
+    names: &NameSpace,
+    promise: SkewPromise,
+) -> Result<(), CheckFailure> {
+    let rule = promise.rule();
+    // A node `allowed_skew` ahead may see a lock held only until at-most minus the skew.
+    let surely_held_for = at_most - promise.allowed_skew();
+    let breach = promise.breach();
+    let too_late = "a probe came too late to prove anything";
+    until_conclusive(trace, rule, promise.observation(), async |attempt| {
+        let held = config(
+            &names.name(&format!("held{attempt}")),
+            at_most,
+            Duration::ZERO,
+        );
+        let taken = trace.must_acquire_free("N", normal, &held).await?;
+        let why = format!(
+            "node N holds it until {} at the earliest; {breach}",
+            trace.at(taken.sent + at_most)
+        );
+        let held = HeldLock {
+            lock: &held,
+            surely_held_until: timing.surely_held_until(&taken, surely_held_for),
+            rule,
+            why: &why,
+        };
+        for node in skewed {
+            if trace.probe_while_held(&node.label, &node.node, &held).await? != HeldProbe::Refused
+            {
+                return Ok(Attempt::Inconclusive(too_late));
+            }
+        }
+        for (index, node) in skewed.iter().enumerate() {
+            let lock = config(
+                &names.name(&format!("by{index}-{attempt}")),
+                at_most,
+                Duration::ZERO,
+            );
+            let theirs = match promise {
+                SkewPromise::ServerTime => {
+                    trace
+                        .must_acquire(
+                            &node.label,
+                            &node.node,
+                            &lock,
+                            Rule::SERVER_TIME,
+                            "nobody held it; under server time a node's clock does not matter",
+                        )
+                        .await?
+                }
+                SkewPromise::ClientTimeWithin { .. } => {
+                    trace
+                        .must_acquire_free(&node.label, &node.node, &lock)
+                        .await?
+                }
+            };
+            let why = format!(
+                "the node with {} took it at {} for {at_most:?}; {breach}",
+                node.label,
+                trace.at(theirs.answered)
+            );
+            let held = HeldLock {
+                lock: &lock,
+                surely_held_until: timing.surely_held_until(&theirs, surely_held_for),
+                rule,
+                why: &why,
+            };
+            if trace.probe_while_held("N", normal, &held).await? != HeldProbe::Refused {
+                return Ok(Attempt::Inconclusive(too_late));
+            }
+            match promise {
+                SkewPromise::ServerTime => {
+                    trace
+                        .must_unlock_with(
+                            &node.label,
+                            &*theirs.value,
+                            true,
+                            Rule::SERVER_TIME,
+                            "this node holds the lock; its clock must not make its own lock look expired",
+                        )
+                        .await?;
+                    trace
+                        .must_acquire_and_release(
+                            "N",
+                            normal,
+                            &lock,
+                            Rule::SERVER_TIME,
+                            &format!(
+                                "the node with {} released the lock (lock_at_least_for = 0): held-until is the backend's now, not the node's",
+                                node.label
+                            ),
+                        )
+                        .await?;
+                }
+                SkewPromise::ClientTimeWithin { .. } => {
+                    trace.must_release(&node.label, &*theirs.value).await?;
+                }
+            }
+        }
+        Ok(Attempt::Proven)
+    })
+    .await
+}
+
 async fn server_time<H: ConformanceHarness>(
     harness: &H,
     trace: &Trace,
@@ -78,141 +249,28 @@ async fn server_time<H: ConformanceHarness>(
     names: &NameSpace,
 ) -> Result<Verdict, CheckFailure> {
     let at_most = timing.units(3);
+    let hour = Duration::from_secs(3600);
     let mut skewed = Vec::new();
-    for offset in [at_most * 2, Duration::from_secs(3600)] {
+    for offset in [at_most * 2, hour] {
         for ahead in [true, false] {
-            skewed.push((
-                ahead,
-                offset,
-                skewed_node(harness, trace, ahead, offset, describe(ahead, offset)).await?,
-            ));
+            skewed.push(skewed_node(harness, trace, ahead, offset).await?);
         }
     }
-    let mut proven = false;
-    for attempt in 1..=ATTEMPTS {
-        // Skewed nodes against a lock held by a node with a true clock.
-        let held = config(
-            &names.name(&format!("held{attempt}")),
-            at_most,
-            Duration::ZERO,
-        );
-        let taken = trace
-            .must_acquire(
-                "N",
-                normal,
-                &held,
-                Rule::FREE_LOCK_IS_TAKEN,
-                "nobody held it",
-            )
-            .await?;
-        let surely_held_until = taken.sent + at_most - timing.tolerance;
-        let mut conclusive = true;
-        for (_, _, node) in &skewed {
-            let probe = trace.acquire(&node.label, &node.node, &held).await?;
-            if probe.answered > surely_held_until {
-                conclusive = false;
-                break;
-            }
-            if probe.value.is_acquired() {
-                return Err(trace.failure(
-                    Rule::SERVER_TIME,
-                    format!(
-                        "node with {} took lock {:?} at {}, which node N holds until {} at the earliest: the provider declares server time but decided with the node's clock",
-                        node.label,
-                        held.name(),
-                        trace.at(probe.answered),
-                        trace.at(taken.sent + at_most)
-                    ),
-                ));
-            }
-        }
-        // Locks taken by skewed nodes, as seen by a node with a true clock.
-        for (index, (_, _, node)) in skewed.iter().enumerate() {
-            if !conclusive {
-                break;
-            }
-            let lock = config(
-                &names.name(&format!("by{index}-{attempt}")),
-                at_most,
-                Duration::ZERO,
-            );
-            let theirs = trace
-                .must_acquire(
-                    &node.label,
-                    &node.node,
-                    &lock,
-                    Rule::SERVER_TIME,
-                    "nobody held it; under server time a node's clock does not matter",
-                )
-                .await?;
-            let probe = trace.acquire("N", normal, &lock).await?;
-            if probe.answered > theirs.sent + at_most - timing.tolerance {
-                conclusive = false;
-                break;
-            }
-            if probe.value.is_acquired() {
-                return Err(trace.failure(
-                    Rule::SERVER_TIME,
-                    format!(
-                        "node N took lock {:?} at {}, which the node with {} took at {} for {at_most:?}: its held-until was computed from the node's clock",
-                        lock.name(),
-                        trace.at(probe.answered),
-                        node.label,
-                        trace.at(theirs.answered)
-                    ),
-                ));
-            }
-            trace
-                .must_unlock_with(
-                    &node.label,
-                    &*theirs.value,
-                    true,
-                    Rule::SERVER_TIME,
-                    "this node holds the lock; its clock must not make its own lock look expired",
-                )
-                .await?;
-            let after = trace
-                .must_acquire(
-                    "N",
-                    normal,
-                    &lock,
-                    Rule::SERVER_TIME,
-                    &format!(
-                        "the node with {} released the lock (lock_at_least_for = 0): held-until is the backend's now, not the node's",
-                        node.label
-                    ),
-                )
-                .await?;
-            trace
-                .must_unlock_with(
-                    "N",
-                    &*after.value,
-                    true,
-                    Rule::RELEASE_RESULT,
-                    "node N held it",
-                )
-                .await?;
-        }
-        if conclusive {
-            proven = true;
-            break;
-        }
-        trace.note(format!(
-            "attempt {attempt}: a probe came too late to prove anything; retrying"
-        ));
-    }
-    if !proven {
-        return Err(stalled(
-            trace,
-            Rule::SERVER_TIME,
-            "skewed nodes against held locks",
-        ));
-    }
+    exclusion_across_clocks(
+        trace,
+        normal,
+        &skewed,
+        timing,
+        at_most,
+        names,
+        SkewPromise::ServerTime,
+    )
+    .await?;
     // A lock taken by a node an hour ahead expires at the real at-most.
-    for (ahead, offset, node) in &skewed {
-        if !*ahead || *offset < Duration::from_secs(3600) {
-            continue;
-        }
+    for node in skewed
+        .iter()
+        .filter(|node| node.ahead && node.offset >= hour)
+    {
         let lock = config(&names.name("expiry"), at_most, Duration::ZERO);
         let theirs = trace
             .must_acquire(
@@ -223,15 +281,15 @@ async fn server_time<H: ConformanceHarness>(
                 "nobody held it",
             )
             .await?;
+        let surely_expired = timing.surely_over_by(&theirs, at_most);
         drop(theirs.value);
         trace.note(format!(
             "the node with {} vanishes without unlock",
             node.label
         ));
-        let surely_expired = theirs.answered + at_most + timing.tolerance;
         trace.sleep_until(surely_expired).await;
-        let after = trace
-            .must_acquire(
+        trace
+            .must_acquire_and_release(
                 "N",
                 normal,
                 &lock,
@@ -241,15 +299,6 @@ async fn server_time<H: ConformanceHarness>(
                     node.label,
                     trace.at(surely_expired)
                 ),
-            )
-            .await?;
-        trace
-            .must_unlock_with(
-                "N",
-                &*after.value,
-                true,
-                Rule::RELEASE_RESULT,
-                "node N held it",
             )
             .await?;
     }
@@ -269,124 +318,23 @@ async fn client_time<H: ConformanceHarness>(
 ) -> Result<Verdict, CheckFailure> {
     let at_most = timing.units(6);
     let skew = at_most / 3;
-    let ahead = skewed_node(harness, trace, true, skew, describe(true, skew)).await?;
-    let behind = skewed_node(harness, trace, false, skew, describe(false, skew)).await?;
-    let far = skewed_node(
-        harness,
+    let within = [
+        skewed_node(harness, trace, true, skew).await?,
+        skewed_node(harness, trace, false, skew).await?,
+    ];
+    let far = skewed_node(harness, trace, true, at_most * 2).await?;
+    exclusion_across_clocks(
         trace,
-        true,
-        at_most * 2,
-        describe(true, at_most * 2),
+        normal,
+        &within,
+        timing,
+        at_most,
+        names,
+        SkewPromise::ClientTimeWithin { skew, at_most },
     )
     .await?;
-    let mut proven = false;
-    for attempt in 1..=ATTEMPTS {
-        let held = config(
-            &names.name(&format!("held{attempt}")),
-            at_most,
-            Duration::ZERO,
-        );
-        let taken = trace
-            .must_acquire(
-                "N",
-                normal,
-                &held,
-                Rule::FREE_LOCK_IS_TAKEN,
-                "nobody held it",
-            )
-            .await?;
-        // Within the bound a node `skew` ahead sees the lock held until at-most minus skew.
-        let surely_held_until = taken.sent + at_most - skew - timing.tolerance;
-        let mut conclusive = true;
-        for node in [&ahead, &behind] {
-            let probe = trace.acquire(&node.label, &node.node, &held).await?;
-            if probe.answered > surely_held_until {
-                conclusive = false;
-                break;
-            }
-            if probe.value.is_acquired() {
-                return Err(trace.failure(
-                    Rule::CLIENT_TIME,
-                    format!(
-                        "node with {} (inside the documented bound of lock_at_most_for = {at_most:?}) took lock {:?} at {}, held by node N until {} at the earliest",
-                        node.label,
-                        held.name(),
-                        trace.at(probe.answered),
-                        trace.at(taken.sent + at_most)
-                    ),
-                ));
-            }
-        }
-        for (index, node) in [&ahead, &behind].into_iter().enumerate() {
-            if !conclusive {
-                break;
-            }
-            let lock = config(
-                &names.name(&format!("by{index}-{attempt}")),
-                at_most,
-                Duration::ZERO,
-            );
-            let theirs = trace
-                .must_acquire(
-                    &node.label,
-                    &node.node,
-                    &lock,
-                    Rule::FREE_LOCK_IS_TAKEN,
-                    "nobody held it",
-                )
-                .await?;
-            let probe = trace.acquire("N", normal, &lock).await?;
-            if probe.answered > theirs.sent + at_most - skew - timing.tolerance {
-                conclusive = false;
-                break;
-            }
-            if probe.value.is_acquired() {
-                return Err(trace.failure(
-                    Rule::CLIENT_TIME,
-                    format!(
-                        "node N took lock {:?} at {}, which the node with {} (inside the documented bound) took at {} for {at_most:?}",
-                        lock.name(),
-                        trace.at(probe.answered),
-                        node.label,
-                        trace.at(theirs.answered)
-                    ),
-                ));
-            }
-            trace
-                .must_unlock_with(
-                    &node.label,
-                    &*theirs.value,
-                    true,
-                    Rule::RELEASE_RESULT,
-                    "this node holds the lock",
-                )
-                .await?;
-        }
-        if conclusive {
-            proven = true;
-            break;
-        }
-        trace.note(format!(
-            "attempt {attempt}: a probe came too late to prove anything; retrying"
-        ));
-    }
-    if !proven {
-        return Err(stalled(
-            trace,
-            Rule::CLIENT_TIME,
-            "skewed nodes inside the bound",
-        ));
-    }
     let beyond = config(&names.name("beyond"), at_most, Duration::ZERO);
-    let _held = trace
-        .must_acquire(
-            "N",
-            normal,
-            &beyond,
-            Rule::FREE_LOCK_IS_TAKEN,
-            "nobody held it",
-        )
-        .await?;
+    let _held = trace.must_acquire_free("N", normal, &beyond).await?;
     let probe = trace
         .acquire(&far.label, &far.node as &dyn LockProvider, &beyond)
         .await?;

@@ -34,29 +34,20 @@ pub async fn check_name_cache_cleared_midway<H: ConformanceHarness>(
     }
     let timing = timing_of(&a.capabilities());
     let lock = config(&names.name("lock"), timing.units(100), Duration::ZERO);
-    let held = trace
-        .must_acquire("A", &a, &lock, Rule::FREE_LOCK_IS_TAKEN, "nobody held it")
-        .await?;
+    let held = trace.must_acquire_free("A", &a, &lock).await?;
     clear(&a, "A");
     clear(&b, "B");
-    trace
-        .must_not_acquire(
-            "A",
-            &a,
-            &lock,
-            Rule::NAME_CACHE,
-            "node A holds it; a cleared cache changes nothing",
-        )
-        .await?;
-    trace
-        .must_not_acquire(
-            "B",
-            &b,
-            &lock,
-            Rule::NAME_CACHE,
-            "node A holds it; a cleared cache changes nothing",
-        )
-        .await?;
+    for (label, node) in [("A", &a), ("B", &b)] {
+        trace
+            .must_not_acquire(
+                label,
+                node,
+                &lock,
+                Rule::NAME_CACHE,
+                "node A holds it; a cleared cache changes nothing",
+            )
+            .await?;
+    }
     clear(&a, "A");
     trace
         .must_unlock_with(
@@ -85,17 +76,8 @@ pub async fn check_name_cache_cleared_midway<H: ConformanceHarness>(
         )
         .await?;
     clear(&a, "A");
-    let last = trace
-        .must_acquire("A", &a, &lock, Rule::NAME_CACHE, "the lock was released")
-        .await?;
     trace
-        .must_unlock_with(
-            "A",
-            &*last.value,
-            true,
-            Rule::RELEASE_RESULT,
-            "node A holds it",
-        )
+        .must_acquire_and_release("A", &a, &lock, Rule::NAME_CACHE, "the lock was released")
         .await?;
     Ok(Verdict::passed())
 }
@@ -138,22 +120,13 @@ pub async fn check_shedlock_record_takeover<H: ConformanceHarness>(
         }
     }
     let lock = config(&expired.name, timing.units(100), Duration::ZERO);
-    let taken = trace
-        .must_acquire(
+    trace
+        .must_acquire_and_release(
             "A",
             &a,
             &lock,
             Rule::SHEDLOCK_RECORDS,
             "the record's lock_until passed an hour ago",
-        )
-        .await?;
-    trace
-        .must_unlock_with(
-            "A",
-            &*taken.value,
-            true,
-            Rule::RELEASE_RESULT,
-            "node A took over the record",
         )
         .await?;
 

@@ -10,9 +10,9 @@ use tokio::time::Instant;
 use crate::failure::{CheckFailure, Rule, Verdict};
 use crate::harness::ConformanceHarness;
 use crate::names::NameSpace;
-use crate::trace::{Trace, config};
+use crate::trace::{HeldLock, HeldProbe, Trace, config};
 
-use super::{ATTEMPTS, node, stalled, timing_of};
+use super::{Attempt, node, timing_of, until_conclusive};
 
 /// At-most expiry: a holder that vanishes (its handle dropped, never released) keeps others
 /// out until `lock_at_most_for` has passed, not before, and not much after.
@@ -29,79 +29,58 @@ pub async fn check_at_most_expiry<H: ConformanceHarness>(
     let b = node(harness, &trace, "B").await?;
     let timing = timing_of(&a.capabilities());
     let at_most = timing.units(3);
-    for attempt in 1..=ATTEMPTS {
-        let lock = config(
-            &names.name(&format!("lock{attempt}")),
-            at_most,
-            Duration::ZERO,
-        );
-        let taken = trace
-            .must_acquire("A", &a, &lock, Rule::FREE_LOCK_IS_TAKEN, "nobody held it")
-            .await?;
-        drop(taken.value);
-        trace.note("node A vanishes: its handle is dropped without unlock");
-        let surely_held_until = taken.sent + at_most - timing.tolerance;
-        let mut conclusive = false;
-        for units in [1, 2] {
-            trace
-                .sleep_until(taken.answered + timing.units(units))
-                .await;
-            let probe = trace.acquire("B", &b, &lock).await?;
-            if probe.answered <= surely_held_until {
-                conclusive = true;
-                if probe.value.is_acquired() {
-                    return Err(trace.failure(
-                        Rule::AT_MOST,
-                        format!(
-                            "node B got the lock at {}, but node A's acquisition (sent {}) holds it until {} at the earliest; does dropping a handle release the lock?",
-                            trace.at(probe.answered),
-                            trace.at(taken.sent),
-                            trace.at(taken.sent + at_most)
-                        ),
-                    ));
-                }
-            } else if probe.value.is_acquired() {
-                break;
-            }
-        }
-        if !conclusive {
-            trace.note(format!(
-                "attempt {attempt}: no probe was answered early enough to prove anything; retrying"
-            ));
-            continue;
-        }
-        let surely_expired = taken.answered + at_most + timing.tolerance;
-        trace.sleep_until(surely_expired).await;
-        let after = trace
-            .must_acquire(
-                "B",
-                &b,
-                &lock,
-                Rule::AT_MOST,
-                &format!(
-                    "node A's lock expired by {} at the latest (answered {} + at most {at_most:?} + tolerance {:?})",
-                    trace.at(surely_expired),
-                    trace.at(taken.answered),
-                    timing.tolerance
-                ),
-            )
-            .await?;
-        trace
-            .must_unlock_with(
-                "B",
-                &*after.value,
-                true,
-                Rule::RELEASE_RESULT,
-                "node B held it",
-            )
-            .await?;
-        return Ok(Verdict::passed());
-    }
-    Err(stalled(
+    until_conclusive(
         &trace,
         Rule::AT_MOST,
         "the lock held before at-most",
-    ))
+        async |attempt| {
+            let lock = config(
+                &names.name(&format!("lock{attempt}")),
+                at_most,
+                Duration::ZERO,
+            );
+            let taken = trace.must_acquire_free("A", &a, &lock).await?;
+            let surely_held_until = timing.surely_held_until(&taken, at_most);
+            let surely_expired = timing.surely_over_by(&taken, at_most);
+            let why = format!(
+                "node A's acquisition (sent {}) holds it until {} at the earliest; does dropping a handle release the lock?",
+                trace.at(taken.sent),
+                trace.at(taken.sent + at_most)
+            );
+            let probe_times = [1, 2].map(|units| taken.answered + timing.units(units));
+            drop(taken.value);
+            trace.note("node A vanishes: its handle is dropped without unlock");
+            let held = HeldLock {
+                lock: &lock,
+                surely_held_until,
+                rule: Rule::AT_MOST,
+                why: &why,
+            };
+            if !probe_at(&trace, "B", &b, &held, probe_times).await? {
+                return Ok(Attempt::Inconclusive(
+                    "no probe was answered early enough to prove anything",
+                ));
+            }
+            trace.sleep_until(surely_expired).await;
+            trace
+                .must_acquire_and_release(
+                    "B",
+                    &b,
+                    &lock,
+                    Rule::AT_MOST,
+                    &format!(
+                        "node A's lock expired by {} at the latest (answered {} + at most {at_most:?} + tolerance {:?})",
+                        trace.at(surely_expired),
+                        trace.at(taken.answered),
+                        timing.tolerance
+                    ),
+                )
+                .await?;
+            Ok(Attempt::Proven)
+        },
+    )
+    .await?;
+    Ok(Verdict::passed())
 }
 
 /// At-least hold: a release before `lock_at_least_for` keeps others out until then, and
@@ -116,65 +95,40 @@ pub async fn check_at_least_hold<H: ConformanceHarness>(
     let timing = timing_of(&a.capabilities());
     let at_most = timing.units(8);
     let at_least = timing.units(3);
-    for attempt in 1..=ATTEMPTS {
-        let lock = config(&names.name(&format!("lock{attempt}")), at_most, at_least);
-        let taken = trace
-            .must_acquire("A", &a, &lock, Rule::FREE_LOCK_IS_TAKEN, "nobody held it")
-            .await?;
-        trace
-            .must_unlock_with(
-                "A",
-                &*taken.value,
-                true,
-                Rule::RELEASE_RESULT,
-                "node A held the lock",
-            )
-            .await?;
-        let surely_held_until = taken.sent + at_least - timing.tolerance;
-        let mut conclusive = false;
-        for wait in [Duration::ZERO, timing.unit] {
-            trace.sleep_until(Instant::now() + wait).await;
+    until_conclusive(
+        &trace,
+        Rule::AT_LEAST,
+        "the lock held until at-least",
+        async |attempt| {
+            let lock = config(&names.name(&format!("lock{attempt}")), at_most, at_least);
+            let taken = trace.must_acquire_free("A", &a, &lock).await?;
+            let released = trace.must_release("A", &*taken.value).await?;
+            let why = format!(
+                "node A released early, and its acquisition (sent {}) holds it for lock_at_least_for until {} at the earliest",
+                trace.at(taken.sent),
+                trace.at(taken.sent + at_least)
+            );
+            let held = HeldLock {
+                lock: &lock,
+                surely_held_until: timing.surely_held_until(&taken, at_least),
+                rule: Rule::AT_LEAST,
+                why: &why,
+            };
+            let probe_times = [released.answered, released.answered + timing.unit];
+            if !probe_at(&trace, "B", &b, &held, probe_times).await? {
+                return Ok(Attempt::Inconclusive(
+                    "no probe was answered early enough to prove anything",
+                ));
+            }
+            let surely_free = timing.surely_over_by(&taken, at_least);
+            trace.sleep_until(surely_free).await;
             let probe = trace.acquire("B", &b, &lock).await?;
-            if probe.answered <= surely_held_until {
-                conclusive = true;
-                if probe.value.is_acquired() {
-                    return Err(trace.failure(
-                        Rule::AT_LEAST,
-                        format!(
-                            "node B got the lock at {}, but node A released early and its acquisition (sent {}) holds it for lock_at_least_for until {} at the earliest",
-                            trace.at(probe.answered),
-                            trace.at(taken.sent),
-                            trace.at(taken.sent + at_least)
-                        ),
-                    ));
-                }
-            } else if probe.value.is_acquired() {
-                break;
+            if probe.sent >= timing.surely_held_until(&taken, at_most) {
+                return Ok(Attempt::Inconclusive(
+                    "the probe after at-least came so late that at-most had passed too",
+                ));
             }
-        }
-        if !conclusive {
-            trace.note(format!(
-                "attempt {attempt}: no probe was answered early enough to prove anything; retrying"
-            ));
-            continue;
-        }
-        let surely_free = taken.answered + at_least + timing.tolerance;
-        trace.sleep_until(surely_free).await;
-        let probe = trace.acquire("B", &b, &lock).await?;
-        if probe.sent >= taken.sent + at_most - timing.tolerance {
-            trace.note(format!(
-                "attempt {attempt}: the probe after at-least came so late that at-most had passed too; retrying"
-            ));
-            continue;
-        }
-        match probe.value.into_handle() {
-            Some(handle) => {
-                trace
-                    .must_unlock_with("B", &*handle, true, Rule::RELEASE_RESULT, "node B held it")
-                    .await?;
-                return Ok(Verdict::passed());
-            }
-            None => {
+            let Some(handle) = probe.value.into_handle() else {
                 return Err(trace.failure(
                     Rule::AT_LEAST,
                     format!(
@@ -183,14 +137,35 @@ pub async fn check_at_least_hold<H: ConformanceHarness>(
                         trace.at(surely_free)
                     ),
                 ));
-            }
+            };
+            trace.must_release("B", &*handle).await?;
+            Ok(Attempt::Proven)
+        },
+    )
+    .await?;
+    Ok(Verdict::passed())
+}
+
+/// Probes `held` from `node` at each of `times`: a probe answered by its deadline must be
+/// refused. Stops once a late probe gets the lock. Answers whether any probe was early enough
+/// to prove anything.
+async fn probe_at(
+    trace: &Trace,
+    node: &str,
+    provider: &dyn LockProvider,
+    held: &HeldLock<'_>,
+    times: impl IntoIterator<Item = Instant>,
+) -> Result<bool, CheckFailure> {
+    let mut conclusive = false;
+    for time in times {
+        trace.sleep_until(time).await;
+        match trace.probe_while_held(node, provider, held).await? {
+            HeldProbe::Refused => conclusive = true,
+            HeldProbe::TooLate { acquired: true } => break,
+            HeldProbe::TooLate { acquired: false } => {}
         }
     }
-    Err(stalled(
-        &trace,
-        Rule::AT_LEAST,
-        "the lock held until at-least",
-    ))
+    Ok(conclusive)
 }
 
 /// Ownership: after a holder's lock expires and another node takes it, the old holder's
@@ -212,16 +187,10 @@ pub async fn check_ownership_after_expiry<H: ConformanceHarness>(
     for (local, new_label, new_node) in scenarios {
         let name = names.name(local);
         let stale = trace
-            .must_acquire(
-                "A",
-                &a,
-                &config(&name, short, Duration::ZERO),
-                Rule::FREE_LOCK_IS_TAKEN,
-                "nobody held it",
-            )
+            .must_acquire_free("A", &a, &config(&name, short, Duration::ZERO))
             .await?;
         trace
-            .sleep_until(stale.answered + short + timing.tolerance)
+            .sleep_until(timing.surely_over_by(&stale, short))
             .await;
         let fresh = trace
             .must_acquire(
