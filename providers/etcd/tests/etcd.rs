@@ -33,15 +33,33 @@ fn builder(env: &str) -> EtcdLockProviderBuilder {
     EtcdLockProvider::builder().env(env)
 }
 
+/// Connects `builder` to the test server.
+async fn connect(builder: EtcdLockProviderBuilder) -> EtcdLockProvider {
+    builder.connect(&etcd_url()).await.unwrap()
+}
+
 async fn provider(env: &str) -> EtcdLockProvider {
-    builder(env).connect(&etcd_url()).await.unwrap()
+    connect(builder(env)).await
 }
 
 async fn raw() -> Client {
     Client::connect([etcd_url()], None).await.unwrap()
 }
 
-fn config(name: &str, at_most: Duration, at_least: Duration) -> LockConfiguration {
+/// A node on an env of its own, a raw client, and the key of the node's lock `name`: to watch
+/// what the node does to that key.
+async fn node_and_raw_key(name: &str) -> (EtcdLockProvider, Client, String) {
+    let provider = provider(&unique_env()).await;
+    let key = provider.lock_key(name).unwrap();
+    (provider, raw().await, key)
+}
+
+/// Lock `name` for at most `at_most`, released at once when its holder is done.
+fn config(name: &str, at_most: Duration) -> LockConfiguration {
+    config_with_at_least(name, at_most, Duration::ZERO)
+}
+
+fn config_with_at_least(name: &str, at_most: Duration, at_least: Duration) -> LockConfiguration {
     LockConfiguration::new(name, at_most, at_least).unwrap()
 }
 
@@ -78,6 +96,23 @@ async fn lease_ttl(client: &mut Client, lease: i64) -> i64 {
     client.lease_time_to_live(lease, None).await.unwrap().ttl()
 }
 
+/// Waits (up to 3 s) for `lease` to be revoked, which the provider does in the background;
+/// `what` names the lease in the failure.
+async fn assert_revoked_soon(client: &mut Client, lease: i64, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while lease_ttl(client, lease).await != -1 {
+        assert!(Instant::now() < deadline, "{what} was never revoked");
+        tokio::time::sleep(50 * MS).await;
+    }
+}
+
+/// An operation against an unreachable server must give up within its timeout, not hang.
+fn assert_answered_within(started: Instant, limit: Duration) {
+    let took = started.elapsed();
+    assert!(took < limit, "took {took:?}");
+}
+
+/// The whole error text: Display, Debug, and every source's Display.
 fn full_text(error: &LockError) -> String {
     let mut text = format!("{error} | {error:?}");
     let mut source = error.source();
@@ -112,7 +147,7 @@ async fn a_key_written_the_way_shedlock_does_blocks_the_provider() {
         .unwrap();
     assert!(put.succeeded());
 
-    let config = config("report", Duration::from_secs(5), Duration::ZERO);
+    let config = config("report", Duration::from_secs(5));
     match provider.try_lock(&config).await.unwrap() {
         Acquisition::NotAcquired(Some(holder)) => {
             assert_eq!(holder.locked_by.as_deref(), Some("java-host"));
@@ -130,16 +165,8 @@ async fn a_key_written_the_way_shedlock_does_blocks_the_provider() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_providers_key_blocks_shedlocks_acquire_and_has_its_layout() {
     let env = unique_env();
-    let provider = builder(&env)
-        .holder("rust-node")
-        .connect(&etcd_url())
-        .await
-        .unwrap();
-    let handle = acquire(
-        &provider,
-        &config("report", Duration::from_secs(10), Duration::ZERO),
-    )
-    .await;
+    let provider = connect(builder(&env).holder("rust-node")).await;
+    let handle = acquire(&provider, &config("report", Duration::from_secs(10))).await;
     let key = format!("shedlock:{env}:report");
     let mut client = raw().await;
     let java = client
@@ -175,11 +202,7 @@ async fn the_providers_key_blocks_shedlocks_acquire_and_has_its_layout() {
         "release deletes the key"
     );
     // And revokes the lease, in the background.
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while lease_ttl(&mut client, lease).await != -1 {
-        assert!(Instant::now() < deadline, "the lease was never revoked");
-        tokio::time::sleep(50 * MS).await;
-    }
+    assert_revoked_soon(&mut client, lease, "the lease").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -189,8 +212,9 @@ async fn a_holder_whose_key_is_gone_cannot_release_or_extend_the_next_holders_lo
     let node_b = provider(&env).await;
     let mut client = raw().await;
     let key = node_a.lock_key("job").unwrap();
-    let plain = config("job", Duration::from_secs(10), Duration::ZERO);
-    let with_at_least = config("job", Duration::from_secs(10), Duration::from_secs(5));
+    let plain = config("job", Duration::from_secs(10));
+    let with_at_least =
+        config_with_at_least("job", Duration::from_secs(10), Duration::from_secs(5));
     // Each stale operation in turn: release (delete), release within at-least (move to a new
     // lease), extend (move to a new lease).
     for (operation, stale_config) in [
@@ -227,7 +251,7 @@ async fn a_lock_expires_at_lock_at_most_for_on_the_servers_lease() {
     let env = unique_env();
     let node_a = provider(&env).await;
     let node_b = provider(&env).await;
-    let short = config("job", Duration::from_secs(1), Duration::ZERO);
+    let short = config("job", Duration::from_secs(1));
     let started = Instant::now();
     let stale = acquire(&node_a, &short).await;
     assert_not_acquired(&node_b, &short).await;
@@ -253,13 +277,10 @@ async fn a_lock_expires_at_lock_at_most_for_on_the_servers_lease() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn release_keeps_the_key_for_the_rest_of_lock_at_least_for() {
-    let env = unique_env();
-    let provider = provider(&env).await;
-    let mut client = raw().await;
-    let key = provider.lock_key("job").unwrap();
+    let (provider, mut client, key) = node_and_raw_key("job").await;
     let handle = acquire(
         &provider,
-        &config("job", Duration::from_secs(30), Duration::from_secs(5)),
+        &config_with_at_least("job", Duration::from_secs(30), Duration::from_secs(5)),
     )
     .await;
     let (value, _, first_lease) = read(&mut client, &key).await.unwrap();
@@ -278,11 +299,7 @@ async fn release_keeps_the_key_for_the_rest_of_lock_at_least_for() {
         (4..=5).contains(&ttl),
         "5 s of at-least minus 0.3 s, rounded up to whole seconds: got {ttl} s"
     );
-    assert_not_acquired(
-        &provider,
-        &config("job", Duration::from_secs(1), Duration::ZERO),
-    )
-    .await;
+    assert_not_acquired(&provider, &config("job", Duration::from_secs(1))).await;
     assert!(!handle.unlock().await.unwrap(), "released once only");
     assert!(!handle.extend(Duration::from_secs(30)).await.unwrap());
     assert_eq!(read(&mut client, &key).await.unwrap().2, lease);
@@ -290,15 +307,8 @@ async fn release_keeps_the_key_for_the_rest_of_lock_at_least_for() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn extend_moves_the_key_onto_a_longer_lease_while_held() {
-    let env = unique_env();
-    let provider = provider(&env).await;
-    let mut client = raw().await;
-    let key = provider.lock_key("job").unwrap();
-    let handle = acquire(
-        &provider,
-        &config("job", Duration::from_secs(3), Duration::ZERO),
-    )
-    .await;
+    let (provider, mut client, key) = node_and_raw_key("job").await;
+    let handle = acquire(&provider, &config("job", Duration::from_secs(3))).await;
     let (value, _, old_lease) = read(&mut client, &key).await.unwrap();
     assert!(handle.extend(Duration::from_millis(29_500)).await.unwrap());
     let (same_value, _, lease) = read(&mut client, &key).await.unwrap();
@@ -308,11 +318,7 @@ async fn extend_moves_the_key_onto_a_longer_lease_while_held() {
         (29..=30).contains(&ttl),
         "29.5 s rounds up to 30 s: got {ttl} s"
     );
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while lease_ttl(&mut client, old_lease).await != -1 {
-        assert!(Instant::now() < deadline, "the old lease was never revoked");
-        tokio::time::sleep(50 * MS).await;
-    }
+    assert_revoked_soon(&mut client, old_lease, "the old lease").await;
     assert!(
         read(&mut client, &key).await.is_some(),
         "revoking the old lease kept our key"
@@ -328,10 +334,8 @@ async fn extend_moves_the_key_onto_a_longer_lease_while_held() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn fencing_tokens_are_the_put_revisions_and_strictly_increase() {
-    let env = unique_env();
-    let provider = provider(&env).await;
+    let (provider, mut client, key) = node_and_raw_key("job").await;
     assert!(provider.capabilities().fencing);
-    let mut client = raw().await;
     // The declared precision is the shortest lease this server grants (etcd raises a 1 s
     // request to its minimum TTL, 2 s by default).
     let granted = client.lease_grant(1, None).await.unwrap();
@@ -340,8 +344,7 @@ async fn fencing_tokens_are_the_put_revisions_and_strictly_increase() {
         provider.capabilities().time_precision,
         Duration::from_secs(granted.ttl().max(1) as u64)
     );
-    let key = provider.lock_key("job").unwrap();
-    let config = config("job", Duration::from_secs(10), Duration::ZERO);
+    let config = config("job", Duration::from_secs(10));
     let mut last = 0;
     for _ in 0..5 {
         let handle = acquire(&provider, &config).await;
@@ -368,11 +371,7 @@ async fn names_keep_their_own_keys_and_bad_settings_are_refused() {
         "ünïcödé",
         "{tag}",
     ] {
-        let handle = acquire(
-            &provider,
-            &config(name, Duration::from_secs(5), Duration::ZERO),
-        )
-        .await;
+        let handle = acquire(&provider, &config(name, Duration::from_secs(5))).await;
         let key = format!("shedlock:{env}:{name}");
         assert!(
             read(&mut client, &key).await.is_some(),
@@ -380,16 +379,8 @@ async fn names_keep_their_own_keys_and_bad_settings_are_refused() {
         );
         assert!(handle.unlock().await.unwrap());
     }
-    let a = acquire(
-        &provider,
-        &config("a", Duration::from_secs(5), Duration::ZERO),
-    )
-    .await;
-    let ab = acquire(
-        &provider,
-        &config("a:b", Duration::from_secs(5), Duration::ZERO),
-    )
-    .await;
+    let a = acquire(&provider, &config("a", Duration::from_secs(5))).await;
+    let ab = acquire(&provider, &config("a:b", Duration::from_secs(5))).await;
     assert!(a.unlock().await.unwrap() && ab.unlock().await.unwrap());
 
     for (builder, what) in [
@@ -417,11 +408,7 @@ async fn an_unreachable_server_is_a_clear_error_within_the_timeout() {
         .connect("http://127.0.0.1:1")
         .await
         .unwrap_err();
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "took {:?}",
-        started.elapsed()
-    );
+    assert_answered_within(started, Duration::from_secs(3));
     assert!(error.to_string().contains("http://127.0.0.1:1"), "{error}");
 
     let lazy = EtcdLockProvider::builder()
@@ -432,14 +419,10 @@ async fn an_unreachable_server_is_a_clear_error_within_the_timeout() {
     for _ in 0..2 {
         let started = Instant::now();
         let error = lazy
-            .try_lock(&config("job", Duration::from_secs(5), Duration::ZERO))
+            .try_lock(&config("job", Duration::from_secs(5)))
             .await
             .unwrap_err();
-        assert!(
-            started.elapsed() < Duration::from_secs(3),
-            "took {:?}",
-            started.elapsed()
-        );
+        assert_answered_within(started, Duration::from_secs(3));
         assert!(
             matches!(error, LockError::Backend { .. } | LockError::Timeout { .. }),
             "{error:?}"
