@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use shared::{config, exec, lock, unique};
-use shedlock_core::{Clock, LockError, LockProvider, SkewedClock, SystemClock, TimeSource};
+use shedlock_core::{LockProvider, TimeSource};
 use shedlock_mysql::{Column, Flavor, LockTable, MySqlLockProvider, create_table_statement};
 use sqlx::Row;
 use sqlx::mysql::MySqlPool;
@@ -38,26 +38,41 @@ async fn provider_on(table: &str, fencing: bool) -> MySqlLockProvider {
         .unwrap()
 }
 
-/// The row as stored: (lock_until - locked_at in ms, locked_by, seconds between locked_at and
-/// the server's UTC now).
-async fn row(pool: &MySqlPool, table: &str, name: &str) -> Option<(f64, String, f64)> {
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, locked_at, lock_until) / 1000 AS DOUBLE), \
-         locked_by, CAST(ABS(TIMESTAMPDIFF(MICROSECOND, locked_at, UTC_TIMESTAMP(3))) / 1e6 AS DOUBLE) \
-         FROM {table} WHERE name = ?"
-    )))
-    .bind(name)
-    .fetch_optional(pool)
-    .await
-    .unwrap()
-    .map(|r| (r.get(0), r.get(1), r.get(2)))
+/// Reads `table`'s rows back.
+struct Rows<'a> {
+    pool: &'a MySqlPool,
+    table: &'a str,
 }
 
-async fn count(pool: &MySqlPool, table: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
-        .fetch_one(pool)
+#[async_trait::async_trait]
+impl shared::StoredRows for Rows<'_> {
+    async fn row(&self, name: &str) -> Option<shared::StoredRow> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, locked_at, lock_until) / 1000 AS DOUBLE), \
+             locked_by, CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), locked_at) / 1e6 AS DOUBLE) \
+             FROM {} WHERE name = ?",
+            self.table
+        )))
+        .bind(name)
+        .fetch_optional(self.pool)
         .await
         .unwrap()
+        .map(|r| shared::StoredRow {
+            held_ms: r.get(0),
+            locked_by: r.get(1),
+            locked_at_from_now: r.get(2),
+        })
+    }
+
+    async fn count(&self) -> i64 {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT COUNT(*) FROM {}",
+            self.table
+        )))
+        .fetch_one(self.pool)
+        .await
+        .unwrap()
+    }
 }
 
 #[tokio::test]
@@ -66,39 +81,11 @@ async fn one_statement_acquire_creates_the_row_excludes_others_and_releases() {
     let node_a = provider_on(&table, false).await;
     let node_b = node_a.node().with_holder("other-node");
     let pool = pool().await;
-
-    let held = lock(&node_a, "job", MINUTE).await.expect("first acquire");
-    let (held_ms, locked_by, age) = row(&pool, &table, "job").await.expect("row written");
-    assert!(
-        (held_ms - 60_000.0).abs() < 1.0,
-        "lock_until - locked_at = {held_ms} ms"
-    );
-    assert!(locked_by.starts_with("rust-node#"), "{locked_by}");
-    assert!(age < 5.0, "locked_at is UTC server time, {age}s from now");
-    assert!(held.fencing_token().is_none());
-
-    // Held: the upsert leaves the row alone and reports "not acquired", every time.
-    for _ in 0..3 {
-        assert!(lock(&node_b, "job", MINUTE).await.is_none(), "held by A");
-    }
-    let (_, still, _) = row(&pool, &table, "job").await.unwrap();
-    assert_eq!(still, locked_by, "the refused upsert changed nothing");
-    assert!(held.unlock().await.unwrap(), "released");
-    assert!(
-        !held.unlock().await.unwrap(),
-        "a second release changes nothing"
-    );
-    let again = lock(&node_b, "job", MINUTE)
-        .await
-        .expect("free after release");
-    let (_, locked_by, _) = row(&pool, &table, "job").await.unwrap();
-    assert!(locked_by.starts_with("other-node#"), "{locked_by}");
-    assert!(again.unlock().await.unwrap());
-    assert_eq!(
-        count(&pool, &table).await,
-        1,
-        "rows are kept, never duplicated"
-    );
+    let rows = Rows {
+        pool: &pool,
+        table: &table,
+    };
+    shared::acquire_writes_the_row_excludes_others_and_releases(&node_a, &node_b, &rows).await;
     exec(&pool, &format!("DROP TABLE {table}")).await;
 }
 
@@ -146,39 +133,19 @@ async fn names_longer_than_the_column_are_refused_before_anything_is_written() {
         .build()
         .await
         .unwrap();
-    assert_eq!(provider.capabilities().max_name_chars, Some(10));
-    let error = provider
-        .try_lock(&config("abcdefghijk", MINUTE, Duration::ZERO))
-        .await
-        .unwrap_err();
-    match &error {
-        LockError::InvalidName { name, rule, .. } => {
-            assert_eq!(name, "abcdefghijk");
-            assert!(rule.contains("limit is 10"), "{rule}");
-        }
-        other => panic!("expected InvalidName, got {other:?}"),
-    }
-    assert!(
-        lock(&provider, "ääääääääää", MINUTE).await.is_some(),
-        "10 characters"
-    );
-    assert_eq!(
-        count(&pool, &table).await,
-        1,
-        "only the accepted name was written"
-    );
+    let rows = Rows {
+        pool: &pool,
+        table: &table,
+    };
+    shared::a_narrow_name_column_refuses_longer_names_before_writing(&provider, &rows).await;
 
     let default_table = unique("my_len64");
     let shedlock = provider_on(&default_table, false).await;
-    assert_eq!(shedlock.capabilities().max_name_chars, Some(64));
-    assert!(lock(&shedlock, &"n".repeat(64), MINUTE).await.is_some());
-    assert!(matches!(
-        shedlock
-            .try_lock(&config(&"n".repeat(65), MINUTE, Duration::ZERO))
-            .await,
-        Err(LockError::InvalidName { .. })
-    ));
-    assert_eq!(count(&pool, &default_table).await, 1);
+    let rows = Rows {
+        pool: &pool,
+        table: &default_table,
+    };
+    shared::shedlocks_name_column_takes_64_characters(&shedlock, &rows).await;
     exec(&pool, &format!("DROP TABLE {table}, {default_table}")).await;
 }
 
@@ -232,7 +199,11 @@ async fn shedlock_style_collations_and_charsets_refuse_names_they_would_merge_or
         .unwrap_err()
         .to_string();
     assert!(cjk.contains("latin1 cannot store"), "{cjk}");
-    assert_eq!(count(&pool, &table).await, 0, "nothing written");
+    let rows = Rows {
+        pool: &pool,
+        table: &table,
+    };
+    assert_eq!(shared::StoredRows::count(&rows).await, 0, "nothing written");
     // Case-insensitive: one lock for both spellings (over-exclusion, never under-exclusion).
     let held = lock(&provider, "Job", MINUTE).await.unwrap();
     assert!(lock(&provider, "job", MINUTE).await.is_none());
@@ -346,18 +317,7 @@ async fn an_unreachable_server_is_an_error_within_the_connect_timeout_without_th
 async fn fencing_tokens_come_back_through_the_insert_id_and_are_absent_without_the_column() {
     let with = unique("my_fence");
     let node_a = provider_on(&with, true).await;
-    let node_b = node_a.node();
-    assert!(node_a.capabilities().fencing);
-    let mut last = 0;
-    for i in 0..4 {
-        let node = if i % 2 == 0 { &node_a } else { &node_b };
-        let handle = lock(node, "fenced", MINUTE).await.unwrap();
-        let token = handle.fencing_token().expect("a token");
-        assert_eq!(token, last + 1, "tokens count acquisitions");
-        last = token;
-        assert!(lock(&node_b, "fenced", MINUTE).await.is_none());
-        handle.unlock().await.unwrap();
-    }
+    shared::fencing_tokens_count_acquisitions(&node_a, &node_a.node()).await;
     let stored: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT fencing_token FROM {with} WHERE name = 'fenced'"
     )))
@@ -368,7 +328,6 @@ async fn fencing_tokens_come_back_through_the_insert_id_and_are_absent_without_t
 
     let without = unique("my_nofence");
     let plain = provider_on(&without, false).await;
-    assert!(!plain.capabilities().fencing);
     let columns: Vec<String> = sqlx::query_scalar(
         "SELECT CAST(COLUMN_NAME AS CHAR) FROM information_schema.COLUMNS \
          WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
@@ -378,13 +337,7 @@ async fn fencing_tokens_come_back_through_the_insert_id_and_are_absent_without_t
     .await
     .unwrap();
     assert_eq!(columns, ["name", "lock_until", "locked_at", "locked_by"]);
-    assert!(
-        lock(&plain, "x", MINUTE)
-            .await
-            .unwrap()
-            .fencing_token()
-            .is_none()
-    );
+    shared::no_fencing_tokens_without_the_column(&plain).await;
     exec(&pool().await, &format!("DROP TABLE {with}, {without}")).await;
 }
 
@@ -395,26 +348,12 @@ async fn custom_database_table_and_column_names_work() {
     exec(&pool, &format!("CREATE DATABASE {database}")).await;
     let qualified = format!("{database}.job_locks");
     let build = || {
-        MySqlLockProvider::builder(pool.clone())
-            .table_name(&qualified)
-            .column_name(Column::Name, "lock_name")
-            .column_name(Column::LockUntil, "held_until")
-            .column_name(Column::LockedAt, "taken_at")
-            .column_name(Column::LockedBy, "owner")
-            .column_name(Column::FencingToken, "fence")
+        shared::renamed_table_and_columns(MySqlLockProvider::builder(pool.clone()), &qualified)
             .create_table_if_missing(true)
             .build()
     };
-    let node_a = build().await.unwrap();
-    let node_b = build().await.unwrap();
-    let handle = lock(&node_a, "job", MINUTE).await.unwrap();
-    assert_eq!(handle.fencing_token(), Some(1));
-    assert!(lock(&node_b, "job", MINUTE).await.is_none());
-    handle.unlock().await.unwrap();
-    assert_eq!(
-        lock(&node_b, "job", MINUTE).await.unwrap().fencing_token(),
-        Some(2)
-    );
+    let (node_a, node_b) = (build().await.unwrap(), build().await.unwrap());
+    shared::renamed_table_and_columns_lock_as_shedlocks_do(&node_a, &node_b, true).await;
     let owner: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT owner FROM {database}.job_locks WHERE lock_name = 'job'"
     )))
@@ -500,8 +439,15 @@ async fn timestamp_columns_need_a_utc_session_and_datetime_columns_do_not() {
             "{case}: expired"
         );
         assert!(!held.unlock().await.unwrap(), "{case}");
-        let (_, _, age) = row(&pool, &datetimes, &case).await.unwrap();
-        assert!(age < 5.0, "{case}: stored times are UTC, {age}s off");
+        let rows = Rows {
+            pool: &pool,
+            table: &datetimes,
+        };
+        let age = shared::StoredRows::row(&rows, &case)
+            .await
+            .unwrap()
+            .locked_at_from_now;
+        assert!(age.abs() < 5.0, "{case}: stored times are UTC, {age}s off");
     }
     exec(&pool, &format!("DROP TABLE {timestamps}, {datetimes}")).await;
 }
@@ -509,47 +455,24 @@ async fn timestamp_columns_need_a_utc_session_and_datetime_columns_do_not() {
 #[tokio::test]
 async fn server_time_ignores_node_clocks_and_client_time_uses_them() {
     let table = unique("my_clock");
-    let hour = Duration::from_secs(3600);
-    let ahead: Arc<dyn Clock> = Arc::new(SkewedClock::ahead(Arc::new(SystemClock), hour));
-
-    let honest = provider_on(&table, false).await;
-    let skewed = honest.node().with_clock(ahead.clone());
-    assert_eq!(honest.capabilities().time_source, TimeSource::Server);
-    let held = lock(&honest, "server", MINUTE).await.unwrap();
-    assert!(
-        lock(&skewed, "server", MINUTE).await.is_none(),
-        "skew must not matter"
-    );
-    held.unlock().await.unwrap();
-
-    let client = MySqlLockProvider::builder_from_url(url())
+    let server_time = provider_on(&table, false).await;
+    let client_time = MySqlLockProvider::builder_from_url(url())
         .table_name(&table)
         .time_source(TimeSource::Client)
         .build()
         .await
         .unwrap();
-    assert_eq!(client.capabilities().time_source, TimeSource::Client);
-    let client_skewed = client.node().with_clock(ahead);
-    let held = lock(&client, "client", MINUTE).await.unwrap();
     let pool = pool().await;
-    let (_, _, age) = row(&pool, &table, "client").await.unwrap();
-    assert!(
-        age < 5.0,
-        "locked_at is the node's UTC time, {age}s from the server's"
-    );
-    assert!(
-        lock(&client_skewed, "client", MINUTE).await.is_some(),
-        "an hour ahead, the client-time node believes the lock expired: the documented risk"
-    );
-    assert!(
-        !held.unlock().await.unwrap(),
-        "taken over, so not ours to release"
-    );
-    let (_, _, age) = row(&pool, &table, "client").await.unwrap();
-    assert!(
-        (age - 3600.0).abs() < 5.0,
-        "the skewed node wrote its own clock: {age}s"
-    );
+    let rows = Rows {
+        pool: &pool,
+        table: &table,
+    };
+    shared::server_time_ignores_node_clocks_and_client_time_uses_them(
+        &server_time,
+        &client_time,
+        &rows,
+    )
+    .await;
     exec(&pool, &format!("DROP TABLE {table}")).await;
 }
 
@@ -563,37 +486,27 @@ async fn lock_statements_run_outside_the_callers_transaction() {
         .build()
         .await
         .unwrap();
-    let mut tx = pool.begin().await.unwrap();
-    sqlx::query("SELECT 1").execute(&mut *tx).await.unwrap();
-    let held = lock(&provider, "job", MINUTE).await.unwrap();
-    tx.rollback().await.unwrap();
-    assert!(
-        lock(&provider.node(), "job", MINUTE).await.is_none(),
-        "the lock survived the rollback"
-    );
-    held.unlock().await.unwrap();
+    shared::lock_statements_run_outside_the_callers_transaction(&provider).await;
     exec(&pool, &format!("DROP TABLE {table}")).await;
 }
 
-/// Java ShedLock's MySQL statements, as SHEDLOCK-FACTS.md records them, run as plain SQL.
-mod java {
-    use super::*;
+/// Java ShedLock's MySQL statements on one table.
+struct JavaShedLock<'a> {
+    pool: &'a MySqlPool,
+    table: &'a str,
+}
 
-    const NOW: &str = "UTC_TIMESTAMP(3)";
+const NOW: &str = "UTC_TIMESTAMP(3)";
 
-    fn micros(d: Duration) -> i64 {
-        d.as_micros() as i64
-    }
+fn micros(d: Duration) -> i64 {
+    d.as_micros() as i64
+}
 
-    /// JdbcTemplateLockProvider with usingDbTime(): `INSERT IGNORE`, then the conditional
-    /// update. True when it took the lock.
-    pub async fn server_time_lock(
-        pool: &MySqlPool,
-        table: &str,
-        name: &str,
-        host: &str,
-        at_most: Duration,
-    ) -> bool {
+#[async_trait::async_trait]
+impl shared::JavaShedLock for JavaShedLock<'_> {
+    /// `INSERT IGNORE`, then the conditional update.
+    async fn server_time_lock(&self, name: &str, at_most: Duration) -> bool {
+        let table = self.table;
         let insert = format!(
             "INSERT IGNORE INTO {table}(name, lock_until, locked_at, locked_by) \
              VALUES(?, TIMESTAMPADD(MICROSECOND, ?, {NOW}), {NOW}, ?)"
@@ -601,8 +514,8 @@ mod java {
         let inserted = sqlx::query(sqlx::AssertSqlSafe(insert))
             .bind(name)
             .bind(micros(at_most))
-            .bind(host)
-            .execute(pool)
+            .bind(shared::JAVA_HOST)
+            .execute(self.pool)
             .await
             .unwrap()
             .rows_affected();
@@ -615,46 +528,34 @@ mod java {
         );
         sqlx::query(sqlx::AssertSqlSafe(update))
             .bind(micros(at_most))
-            .bind(host)
+            .bind(shared::JAVA_HOST)
             .bind(name)
-            .execute(pool)
+            .execute(self.pool)
             .await
             .unwrap()
             .rows_affected()
             == 1
     }
 
-    /// Its server-time unlock: only the host name is checked.
-    pub async fn server_time_unlock(
-        pool: &MySqlPool,
-        table: &str,
-        name: &str,
-        host: &str,
-        at_least: Duration,
-    ) -> u64 {
+    async fn server_time_unlock(&self, name: &str, at_least: Duration) -> u64 {
         let sql = format!(
-            "UPDATE {table} SET lock_until = IF(TIMESTAMPADD(MICROSECOND, ?, locked_at) > {NOW}, \
-             TIMESTAMPADD(MICROSECOND, ?, locked_at), {NOW}) WHERE name = ? AND locked_by = ?"
+            "UPDATE {} SET lock_until = IF(TIMESTAMPADD(MICROSECOND, ?, locked_at) > {NOW}, \
+             TIMESTAMPADD(MICROSECOND, ?, locked_at), {NOW}) WHERE name = ? AND locked_by = ?",
+            self.table
         );
         sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(micros(at_least))
             .bind(micros(at_least))
             .bind(name)
-            .bind(host)
-            .execute(pool)
+            .bind(shared::JAVA_HOST)
+            .execute(self.pool)
             .await
             .unwrap()
             .rows_affected()
     }
 
-    /// JdbcLockProvider (client time, a JVM in UTC): insert, then the conditional update.
-    pub async fn jdbc_lock(
-        pool: &MySqlPool,
-        table: &str,
-        name: &str,
-        host: &str,
-        at_most: Duration,
-    ) -> bool {
+    async fn jdbc_lock(&self, name: &str, at_most: Duration) -> bool {
+        let table = self.table;
         let now = chrono::DateTime::<chrono::Utc>::from(SystemTime::now()).naive_utc();
         let until = now + chrono::Duration::from_std(at_most).unwrap();
         let insert = sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -663,8 +564,8 @@ mod java {
         .bind(name)
         .bind(until)
         .bind(now)
-        .bind(host)
-        .execute(pool)
+        .bind(shared::JAVA_HOST)
+        .execute(self.pool)
         .await;
         if insert.is_ok() {
             return true;
@@ -675,10 +576,10 @@ mod java {
         sqlx::query(sqlx::AssertSqlSafe(update))
             .bind(until)
             .bind(now)
-            .bind(host)
+            .bind(shared::JAVA_HOST)
             .bind(name)
             .bind(now)
-            .execute(pool)
+            .execute(self.pool)
             .await
             .unwrap()
             .rows_affected()
@@ -705,70 +606,11 @@ async fn rows_written_by_java_shedlocks_sql_and_by_rust_honour_each_other() {
         .build()
         .await
         .unwrap();
-
-    assert!(java::server_time_lock(&pool, &table, "job", "java-host", MINUTE).await);
-    assert!(
-        lock(&rust, "job", MINUTE).await.is_none(),
-        "Java's lock is honoured"
-    );
-    assert_eq!(
-        java::server_time_unlock(&pool, &table, "job", "java-host", Duration::ZERO).await,
-        1
-    );
-    let rust_held = lock(&rust, "job", MINUTE)
-        .await
-        .expect("free after Java's release");
-    assert!(
-        !java::server_time_lock(&pool, &table, "job", "java-host", MINUTE).await,
-        "Rust's lock is honoured"
-    );
-    assert!(
-        !java::jdbc_lock(&pool, &table, "job", "java-host", MINUTE).await,
-        "also by the client-time JDBC provider"
-    );
-    assert_eq!(
-        java::server_time_unlock(&pool, &table, "job", "java-host", Duration::ZERO).await,
-        0,
-        "Java's host-name unlock does not match Rust's owner"
-    );
-    assert!(rust_held.unlock().await.unwrap());
-
-    let with_at_least = rust
-        .try_lock(&config("job2", MINUTE, Duration::from_millis(400)))
-        .await
-        .unwrap()
-        .into_handle()
-        .unwrap();
-    assert!(with_at_least.unlock().await.unwrap());
-    assert!(
-        !java::server_time_lock(&pool, &table, "job2", "java-host", MINUTE).await,
-        "within Rust's at-least"
-    );
-    tokio::time::sleep(Duration::from_millis(550)).await;
-    assert!(
-        java::server_time_lock(&pool, &table, "job2", "java-host", MINUTE).await,
-        "after Rust's at-least"
-    );
-    assert!(
-        java::server_time_lock(
-            &pool,
-            &table,
-            "job",
-            "java-host",
-            Duration::from_millis(300)
-        )
-        .await,
-        "free after Rust's release"
-    );
-    assert!(lock(&rust, "job", MINUTE).await.is_none());
-    tokio::time::sleep(Duration::from_millis(450)).await;
-    let taken = lock(&rust, "job", MINUTE)
-        .await
-        .expect("Java's lock expired");
-    taken.unlock().await.unwrap();
-
-    assert!(java::jdbc_lock(&pool, &table, "jdbc", "java-host", MINUTE).await);
-    assert!(lock(&rust, "jdbc", MINUTE).await.is_none());
+    let java = JavaShedLock {
+        pool: &pool,
+        table: &table,
+    };
+    shared::rows_written_by_java_shedlock_and_by_rust_honour_each_other(&rust, &java).await;
     exec(&pool, &format!("DROP TABLE {table}")).await;
 }
 

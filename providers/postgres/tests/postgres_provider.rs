@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use shared::{config, exec, lock, unique};
-use shedlock_core::{Clock, LockError, LockProvider, SkewedClock, SystemClock, TimeSource};
-use shedlock_postgres::{Column, PostgresLockProvider, create_table_statement};
+use shedlock_core::{LockError, LockProvider, TimeSource};
+use shedlock_postgres::{PostgresLockProvider, create_table_statement};
 use sqlx::Row;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -36,19 +36,41 @@ async fn provider_on(table: &str, fencing: bool) -> PostgresLockProvider {
         .unwrap()
 }
 
-/// The row as stored: (lock_until - locked_at in ms, locked_by, seconds between locked_at and
-/// the server's UTC now).
-async fn row(pool: &sqlx::PgPool, table: &str, name: &str) -> Option<(f64, String, f64)> {
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT EXTRACT(EPOCH FROM lock_until - locked_at)::float8 * 1000, locked_by, \
-         ABS(EXTRACT(EPOCH FROM timezone('utc', CURRENT_TIMESTAMP) - locked_at))::float8 \
-         FROM {table} WHERE name = $1"
-    )))
-    .bind(name)
-    .fetch_optional(pool)
-    .await
-    .unwrap()
-    .map(|r| (r.get(0), r.get(1), r.get(2)))
+/// Reads `table`'s rows back.
+struct Rows<'a> {
+    pool: &'a sqlx::PgPool,
+    table: &'a str,
+}
+
+#[async_trait::async_trait]
+impl shared::StoredRows for Rows<'_> {
+    async fn row(&self, name: &str) -> Option<shared::StoredRow> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT EXTRACT(EPOCH FROM lock_until - locked_at)::float8 * 1000, locked_by, \
+             EXTRACT(EPOCH FROM locked_at - timezone('utc', CURRENT_TIMESTAMP))::float8 \
+             FROM {} WHERE name = $1",
+            self.table
+        )))
+        .bind(name)
+        .fetch_optional(self.pool)
+        .await
+        .unwrap()
+        .map(|r| shared::StoredRow {
+            held_ms: r.get(0),
+            locked_by: r.get(1),
+            locked_at_from_now: r.get(2),
+        })
+    }
+
+    async fn count(&self) -> i64 {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM {}",
+            self.table
+        )))
+        .fetch_one(self.pool)
+        .await
+        .unwrap()
+    }
 }
 
 #[tokio::test]
@@ -57,33 +79,11 @@ async fn one_statement_acquire_creates_the_row_excludes_others_and_releases() {
     let node_a = provider_on(&table, false).await;
     let node_b = node_a.node().with_holder("other-node");
     let pool = pool().await;
-
-    let held = lock(&node_a, "job", MINUTE).await.expect("first acquire");
-    let (held_ms, locked_by, age) = row(&pool, &table, "job").await.expect("row written");
-    assert!(
-        (held_ms - 60_000.0).abs() < 1.0,
-        "lock_until - locked_at = {held_ms} ms"
-    );
-    assert!(locked_by.starts_with("rust-node#"), "{locked_by}");
-    assert!(age < 5.0, "locked_at is UTC server time, {age}s from now");
-    assert!(held.fencing_token().is_none());
-
-    assert!(lock(&node_b, "job", MINUTE).await.is_none(), "held by A");
-    assert!(
-        lock(&node_a, "job", MINUTE).await.is_none(),
-        "not re-entrant at this level"
-    );
-    assert!(held.unlock().await.unwrap(), "released");
-    assert!(
-        !held.unlock().await.unwrap(),
-        "a second release changes nothing"
-    );
-    let again = lock(&node_b, "job", MINUTE)
-        .await
-        .expect("free after release");
-    let (_, locked_by, _) = row(&pool, &table, "job").await.unwrap();
-    assert!(locked_by.starts_with("other-node#"), "{locked_by}");
-    again.unlock().await.unwrap();
+    let rows = Rows {
+        pool: &pool,
+        table: &table,
+    };
+    shared::acquire_writes_the_row_excludes_others_and_releases(&node_a, &node_b, &rows).await;
     exec(&pool, &format!("DROP TABLE {table}")).await;
 }
 
@@ -131,30 +131,13 @@ async fn names_longer_than_the_column_are_refused_before_anything_is_written() {
         .build()
         .await
         .unwrap();
-    assert_eq!(provider.capabilities().max_name_chars, Some(10));
-    let error = provider
-        .try_lock(&config("abcdefghijk", MINUTE, Duration::ZERO))
-        .await
-        .unwrap_err();
-    match &error {
-        LockError::InvalidName { name, rule, .. } => {
-            assert_eq!(name, "abcdefghijk");
-            assert!(
-                rule.contains("11 characters") && rule.contains("limit is 10"),
-                "{rule}"
-            );
-        }
-        other => panic!("expected InvalidName, got {other:?}"),
-    }
-    // Ten characters, multi-byte: counted in characters as PostgreSQL does.
-    assert!(lock(&provider, "ääääääääää", MINUTE).await.is_some());
-    let count: i64 =
-        sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-    assert_eq!(count, 1, "only the accepted name was written");
+    let rows = Rows {
+        pool: &pool,
+        table: &table,
+    };
+    shared::a_narrow_name_column_refuses_longer_names_before_writing(&provider, &rows).await;
 
+    // PostgreSQL cannot store NUL in text: refused as a name, not a database error.
     let nul = provider
         .try_lock(&config("a\0b", MINUTE, Duration::ZERO))
         .await;
@@ -162,14 +145,11 @@ async fn names_longer_than_the_column_are_refused_before_anything_is_written() {
 
     let default_table = unique("pg_len64");
     let shedlock = provider_on(&default_table, false).await;
-    assert_eq!(shedlock.capabilities().max_name_chars, Some(64));
-    assert!(lock(&shedlock, &"n".repeat(64), MINUTE).await.is_some());
-    assert!(matches!(
-        shedlock
-            .try_lock(&config(&"n".repeat(65), MINUTE, Duration::ZERO))
-            .await,
-        Err(LockError::InvalidName { .. })
-    ));
+    let rows = Rows {
+        pool: &pool,
+        table: &default_table,
+    };
+    shared::shedlocks_name_column_takes_64_characters(&shedlock, &rows).await;
     exec(&pool, &format!("DROP TABLE {table}, {default_table}")).await;
 }
 
@@ -304,23 +284,10 @@ async fn an_unreachable_server_is_an_error_within_the_connect_timeout_without_th
 async fn fencing_tokens_increase_with_the_column_and_are_absent_without_it() {
     let with = unique("pg_fence");
     let node_a = provider_on(&with, true).await;
-    let node_b = node_a.node();
-    assert!(node_a.capabilities().fencing);
-    let mut last = 0;
-    for i in 0..4 {
-        let node = if i % 2 == 0 { &node_a } else { &node_b };
-        let handle = lock(node, "fenced", MINUTE).await.unwrap();
-        let token = handle.fencing_token().expect("a token");
-        assert!(token > last, "token {token} after {last}");
-        last = token;
-        assert!(lock(&node_b, "fenced", MINUTE).await.is_none());
-        handle.unlock().await.unwrap();
-    }
-    assert_eq!(last, 4);
+    shared::fencing_tokens_count_acquisitions(&node_a, &node_a.node()).await;
 
     let without = unique("pg_nofence");
     let plain = provider_on(&without, false).await;
-    assert!(!plain.capabilities().fencing);
     let columns: Vec<String> = sqlx::query_scalar(
         "SELECT column_name::text FROM information_schema.columns WHERE table_name = $1 ORDER BY ordinal_position",
     )
@@ -333,13 +300,7 @@ async fn fencing_tokens_increase_with_the_column_and_are_absent_without_it() {
         ["name", "lock_until", "locked_at", "locked_by"],
         "exactly ShedLock's"
     );
-    assert!(
-        lock(&plain, "x", MINUTE)
-            .await
-            .unwrap()
-            .fencing_token()
-            .is_none()
-    );
+    shared::no_fencing_tokens_without_the_column(&plain).await;
     exec(&pool().await, &format!("DROP TABLE {with}, {without}")).await;
 }
 
@@ -350,26 +311,12 @@ async fn custom_schema_table_and_column_names_work() {
     exec(&pool, &format!("CREATE SCHEMA {schema}")).await;
     let qualified = format!("{schema}.Job_Locks");
     let build = || {
-        PostgresLockProvider::builder(pool.clone())
-            .table_name(&qualified)
-            .column_name(Column::Name, "lock_name")
-            .column_name(Column::LockUntil, "held_until")
-            .column_name(Column::LockedAt, "taken_at")
-            .column_name(Column::LockedBy, "owner")
-            .column_name(Column::FencingToken, "fence")
+        shared::renamed_table_and_columns(PostgresLockProvider::builder(pool.clone()), &qualified)
             .create_table_if_missing(true)
             .build()
     };
-    let node_a = build().await.unwrap();
-    let node_b = build().await.unwrap();
-    let handle = lock(&node_a, "job", MINUTE).await.unwrap();
-    assert_eq!(handle.fencing_token(), Some(1));
-    assert!(lock(&node_b, "job", MINUTE).await.is_none());
-    handle.unlock().await.unwrap();
-    assert_eq!(
-        lock(&node_b, "job", MINUTE).await.unwrap().fencing_token(),
-        Some(2)
-    );
+    let (node_a, node_b) = (build().await.unwrap(), build().await.unwrap());
+    shared::renamed_table_and_columns_lock_as_shedlocks_do(&node_a, &node_b, true).await;
     // Unquoted-identifier semantics: Job_Locks is job_locks, as in Java ShedLock's SQL.
     let owner: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT owner FROM {schema}.job_locks WHERE lock_name = 'job'"
@@ -457,54 +404,24 @@ async fn timestamp_and_timestamptz_columns_work_whatever_the_session_time_zone()
 #[tokio::test]
 async fn server_time_ignores_node_clocks_and_client_time_uses_them() {
     let table = unique("pg_clock");
-    let hour = Duration::from_secs(3600);
-    let ahead: Arc<dyn Clock> = Arc::new(SkewedClock::ahead(Arc::new(SystemClock), hour));
-
-    // Server time: a node whose clock is an hour ahead still sees the lock as held.
-    let honest = provider_on(&table, false).await;
-    let skewed = honest.node().with_clock(ahead.clone());
-    assert_eq!(honest.capabilities().time_source, TimeSource::Server);
-    let held = lock(&honest, "server", MINUTE).await.unwrap();
-    assert!(
-        lock(&skewed, "server", MINUTE).await.is_none(),
-        "skew must not matter"
-    );
-    held.unlock().await.unwrap();
-
-    // Client time: the node's clock is what is written and compared.
-    let client = PostgresLockProvider::builder_from_url(url())
+    let server_time = provider_on(&table, false).await;
+    let client_time = PostgresLockProvider::builder_from_url(url())
         .table_name(&table)
         .time_source(TimeSource::Client)
         .build()
         .await
         .unwrap();
-    assert_eq!(client.capabilities().time_source, TimeSource::Client);
-    let client_skewed = client.node().with_clock(ahead);
-    let held = lock(&client, "client", MINUTE).await.unwrap();
     let pool = pool().await;
-    let (_, _, age) = row(&pool, &table, "client").await.unwrap();
-    assert!(
-        age < 5.0,
-        "locked_at is the node's UTC time, {age}s from the server's"
-    );
-    assert!(
-        lock(&client_skewed, "client", MINUTE).await.is_some(),
-        "an hour ahead, the client-time node believes the lock expired: the documented skew risk"
-    );
-    assert!(
-        !held.unlock().await.unwrap(),
-        "taken over, so not ours to release"
-    );
-    let at: f64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "SELECT EXTRACT(EPOCH FROM locked_at - timezone('utc', CURRENT_TIMESTAMP))::float8 FROM {table} WHERE name = 'client'"
-    )))
-    .fetch_one(&pool)
-    .await
-    .unwrap();
-    assert!(
-        (at - 3600.0).abs() < 5.0,
-        "the skewed node wrote its own clock: {at}s ahead"
-    );
+    let rows = Rows {
+        pool: &pool,
+        table: &table,
+    };
+    shared::server_time_ignores_node_clocks_and_client_time_uses_them(
+        &server_time,
+        &client_time,
+        &rows,
+    )
+    .await;
     exec(&pool, &format!("DROP TABLE {table}")).await;
 }
 
@@ -518,78 +435,57 @@ async fn lock_statements_run_outside_the_callers_transaction() {
         .build()
         .await
         .unwrap();
-    let mut tx = pool.begin().await.unwrap();
-    sqlx::query("SELECT 1").execute(&mut *tx).await.unwrap();
-    let held = lock(&provider, "job", MINUTE).await.unwrap();
-    tx.rollback().await.unwrap();
-    assert!(
-        lock(&provider.node(), "job", MINUTE).await.is_none(),
-        "the lock survived the rollback"
-    );
-    held.unlock().await.unwrap();
+    shared::lock_statements_run_outside_the_callers_transaction(&provider).await;
     exec(&pool, &format!("DROP TABLE {table}")).await;
 }
 
-/// Java ShedLock's statements, as SHEDLOCK-FACTS.md records them, run as plain SQL.
-mod java {
-    use super::*;
+/// Java ShedLock's PostgreSQL statements on one table.
+struct JavaShedLock<'a> {
+    pool: &'a sqlx::PgPool,
+    table: &'a str,
+}
 
-    const NOW: &str = "timezone('utc', CURRENT_TIMESTAMP)";
+const NOW: &str = "timezone('utc', CURRENT_TIMESTAMP)";
 
-    /// JdbcTemplateLockProvider with usingDbTime(): one upsert; true when it took the lock.
-    pub async fn server_time_lock(
-        pool: &sqlx::PgPool,
-        table: &str,
-        name: &str,
-        host: &str,
-        at_most: Duration,
-    ) -> bool {
-        let secs = at_most.as_secs_f64();
+#[async_trait::async_trait]
+impl shared::JavaShedLock for JavaShedLock<'_> {
+    /// One upsert.
+    async fn server_time_lock(&self, name: &str, at_most: Duration) -> bool {
+        let table = self.table;
         let sql = format!(
             "INSERT INTO {table}(name, lock_until, locked_at, locked_by) VALUES($1, {NOW} + make_interval(secs => $2), {NOW}, $3) \
              ON CONFLICT (name) DO UPDATE SET lock_until = {NOW} + make_interval(secs => $2), locked_at = {NOW}, locked_by = $3 \
              WHERE {table}.name = $1 AND {table}.lock_until <= {NOW}"
         );
-        let done = sqlx::query(sqlx::AssertSqlSafe(sql))
+        sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(name)
-            .bind(secs)
-            .bind(host)
-            .execute(pool)
+            .bind(at_most.as_secs_f64())
+            .bind(shared::JAVA_HOST)
+            .execute(self.pool)
             .await
-            .unwrap();
-        done.rows_affected() == 1
+            .unwrap()
+            .rows_affected()
+            == 1
     }
 
-    /// Its server-time unlock: only the host name is checked.
-    pub async fn server_time_unlock(
-        pool: &sqlx::PgPool,
-        table: &str,
-        name: &str,
-        host: &str,
-        at_least: Duration,
-    ) -> u64 {
+    async fn server_time_unlock(&self, name: &str, at_least: Duration) -> u64 {
         let sql = format!(
-            "UPDATE {table} SET lock_until = CASE WHEN locked_at + make_interval(secs => $3) > {NOW} \
-             THEN locked_at + make_interval(secs => $3) ELSE {NOW} END WHERE name = $1 AND locked_by = $2"
+            "UPDATE {} SET lock_until = CASE WHEN locked_at + make_interval(secs => $3) > {NOW} \
+             THEN locked_at + make_interval(secs => $3) ELSE {NOW} END WHERE name = $1 AND locked_by = $2",
+            self.table
         );
         sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(name)
-            .bind(host)
+            .bind(shared::JAVA_HOST)
             .bind(at_least.as_secs_f64())
-            .execute(pool)
+            .execute(self.pool)
             .await
             .unwrap()
             .rows_affected()
     }
 
-    /// JdbcLockProvider (client time, a JVM in UTC): insert, then the conditional update.
-    pub async fn jdbc_lock(
-        pool: &sqlx::PgPool,
-        table: &str,
-        name: &str,
-        host: &str,
-        at_most: Duration,
-    ) -> bool {
+    async fn jdbc_lock(&self, name: &str, at_most: Duration) -> bool {
+        let table = self.table;
         let now = chrono::DateTime::<chrono::Utc>::from(SystemTime::now()).naive_utc();
         let until = now + chrono::Duration::from_std(at_most).unwrap();
         let insert = sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -598,8 +494,8 @@ mod java {
         .bind(name)
         .bind(until)
         .bind(now)
-        .bind(host)
-        .execute(pool)
+        .bind(shared::JAVA_HOST)
+        .execute(self.pool)
         .await;
         if insert.is_ok() {
             return true;
@@ -610,10 +506,10 @@ mod java {
         sqlx::query(sqlx::AssertSqlSafe(update))
             .bind(until)
             .bind(now)
-            .bind(host)
+            .bind(shared::JAVA_HOST)
             .bind(name)
             .bind(now)
-            .execute(pool)
+            .execute(self.pool)
             .await
             .unwrap()
             .rows_affected()
@@ -626,79 +522,11 @@ async fn rows_written_by_java_shedlocks_sql_and_by_rust_honour_each_other() {
     let pool = pool().await;
     let table = unique("pg_interop");
     let rust = provider_on(&table, false).await;
-
-    // Java holds the lock (server time): Rust must skip.
-    assert!(java::server_time_lock(&pool, &table, "job", "java-host", MINUTE).await);
-    assert!(
-        lock(&rust, "job", MINUTE).await.is_none(),
-        "Java's lock is honoured"
-    );
-    // Java releases: Rust takes it.
-    assert_eq!(
-        java::server_time_unlock(&pool, &table, "job", "java-host", Duration::ZERO).await,
-        1
-    );
-    let rust_held = lock(&rust, "job", MINUTE)
-        .await
-        .expect("free after Java's release");
-    // Rust holds it: Java's upsert changes nothing, and Java's unlock (host name only) does not
-    // match Rust's per-acquisition owner.
-    assert!(
-        !java::server_time_lock(&pool, &table, "job", "java-host", MINUTE).await,
-        "Rust's lock is honoured"
-    );
-    assert!(
-        !java::jdbc_lock(&pool, &table, "job", "java-host", MINUTE).await,
-        "also by the client-time JDBC provider"
-    );
-    assert_eq!(
-        java::server_time_unlock(&pool, &table, "job", "java-host", Duration::ZERO).await,
-        0
-    );
-    assert!(rust_held.unlock().await.unwrap());
-    // Rust releases with at-least 400 ms: Java must wait for it too.
-    let with_at_least = rust
-        .try_lock(&config("job2", MINUTE, Duration::from_millis(400)))
-        .await
-        .unwrap()
-        .into_handle()
-        .unwrap();
-    assert!(with_at_least.unlock().await.unwrap());
-    assert!(
-        !java::server_time_lock(&pool, &table, "job2", "java-host", MINUTE).await,
-        "within Rust's at-least"
-    );
-    tokio::time::sleep(Duration::from_millis(550)).await;
-    assert!(
-        java::server_time_lock(&pool, &table, "job2", "java-host", MINUTE).await,
-        "after Rust's at-least"
-    );
-    assert!(
-        java::server_time_lock(
-            &pool,
-            &table,
-            "job",
-            "java-host",
-            Duration::from_millis(300)
-        )
-        .await,
-        "free after Rust's release"
-    );
-
-    // Java's lock expires by itself: Rust takes it once lock_until has passed, not before.
-    assert!(lock(&rust, "job", MINUTE).await.is_none());
-    tokio::time::sleep(Duration::from_millis(450)).await;
-    let taken = lock(&rust, "job", MINUTE)
-        .await
-        .expect("Java's lock expired");
-    taken.unlock().await.unwrap();
-
-    // The client-time JDBC provider's rows (JVM in UTC) are honoured the same way.
-    assert!(
-        java::jdbc_lock(&pool, &table, "jdbc", "java-host", MINUTE).await,
-        "insert path"
-    );
-    assert!(lock(&rust, "jdbc", MINUTE).await.is_none());
+    let java = JavaShedLock {
+        pool: &pool,
+        table: &table,
+    };
+    shared::rows_written_by_java_shedlock_and_by_rust_honour_each_other(&rust, &java).await;
     exec(&pool, &format!("DROP TABLE {table}")).await;
 }
 

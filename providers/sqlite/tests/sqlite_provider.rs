@@ -7,9 +7,9 @@ mod shared;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shared::{config, exec, lock};
-use shedlock_core::{Clock, LockError, LockProvider, SkewedClock, SystemClock, TimeSource};
-use shedlock_sqlite::{Column, SqliteLockProvider};
+use shared::{exec, lock};
+use shedlock_core::{LockProvider, TimeSource};
+use shedlock_sqlite::SqliteLockProvider;
 use sqlx::sqlite::SqlitePool;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -36,12 +36,44 @@ async fn node(url: &str, fencing: bool) -> SqliteLockProvider {
         .unwrap()
 }
 
-async fn stored(pool: &SqlitePool, name: &str) -> (String, String, String) {
-    sqlx::query_as("SELECT lock_until, locked_at, locked_by FROM shedlock WHERE name = ?1")
+/// Reads `table`'s rows back; times are checked to be in the documented text format.
+struct Rows<'a> {
+    pool: &'a SqlitePool,
+    table: &'a str,
+}
+
+#[async_trait::async_trait]
+impl shared::StoredRows for Rows<'_> {
+    async fn row(&self, name: &str) -> Option<shared::StoredRow> {
+        let row: Option<(String, String, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT lock_until, locked_at, locked_by FROM {} WHERE name = ?1",
+            self.table
+        )))
         .bind(name)
-        .fetch_one(pool)
+        .fetch_optional(self.pool)
+        .await
+        .unwrap();
+        row.map(|(until, at, locked_by)| {
+            assert_eq!(until.len(), 23, "{until}");
+            assert_eq!(at.len(), 23, "{at}");
+            let (until, at) = (parse(&until), parse(&at));
+            shared::StoredRow {
+                held_ms: (until - at).num_milliseconds() as f64,
+                locked_by,
+                locked_at_from_now: (at - utc_now()).num_milliseconds() as f64 / 1000.0,
+            }
+        })
+    }
+
+    async fn count(&self) -> i64 {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT COUNT(*) FROM {}",
+            self.table
+        )))
+        .fetch_one(self.pool)
         .await
         .unwrap()
+    }
 }
 
 fn parse(text: &str) -> chrono::NaiveDateTime {
@@ -59,25 +91,11 @@ async fn one_statement_acquire_creates_the_row_excludes_others_and_releases() {
     let node_a = node(&url, false).await;
     let node_b = node(&url, false).await.with_holder("other-node");
     let pool = admin(&url).await;
-
-    let held = lock(&node_a, "job", MINUTE).await.expect("first acquire");
-    let (until, at, by) = stored(&pool, "job").await;
-    assert_eq!(until.len(), 23, "{until}");
-    let (until, at) = (parse(&until), parse(&at));
-    assert_eq!((until - at).num_milliseconds(), 60_000);
-    assert!(
-        (utc_now() - at).num_seconds().abs() < 5,
-        "locked_at is UTC: {at}"
-    );
-    assert!(by.starts_with("rust-node#"), "{by}");
-    assert!(lock(&node_b, "job", MINUTE).await.is_none(), "held by A");
-    assert!(held.unlock().await.unwrap());
-    assert!(!held.unlock().await.unwrap());
-    let again = lock(&node_b, "job", MINUTE)
-        .await
-        .expect("free after release");
-    assert!(stored(&pool, "job").await.2.starts_with("other-node#"));
-    assert!(again.unlock().await.unwrap());
+    let rows = Rows {
+        pool: &pool,
+        table: "shedlock",
+    };
+    shared::acquire_writes_the_row_excludes_others_and_releases(&node_a, &node_b, &rows).await;
 }
 
 #[tokio::test]
@@ -113,21 +131,11 @@ async fn the_declared_name_length_is_enforced_though_sqlite_does_not() {
         .build()
         .await
         .unwrap();
-    assert_eq!(provider.capabilities().max_name_chars, Some(10));
-    let error = provider
-        .try_lock(&config("abcdefghijk", MINUTE, Duration::ZERO))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&error, LockError::InvalidName { rule, .. } if rule.contains("limit is 10")),
-        "{error:?}"
-    );
-    assert!(lock(&provider, "ääääääääää", MINUTE).await.is_some());
-    let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM narrow")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(count, 1, "only the accepted name was written");
+    let rows = Rows {
+        pool: &pool,
+        table: "narrow",
+    };
+    shared::a_narrow_name_column_refuses_longer_names_before_writing(&provider, &rows).await;
 
     exec(&pool, "CREATE TABLE wide (name TEXT PRIMARY KEY, lock_until DATETIME NOT NULL, locked_at DATETIME NOT NULL, locked_by TEXT NOT NULL)").await;
     let wide = SqliteLockProvider::builder(pool.clone())
@@ -141,7 +149,11 @@ async fn the_declared_name_length_is_enforced_though_sqlite_does_not() {
         "TEXT has no limit"
     );
     let provider64 = node(&url, false).await;
-    assert_eq!(provider64.capabilities().max_name_chars, Some(64));
+    let rows = Rows {
+        pool: &pool,
+        table: "shedlock",
+    };
+    shared::shedlocks_name_column_takes_64_characters(&provider64, &rows).await;
 }
 
 #[tokio::test]
@@ -195,45 +207,25 @@ async fn an_unopenable_file_is_an_error_within_the_timeout() {
 #[tokio::test]
 async fn fencing_tokens_increase_with_the_column_and_are_absent_without_it() {
     let url = database_url();
-    let a = node(&url, true).await;
-    let b = node(&url, true).await;
-    assert!(a.capabilities().fencing);
-    for expected in 1..=4u64 {
-        let holder = if expected % 2 == 0 { &a } else { &b };
-        let handle = lock(holder, "fenced", MINUTE).await.unwrap();
-        assert_eq!(handle.fencing_token(), Some(expected));
-        handle.unlock().await.unwrap();
-    }
-    let other = database_url();
-    let plain = node(&other, false).await;
-    assert!(!plain.capabilities().fencing);
-    assert!(
-        lock(&plain, "x", MINUTE)
-            .await
-            .unwrap()
-            .fencing_token()
-            .is_none()
-    );
+    let (a, b) = (node(&url, true).await, node(&url, true).await);
+    shared::fencing_tokens_count_acquisitions(&a, &b).await;
+    let plain = node(&database_url(), false).await;
+    shared::no_fencing_tokens_without_the_column(&plain).await;
 }
 
 #[tokio::test]
 async fn custom_table_and_column_names_work() {
     let url = database_url();
     let build = || {
-        SqliteLockProvider::builder_from_url(url.clone())
-            .table_name("main.job_locks")
-            .column_name(Column::Name, "lock_name")
-            .column_name(Column::LockUntil, "held_until")
-            .column_name(Column::LockedAt, "taken_at")
-            .column_name(Column::LockedBy, "owner")
-            .create_table_if_missing(false)
-            .build()
+        shared::renamed_table_and_columns(
+            SqliteLockProvider::builder_from_url(url.clone()),
+            "main.job_locks",
+        )
+        .create_table_if_missing(false)
+        .build()
     };
-    let a = build().await.unwrap();
-    let b = build().await.unwrap();
-    let held = lock(&a, "job", MINUTE).await.unwrap();
-    assert!(lock(&b, "job", MINUTE).await.is_none());
-    held.unlock().await.unwrap();
+    let (a, b) = (build().await.unwrap(), build().await.unwrap());
+    shared::renamed_table_and_columns_lock_as_shedlocks_do(&a, &b, false).await;
     let owner: String = sqlx::query_scalar("SELECT owner FROM job_locks WHERE lock_name = 'job'")
         .fetch_one(&admin(&url).await)
         .await
@@ -244,39 +236,34 @@ async fn custom_table_and_column_names_work() {
 #[tokio::test]
 async fn server_time_ignores_node_clocks_and_client_time_uses_them() {
     let url = database_url();
-    let ahead: Arc<dyn Clock> = Arc::new(SkewedClock::ahead(
-        Arc::new(SystemClock),
-        Duration::from_secs(3600),
-    ));
-    let honest = node(&url, false).await;
-    let skewed = honest.node().with_clock(ahead.clone());
-    let held = lock(&honest, "server", MINUTE).await.unwrap();
-    assert!(
-        lock(&skewed, "server", MINUTE).await.is_none(),
-        "skew must not matter"
-    );
-    held.unlock().await.unwrap();
-
-    let client = SqliteLockProvider::builder_from_url(url.clone())
+    let server_time = node(&url, false).await;
+    let client_time = SqliteLockProvider::builder_from_url(url.clone())
         .time_source(TimeSource::Client)
         .build()
         .await
         .unwrap();
-    assert_eq!(client.capabilities().time_source, TimeSource::Client);
-    let held = lock(&client, "client", MINUTE).await.unwrap();
-    assert!(
-        lock(&client.node().with_clock(ahead), "client", MINUTE)
-            .await
-            .is_some(),
-        "client time trusts the node clock"
-    );
-    assert!(!held.unlock().await.unwrap());
-    let (_, at, _) = stored(&admin(&url).await, "client").await;
-    let ahead_by = (parse(&at) - utc_now()).num_seconds();
-    assert!(
-        (ahead_by - 3600).abs() < 5,
-        "the skewed node wrote its clock: {ahead_by}s"
-    );
+    let pool = admin(&url).await;
+    let rows = Rows {
+        pool: &pool,
+        table: "shedlock",
+    };
+    shared::server_time_ignores_node_clocks_and_client_time_uses_them(
+        &server_time,
+        &client_time,
+        &rows,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn lock_statements_run_outside_the_callers_transaction() {
+    let pool = admin(&database_url()).await;
+    let provider = SqliteLockProvider::builder(pool)
+        .create_table_if_missing(false)
+        .build()
+        .await
+        .unwrap();
+    shared::lock_statements_run_outside_the_callers_transaction(&provider).await;
 }
 
 #[tokio::test]

@@ -8,7 +8,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shedlock_core::{Acquisition, LockConfiguration, LockHandle, LockProvider};
+use shedlock_core::{
+    Acquisition, Clock, LockConfiguration, LockError, LockHandle, LockProvider, SkewedClock,
+    SystemClock, TimeSource,
+};
+use shedlock_sql::{Column, SqlBackend, SqlLockProvider, SqlLockProviderBuilder};
 use sqlx::pool::PoolOptions;
 use sqlx::{Database, Executor, IntoArguments, Pool};
 
@@ -161,4 +165,331 @@ pub async fn an_expired_holder_cannot_touch_the_next_holders_lock(
         "B still holds it"
     );
     assert!(current.unlock().await.unwrap());
+}
+
+/// A lock row read back by a test, in numbers every database can give.
+pub struct StoredRow {
+    /// `lock_until - locked_at`, in milliseconds.
+    pub held_ms: f64,
+    /// Who holds it: the holder name, `#`, the acquisition's id.
+    pub locked_by: String,
+    /// `locked_at` minus the database's UTC now, in seconds: near 0 for a row just written in
+    /// UTC, about +3600 for one written by a node whose clock is an hour ahead.
+    pub locked_at_from_now: f64,
+}
+
+/// Reads one lock table's rows back; the SQL differs per database.
+#[async_trait::async_trait]
+pub trait StoredRows: Sync {
+    /// The row of lock `name`, if there is one.
+    async fn row(&self, name: &str) -> Option<StoredRow>;
+    /// How many rows the table has.
+    async fn count(&self) -> i64;
+}
+
+/// The first acquire writes the row (held for at-most from a UTC `locked_at`, the holder in
+/// `locked_by`), a held lock is refused without touching the row, a release frees it once,
+/// and the next holder reuses the row. `node_a`'s holder is `rust-node`, `node_b`'s
+/// `other-node`; both are on the table `rows` reads, which has no fencing column.
+pub async fn acquire_writes_the_row_excludes_others_and_releases(
+    node_a: &dyn LockProvider,
+    node_b: &dyn LockProvider,
+    rows: &dyn StoredRows,
+) {
+    let held = lock(node_a, "job", MINUTE).await.expect("first acquire");
+    let row = rows.row("job").await.expect("row written");
+    assert!(
+        (row.held_ms - 60_000.0).abs() < 1.0,
+        "lock_until - locked_at = {} ms",
+        row.held_ms
+    );
+    assert!(row.locked_by.starts_with("rust-node#"), "{}", row.locked_by);
+    assert!(
+        row.locked_at_from_now.abs() < 5.0,
+        "locked_at is UTC, {}s from now",
+        row.locked_at_from_now
+    );
+    assert!(held.fencing_token().is_none());
+
+    // Held: the acquire leaves the row alone and reports "not acquired", every time.
+    for _ in 0..3 {
+        assert!(lock(node_b, "job", MINUTE).await.is_none(), "held by A");
+    }
+    assert!(
+        lock(node_a, "job", MINUTE).await.is_none(),
+        "not re-entrant at this level"
+    );
+    let still = rows.row("job").await.unwrap().locked_by;
+    assert_eq!(still, row.locked_by, "the refused acquires changed nothing");
+    assert!(held.unlock().await.unwrap(), "released");
+    assert!(
+        !held.unlock().await.unwrap(),
+        "a second release changes nothing"
+    );
+    let again = lock(node_b, "job", MINUTE)
+        .await
+        .expect("free after release");
+    let locked_by = rows.row("job").await.unwrap().locked_by;
+    assert!(locked_by.starts_with("other-node#"), "{locked_by}");
+    assert!(again.unlock().await.unwrap());
+    assert_eq!(rows.count().await, 1, "rows are kept, never duplicated");
+}
+
+/// On a table whose name column is `VARCHAR(10)`: the limit comes from the catalog, not a
+/// constant; a longer name is refused before anything is written; ten multi-byte characters
+/// fit, as the limit counts characters. `rows` reads that table.
+pub async fn a_narrow_name_column_refuses_longer_names_before_writing(
+    provider: &dyn LockProvider,
+    rows: &dyn StoredRows,
+) {
+    assert_eq!(provider.capabilities().max_name_chars, Some(10));
+    let error = provider
+        .try_lock(&config("abcdefghijk", MINUTE, Duration::ZERO))
+        .await
+        .unwrap_err();
+    match &error {
+        LockError::InvalidName { name, rule, .. } => {
+            assert_eq!(name, "abcdefghijk");
+            assert!(
+                rule.contains("11 characters") && rule.contains("limit is 10"),
+                "{rule}"
+            );
+        }
+        other => panic!("expected InvalidName, got {other:?}"),
+    }
+    assert!(
+        lock(provider, "ääääääääää", MINUTE).await.is_some(),
+        "10 characters"
+    );
+    assert_eq!(rows.count().await, 1, "only the accepted name was written");
+}
+
+/// On ShedLock's own table (`name VARCHAR(64)`): 64 characters fit, 65 are refused and not
+/// written. `rows` reads that table.
+pub async fn shedlocks_name_column_takes_64_characters(
+    provider: &dyn LockProvider,
+    rows: &dyn StoredRows,
+) {
+    assert_eq!(provider.capabilities().max_name_chars, Some(64));
+    assert!(lock(provider, &"n".repeat(64), MINUTE).await.is_some());
+    assert!(matches!(
+        provider
+            .try_lock(&config(&"n".repeat(65), MINUTE, Duration::ZERO))
+            .await,
+        Err(LockError::InvalidName { .. })
+    ));
+    assert_eq!(rows.count().await, 1, "only the accepted name was written");
+}
+
+/// With the fencing column: four acquisitions alternating between two nodes get the tokens
+/// 1, 2, 3 and 4 (each above the last), and the other node is refused while one holds it.
+pub async fn fencing_tokens_count_acquisitions(
+    node_a: &dyn LockProvider,
+    node_b: &dyn LockProvider,
+) {
+    assert!(node_a.capabilities().fencing);
+    for expected in 1..=4u64 {
+        let (holder, other) = if expected % 2 == 1 {
+            (node_a, node_b)
+        } else {
+            (node_b, node_a)
+        };
+        let handle = lock(holder, "fenced", MINUTE).await.unwrap();
+        assert_eq!(
+            handle.fencing_token(),
+            Some(expected),
+            "tokens count acquisitions"
+        );
+        assert!(lock(other, "fenced", MINUTE).await.is_none(), "held");
+        assert!(handle.unlock().await.unwrap());
+    }
+}
+
+/// Without the fencing column the provider declares no fencing and hands out no token.
+pub async fn no_fencing_tokens_without_the_column(plain: &dyn LockProvider) {
+    assert!(!plain.capabilities().fencing);
+    let handle = lock(plain, "x", MINUTE).await.unwrap();
+    assert!(handle.fencing_token().is_none());
+    assert!(handle.unlock().await.unwrap());
+}
+
+/// Renames ShedLock's table to `table` and its columns to `lock_name`, `held_until`,
+/// `taken_at`, `owner` and `fence`, the same way for every database.
+pub fn renamed_table_and_columns<B: SqlBackend>(
+    builder: SqlLockProviderBuilder<B>,
+    table: &str,
+) -> SqlLockProviderBuilder<B> {
+    builder
+        .table_name(table)
+        .column_name(Column::Name, "lock_name")
+        .column_name(Column::LockUntil, "held_until")
+        .column_name(Column::LockedAt, "taken_at")
+        .column_name(Column::LockedBy, "owner")
+        .column_name(Column::FencingToken, "fence")
+}
+
+/// Two nodes on a [`renamed_table_and_columns`] table exclude each other, and count fencing
+/// tokens in the renamed column when the table has it (`fencing`).
+pub async fn renamed_table_and_columns_lock_as_shedlocks_do(
+    node_a: &dyn LockProvider,
+    node_b: &dyn LockProvider,
+    fencing: bool,
+) {
+    let handle = lock(node_a, "job", MINUTE).await.unwrap();
+    assert_eq!(handle.fencing_token(), fencing.then_some(1));
+    assert!(lock(node_b, "job", MINUTE).await.is_none());
+    assert!(handle.unlock().await.unwrap());
+    let next = lock(node_b, "job", MINUTE).await.unwrap();
+    assert_eq!(next.fencing_token(), fencing.then_some(2));
+    assert!(next.unlock().await.unwrap());
+}
+
+/// Server time: a node whose clock is an hour ahead still sees `server_time`'s lock as held.
+/// Client time: the node's clock is what is written and compared, so a node an hour ahead
+/// takes a held lock (the documented skew risk) and writes its own clock into `locked_at`.
+/// Both providers are on the table `rows` reads.
+pub async fn server_time_ignores_node_clocks_and_client_time_uses_them<B: SqlBackend>(
+    server_time: &SqlLockProvider<B>,
+    client_time: &SqlLockProvider<B>,
+    rows: &dyn StoredRows,
+) {
+    let ahead: Arc<dyn Clock> = Arc::new(SkewedClock::ahead(
+        Arc::new(SystemClock),
+        Duration::from_secs(3600),
+    ));
+
+    assert_eq!(server_time.capabilities().time_source, TimeSource::Server);
+    let skewed = server_time.node().with_clock(ahead.clone());
+    let held = lock(server_time, "server", MINUTE).await.unwrap();
+    assert!(
+        lock(&skewed, "server", MINUTE).await.is_none(),
+        "skew must not matter"
+    );
+    assert!(held.unlock().await.unwrap());
+
+    assert_eq!(client_time.capabilities().time_source, TimeSource::Client);
+    let client_skewed = client_time.node().with_clock(ahead);
+    let held = lock(client_time, "client", MINUTE).await.unwrap();
+    let age = rows.row("client").await.unwrap().locked_at_from_now;
+    assert!(
+        age.abs() < 5.0,
+        "locked_at is the node's UTC time, {age}s from the database's"
+    );
+    assert!(
+        lock(&client_skewed, "client", MINUTE).await.is_some(),
+        "an hour ahead, the client-time node believes the lock expired: the documented skew risk"
+    );
+    assert!(
+        !held.unlock().await.unwrap(),
+        "taken over, so not ours to release"
+    );
+    let ahead_by = rows.row("client").await.unwrap().locked_at_from_now;
+    assert!(
+        (ahead_by - 3600.0).abs() < 5.0,
+        "the skewed node wrote its own clock: {ahead_by}s ahead"
+    );
+}
+
+/// The provider takes connections of its own from the pool it was given: a lock taken while
+/// the caller has a transaction open on that pool survives the caller's rollback.
+pub async fn lock_statements_run_outside_the_callers_transaction<B: SqlBackend>(
+    provider: &SqlLockProvider<B>,
+) where
+    for<'c> &'c mut <B::Database as Database>::Connection: Executor<'c, Database = B::Database>,
+    <B::Database as Database>::Arguments: IntoArguments<B::Database>,
+{
+    let mut tx = provider.pool().begin().await.unwrap();
+    sqlx::query("SELECT 1").execute(&mut *tx).await.unwrap();
+    let held = lock(provider, "job", MINUTE).await.unwrap();
+    tx.rollback().await.unwrap();
+    assert!(
+        lock(&provider.node(), "job", MINUTE).await.is_none(),
+        "the lock survived the rollback"
+    );
+    assert!(held.unlock().await.unwrap());
+}
+
+/// The holder name Java's statements write into `locked_by`.
+pub const JAVA_HOST: &str = "java-host";
+
+/// Java ShedLock's statements for one database, as SHEDLOCK-FACTS.md records them, run as
+/// plain SQL on one table by the host [`JAVA_HOST`].
+#[async_trait::async_trait]
+pub trait JavaShedLock: Sync {
+    /// JdbcTemplateLockProvider with usingDbTime(): true when it took the lock.
+    async fn server_time_lock(&self, name: &str, at_most: Duration) -> bool;
+    /// Its server-time unlock, which checks only the host name: how many rows it changed.
+    async fn server_time_unlock(&self, name: &str, at_least: Duration) -> u64;
+    /// JdbcLockProvider (client time, a JVM in UTC): insert, then the conditional update;
+    /// true when it took the lock.
+    async fn jdbc_lock(&self, name: &str, at_most: Duration) -> bool;
+}
+
+/// Rows written by Java ShedLock's SQL and by `rust` (on the same table as `java`, in server
+/// time) honour each other: held locks, releases, at-least and expiry, both ways.
+pub async fn rows_written_by_java_shedlock_and_by_rust_honour_each_other(
+    rust: &dyn LockProvider,
+    java: &dyn JavaShedLock,
+) {
+    // Java holds the lock (server time): Rust must skip.
+    assert!(java.server_time_lock("job", MINUTE).await);
+    assert!(
+        lock(rust, "job", MINUTE).await.is_none(),
+        "Java's lock is honoured"
+    );
+    // Java releases: Rust takes it.
+    assert_eq!(java.server_time_unlock("job", Duration::ZERO).await, 1);
+    let rust_held = lock(rust, "job", MINUTE)
+        .await
+        .expect("free after Java's release");
+    // Rust holds it: Java's acquire changes nothing, and Java's unlock (host name only) does
+    // not match Rust's per-acquisition owner.
+    assert!(
+        !java.server_time_lock("job", MINUTE).await,
+        "Rust's lock is honoured"
+    );
+    assert!(
+        !java.jdbc_lock("job", MINUTE).await,
+        "also by the client-time JDBC provider"
+    );
+    assert_eq!(
+        java.server_time_unlock("job", Duration::ZERO).await,
+        0,
+        "Java's host-name unlock does not match Rust's owner"
+    );
+    assert!(rust_held.unlock().await.unwrap());
+    // Rust releases with at-least 400 ms: Java must wait for it too.
+    let with_at_least = rust
+        .try_lock(&config("job2", MINUTE, Duration::from_millis(400)))
+        .await
+        .unwrap()
+        .into_handle()
+        .unwrap();
+    assert!(with_at_least.unlock().await.unwrap());
+    assert!(
+        !java.server_time_lock("job2", MINUTE).await,
+        "within Rust's at-least"
+    );
+    tokio::time::sleep(Duration::from_millis(550)).await;
+    assert!(
+        java.server_time_lock("job2", MINUTE).await,
+        "after Rust's at-least"
+    );
+    assert!(
+        java.server_time_lock("job", Duration::from_millis(300))
+            .await,
+        "free after Rust's release"
+    );
+
+    // Java's lock expires by itself: Rust takes it once lock_until has passed, not before.
+    assert!(lock(rust, "job", MINUTE).await.is_none());
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let taken = lock(rust, "job", MINUTE)
+        .await
+        .expect("Java's lock expired");
+    assert!(taken.unlock().await.unwrap());
+
+    // The client-time JDBC provider's rows (JVM in UTC) are honoured the same way.
+    assert!(java.jdbc_lock("jdbc", MINUTE).await, "insert path");
+    assert!(lock(rust, "jdbc", MINUTE).await.is_none());
 }
