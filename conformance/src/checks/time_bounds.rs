@@ -147,8 +147,8 @@ pub async fn check_at_least_hold<H: ConformanceHarness>(
 }
 
 /// Probes `held` from `node` at each of `times`: a probe answered by its deadline must be
-/// refused. Stops once a late probe gets the lock. Answers whether any probe was early enough
-/// to prove anything.
+/// refused. Answers whether the probes proved anything: some probe was early enough, and no late
+/// one took the lock (which would hold it for reasons of its own).
 async fn probe_at(
     trace: &Trace,
     node: &str,
@@ -161,7 +161,10 @@ async fn probe_at(
         trace.sleep_until(time).await;
         match trace.probe_while_held(node, provider, held).await? {
             HeldProbe::Refused => conclusive = true,
-            HeldProbe::TooLate { acquired: true } => break,
+            // A late probe that got the lock now holds it (its handle is gone) until its own
+            // at-most: the rest of this attempt would be refused for that reason, not the
+            // provider's. Start over on a fresh name.
+            HeldProbe::TooLate { acquired: true } => return Ok(false),
             HeldProbe::TooLate { acquired: false } => {}
         }
     }
