@@ -45,7 +45,7 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// Every backend of DESIGN.md that runs as a server or file.
+    /// Every backend the kit can find or start: each runs as a server, or in a file.
     pub const ALL: [Backend; 7] = [
         Backend::Postgres,
         Backend::Mysql,

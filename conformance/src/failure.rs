@@ -3,13 +3,19 @@
 use std::fmt;
 use std::time::Duration;
 
-/// One rule of DESIGN.md's normative semantics (or of the trait docs), quoted so a failure says
-/// exactly which promise the provider broke.
+/// One rule of the kit's rulebook, `RULES.md` in the `shedlock-conformance` crate (also
+/// rendered as the docs of the module `shedlock_conformance::rules`), quoted so a failure says
+/// exactly which promise the provider broke and where to read more.
+///
+/// The rulebook has one section per rule, anchored by the rule's [`id`](Self::id)
+/// (`RULES.md#at-least`); [`text`](Self::text) is that section's opening, normative sentences,
+/// word for word. `Display` prints both and points at the section.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rule {
-    /// A short handle for the rule, stable across releases.
+    /// A short handle for the rule, stable across releases: the anchor of its section in
+    /// `RULES.md`.
     pub id: &'static str,
-    /// The rule's text, quoted from DESIGN.md or the `shedlock-core` docs.
+    /// The rule itself, quoted verbatim from the opening of its section in `RULES.md`.
     pub text: &'static str,
 }
 
@@ -17,103 +23,110 @@ impl Rule {
     /// A free lock is taken: the provider's first promise.
     pub const FREE_LOCK_IS_TAKEN: Rule = Rule {
         id: "free-lock-is-taken",
-        text: "LockProvider::try_lock: \"Takes the lock if nobody holds it: held until now + lock_at_most_for.\"",
+        text: "try_lock on a lock that nobody holds answers acquired, and the lock is then held by that acquisition until it is released or expires.",
     };
     /// Acquire has three outcomes that must never be confused.
     pub const THREE_OUTCOMES: Rule = Rule {
         id: "three-outcomes",
-        text: "DESIGN.md: \"Acquire never waits. Three outcomes, never confused: acquired (a lock handle), not acquired (someone holds it), or an error (backend unreachable, bad schema...).\"",
+        text: "try_lock never waits for a holder and answers one of three outcomes, never confused: acquired (a handle), not acquired (another acquisition holds the lock), or an error (the outcome is unknown, or the request was refused). On a working backend, an ordinary answer is never an error, and an unknown outcome is never an ordinary answer.",
     };
     /// Every operation answers in bounded time.
     pub const BOUNDED_TIME: Rule = Rule {
         id: "bounded-time",
-        text: "LockProvider: \"Implementations must bound the time they take (connection and statement timeouts) and return LockError::Timeout past it.\"",
+        text: "Every operation (try_lock, unlock, extend) answers within a bound the provider enforces with connection and operation timeouts. Past that bound it returns LockError::Timeout; it never hangs.",
     };
     /// At most one holder at a time.
     pub const MUTUAL_EXCLUSION: Rule = Rule {
         id: "mutual-exclusion",
-        text: "DESIGN.md: \"makes a scheduled task run at most once at a time across many nodes ... A node that does not get the lock skips that run.\"",
+        text: "At any moment at most one acquisition holds a lock name. While it holds it, every other try_lock of that name answers not acquired, from any node, including the holder's own node.",
     };
     /// The lock frees itself at `lock_at_most_for`, not before and not (much) after.
     pub const AT_MOST: Rule = Rule {
         id: "at-most",
-        text: "DESIGN.md: \"Held until now + lock_at_most_for (the safety net if the holder dies).\" LockHandle: \"Dropping a handle without unlock leaves the lock held until lock_at_most_for.\"",
+        text: "An acquisition that is never released holds the lock until acquired_at + lock_at_most_for, not before. Then the lock frees itself, no later than the declared time_precision allows.",
     };
     /// Release keeps the lock until `acquired_at + lock_at_least_for`.
     pub const AT_LEAST: Rule = Rule {
         id: "at-least",
-        text: "DESIGN.md: \"Release sets held-until to max(now, acquired_at + lock_at_least_for).\"",
+        text: "A successful release sets held-until to max(now, acquired_at + lock_at_least_for), where now and acquired_at are read on the deciding clock. The lock is free again at acquired_at + lock_at_least_for, or at the release if that is later, never at the release time plus lock_at_least_for.",
     };
     /// What `unlock` answers.
     pub const RELEASE_RESULT: Rule = Rule {
         id: "release-result",
-        text: "LockHandle::unlock: \"Ok(true): this acquisition was still held and is now released. Ok(false): it was not ours any more (expired, taken over, or already released); nothing was changed.\"",
+        text: "A handle's unlock answers true once, while its acquisition still holds the lock, and releases it. It answers false and changes nothing once that handle was released (even while lock_at_least_for still holds the lock), once the acquisition expired (even if nobody took the lock since), or once another acquisition holds the lock.",
     };
     /// Release and extend touch only the caller's own acquisition.
     pub const OWNERSHIP: Rule = Rule {
         id: "ownership",
-        text: "DESIGN.md: \"Release and extend act only on the caller's own acquisition: a holder whose lock expired and was taken by another node must not release or extend the new holder's lock.\"",
+        text: "Release and extend act only on the caller's own acquisition, identified by a value unique to that acquisition. They never change a lock that another acquisition holds, even one taken by the same node, process or host.",
     };
     /// Extend moves held-until for a holder whose lock has not expired.
     pub const EXTEND: Rule = Rule {
         id: "extend",
-        text: "DESIGN.md: \"Extend (holder only, while not expired) moves held-until to now + new_at_most.\"",
+        text: "Extend, by a holder whose acquisition has not expired and was not released, moves held-until to now + the new lock_at_most_for and answers true; it does not change acquired_at. Otherwise it answers false and changes nothing. A provider that does not declare extend answers LockError::Unsupported.",
     };
     /// Declared capabilities must be true.
     pub const HONEST_CAPABILITIES: Rule = Rule {
         id: "honest-capabilities",
-        text: "Capabilities: \"What a provider can do, so the conformance kit and callers know which promises apply.\" LockHandle::extend: \"LockError::Unsupported when the provider lacks Capabilities::extend.\"",
+        text: "What capabilities() declares is what the provider does; each field is a promise the kit holds it to. Each handle reports the name it acquired and the declared time source.",
     };
     /// Fencing tokens strictly increase per name.
     pub const FENCING: Rule = Rule {
         id: "fencing",
-        text: "DESIGN.md: \"Fencing token: where the backend can, each successful acquisition carries a u64 that strictly increases per lock name.\"",
+        text: "A provider that declares fencing gives every acquisition a u64 token, strictly greater than the token of every earlier acquisition of the same name, whether the earlier lock was released, expired, or taken under contention.",
     };
     /// Server time: client skew cannot break exclusion.
     pub const SERVER_TIME: Rule = Rule {
         id: "server-time",
-        text: "DESIGN.md: \"Server: every comparison and every held-until is computed by the backend ... so client clock skew cannot break exclusion.\"",
+        text: "With time_source Server, every comparison and every new held-until, in acquire, extend and release alike, is computed from the backend's clock or from durations the backend measures, such as TTLs and leases. The node's clock decides nothing: a node whose clock is off by any amount can neither take a held lock, nor make its own lock look expired, nor make a release or extend land at the wrong time.",
     };
     /// Client time: exclusion holds while skew stays below the documented bound.
     pub const CLIENT_TIME: Rule = Rule {
         id: "client-time",
-        text: "TimeSource::Client: \"Exclusion holds only while the nodes' clocks differ by less than lock_at_most_for minus the task's run time.\"",
+        text: "With time_source Client, the node's clock as given to the provider decides every comparison and every held-until. Exclusion then holds only while the nodes' clocks differ by less than lock_at_most_for minus the task's run time, and the provider must read the clock it is given, not another one.",
     };
     /// The executor fails closed.
     pub const FAIL_CLOSED: Rule = Rule {
         id: "fail-closed",
-        text: "DESIGN.md: \"The executor fails closed: on an error the task does not run.\" An unreachable backend is an error, never \"not acquired\".",
+        text: "When the provider cannot tell whether it got the lock, it answers an error, never acquired and never not acquired, and the executor does not run the task. An unreachable backend is such an error, returned in bounded time.",
     };
     /// Over-long names are refused, never truncated.
     pub const NAME_LENGTH: Rule = Rule {
         id: "name-length",
-        text: "DESIGN.md: \"an over-long name is a clear error, never silently truncated (two truncated names would share a lock).\"",
+        text: "A provider that declares max_name_chars accepts every name of up to that many characters, counted as Unicode scalar values and not bytes, each as its own lock. A name one character longer is refused with LockError::InvalidName before anything is written; it is never truncated.",
     };
     /// Names are data.
     pub const NAMES_ARE_DATA: Rule = Rule {
         id: "names-are-data",
-        text: "DESIGN.md: \"Names are data, never code: parameters, never string-built SQL; keys and paths escape or reject separators ... so distinct names stay distinct.\"",
+        text: "A lock name is data, never code or syntax: every distinct name is its own lock, or is refused with LockError::InvalidName before anything is written. No two names that differ in any way share a lock, and no name changes what a statement, key or path means.",
     };
     /// The name cache is an optimisation that never changes an answer.
     pub const NAME_CACHE: Rule = Rule {
         id: "name-cache",
-        text: "DESIGN.md: \"The storage-based provider caches names it has seen so it skips a needless insert\"; ShedLock's kit: the lock survives cache clearing (held and released).",
+        text: "A cache of names known to have a record is only an optimisation: clearing it at any moment changes no answer of try_lock, unlock or extend. A name is forgotten when an update for it fails, and a record deleted behind the cache's back is created again, not taken for a held lock.",
     };
     /// Rust and Java nodes honour each other's records.
     pub const SHEDLOCK_RECORDS: Rule = Rule {
         id: "shedlock-records",
-        text: "DESIGN.md: \"same storage layouts, so a Rust service and a Java service can share one lock table ... so Java and Rust nodes honour each other's rows.\"",
+        text: "A provider that uses ShedLock's storage layout honours the records Java ShedLock writes: a record whose lock_until has not passed keeps every node out, and one whose lock_until has passed is taken over like any expired lock.",
     };
     /// The harness itself must do what the kit asks of it.
     pub const HARNESS: Rule = Rule {
         id: "harness",
-        text: "ConformanceHarness: node() gives an independent provider instance on a reachable backend; hooks do what their docs say.",
+        text: "The harness gives the kit what it asks for: node() returns a new, independent provider instance on the same working backend, reading the clock it is handed, and each hook does what its docs say. A failure of the harness's own setup is a SetupError, not a lock outcome.",
     };
 }
 
 impl fmt::Display for Rule {
+    /// `[id] text (rulebook: RULES.md#id in the shedlock-conformance crate, also in its docs,
+    /// module shedlock_conformance::rules)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "[{}] {}", self.id, self.text)
+        write!(
+            f,
+            "[{id}] {text} (rulebook: RULES.md#{id} in the shedlock-conformance crate, also in its docs, module shedlock_conformance::rules)",
+            id = self.id,
+            text = self.text
+        )
     }
 }
 

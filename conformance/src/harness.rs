@@ -1,11 +1,59 @@
 //! What a provider author implements to run the kit: how to make nodes, and a few optional
 //! hooks whose defaults mean "does not apply to this provider".
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
-use shedlock_core::{Clock, LockError, LockProvider};
+use shedlock_core::{BoxError, Clock, LockProvider};
+
+/// Why the harness could not do its own part (open a pool, make a node, plant a record, clean
+/// up): a fault of the test setup, not a lock outcome, so the provider's [`LockError`]
+/// (`shedlock_core::LockError`) is not the type for it.
+///
+/// Any error converts into it with `?` (a `LockError` from a provider's `connect`, a driver's
+/// error, a `String`), so a harness wraps nothing by hand. It is deliberately not a
+/// [`std::error::Error`] itself, which is what lets that blanket conversion exist.
+///
+/// [`LockError`]: shedlock_core::LockError
+pub struct SetupError(BoxError);
+
+impl SetupError {
+    /// A setup error with this message.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self(message.into().into())
+    }
+
+    /// The underlying error.
+    pub fn error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+impl<E: Into<BoxError>> From<E> for SetupError {
+    fn from(error: E) -> Self {
+        Self(error.into())
+    }
+}
+
+impl fmt::Display for SetupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)?;
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for SetupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
 
 /// Whether a harness hook applies to this provider.
 #[derive(Debug)]
@@ -60,34 +108,40 @@ pub trait ConformanceHarness: Send + Sync + 'static {
     /// Server-time providers may ignore `clock` for lock decisions (that is the point); a
     /// client-time provider must read it wherever it reads "now". The kit hands skewed clocks
     /// ([`shedlock_core::SkewedClock`]) to the clock-skew check.
-    async fn node(&self, clock: Arc<dyn Clock>) -> Result<Self::Node, LockError>;
+    async fn node(&self, clock: Arc<dyn Clock>) -> Result<Self::Node, SetupError>;
 
     /// A node whose backend cannot be reached (a closed port, a stopped server), built without
     /// connecting, for the check that an unreachable backend is an error in bounded time.
-    async fn unreachable_node(&self) -> Result<Support<Self::Node>, LockError> {
+    async fn unreachable_node(&self) -> Result<Support<Self::Node>, SetupError> {
         Ok(Support::not_applicable(
-            "the harness provides no unreachable_node(): the provider has no backend to lose",
+            "the harness provides no unreachable_node() hook, so the kit cannot point a node at a backend that is down; implement it to prove the provider fails closed",
         ))
     }
 
     /// Clears `node`'s cache of lock names known to exist (storage-based providers).
     fn clear_name_cache(&self, node: &Self::Node) -> Support<()> {
         let _ = node;
-        Support::not_applicable("the harness provides no clear_name_cache(): no name cache")
+        Support::not_applicable(
+            "the harness provides no clear_name_cache() hook (providers without a name cache have nothing to clear)",
+        )
     }
 
     /// Writes `record` directly into the backend in ShedLock's format, replacing any record of
     /// that name.
-    async fn write_record(&self, record: &PlantedRecord) -> Result<Support<()>, LockError> {
+    async fn write_record(&self, record: &PlantedRecord) -> Result<Support<()>, SetupError> {
         let _ = record;
         Ok(Support::not_applicable(
-            "the harness provides no write_record(): no ShedLock-format records to plant",
+            "the harness provides no write_record() hook, so no ShedLock-format record is planted",
         ))
     }
 
-    /// Called once after all checks; every lock name the run used starts with `name_prefix`,
-    /// so a persistent backend can delete them.
-    async fn cleanup(&self, name_prefix: &str) -> Result<(), LockError> {
+    /// Called once by [`run`](crate::run) after all checks; every lock name the run used starts
+    /// with `name_prefix`, so a persistent backend can delete them.
+    ///
+    /// A test that calls a `check_*` function directly is not a run: nothing calls `cleanup`
+    /// for it. Its names start with the [`NameSpace`](crate::NameSpace) it passed, so it can
+    /// call `harness.cleanup(names.prefix())` itself when it is done.
+    async fn cleanup(&self, name_prefix: &str) -> Result<(), SetupError> {
         let _ = name_prefix;
         Ok(())
     }

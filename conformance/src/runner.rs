@@ -3,16 +3,23 @@
 
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
-use shedlock_core::BoxError;
+use shedlock_core::{LockProvider, SystemClock};
 
 use crate::checks::Check;
 use crate::failure::Verdict;
-use crate::harness::ConformanceHarness;
+use crate::harness::{ConformanceHarness, SetupError};
 use crate::names::NameSpace;
 use crate::report::{CheckResult, REPORT_DIR_VARIABLE, Report, Status};
+use crate::timing::Timing;
+
+/// The test that carries a harness setup failure, so the cause is reported once.
+const SETUP_TRIAL: &str = "harness_setup";
+
+/// The time unit from which a provider counts as coarse-grained: its checks mostly wait.
+const COARSE_UNIT: Duration = Duration::from_millis(500);
 
 /// Runs the whole kit as a test binary: the body of `fn main` in a provider's
 /// `tests/conformance.rs` (a `[[test]]` target with `harness = false`).
@@ -20,26 +27,28 @@ use crate::report::{CheckResult, REPORT_DIR_VARIABLE, Report, Status};
 /// `make_harness` is awaited once, on the runtime the checks run on, so it may open pools and
 /// connections. Every check becomes one test named after it; a check that does not apply shows
 /// as ignored with the reason. The usual test arguments work (a name filter, `--list`,
-/// `--exact`, `--skip`, `--test-threads`). When `SHEDLOCK_CONFORMANCE_REPORT_DIR` is set, the
+/// `--exact`, `--skip`, `--test-threads`; without `--test-threads`, the checks of a provider
+/// whose time unit is 500 ms or more all run at once, as they mostly wait). When `SHEDLOCK_CONFORMANCE_REPORT_DIR` is set, the
 /// results are also written there as `<provider>.json` and `<provider>.md`.
 ///
-/// If `make_harness` fails, for example because no backend is configured, every check fails
-/// with that error: a backend is never silently skipped.
+/// If `make_harness` fails, for example because no backend is configured, the error is printed
+/// once, as the failure of a test named `harness_setup`, and every check fails with a one-line
+/// pointer to it: a backend is never silently skipped, and one cause is not repeated per check.
 pub fn run<H, F, Fut>(make_harness: F) -> ExitCode
 where
     H: ConformanceHarness,
     F: FnOnce() -> Fut,
-    Fut: Future<Output = Result<H, BoxError>>,
+    Fut: Future<Output = Result<H, SetupError>>,
 {
     run_with_args(Arguments::from_args(), make_harness)
 }
 
 /// [`run`] with arguments given explicitly instead of read from the command line.
-pub fn run_with_args<H, F, Fut>(args: Arguments, make_harness: F) -> ExitCode
+pub fn run_with_args<H, F, Fut>(mut args: Arguments, make_harness: F) -> ExitCode
 where
     H: ConformanceHarness,
     F: FnOnce() -> Fut,
-    Fut: Future<Output = Result<H, BoxError>>,
+    Fut: Future<Output = Result<H, SetupError>>,
 {
     if args.list {
         let trials = Check::ALL
@@ -64,16 +73,32 @@ where
             let message = format!(
                 "the conformance harness could not be set up, so no check can run: {error}"
             );
-            let trials = Check::ALL
-                .iter()
-                .map(|check| {
-                    let message = message.clone();
-                    Trial::test(check.name(), move || Err(Failed::from(message)))
+            eprintln!("shedlock-conformance: {message}");
+            let mut trials = vec![Trial::test(SETUP_TRIAL, move || Err(Failed::from(message)))];
+            trials.extend(Check::ALL.iter().map(|check| {
+                Trial::test(check.name(), || {
+                    Err(Failed::from(format!(
+                        "not run: the harness could not be set up (the cause is the failure of `{SETUP_TRIAL}`, printed once)"
+                    )))
                 })
-                .collect();
+            }));
             return libtest_mimic::run(&args, trials).exit_code();
         }
     };
+    // On a coarse-precision backend (whole-second leases) the checks spend their time waiting
+    // for locks to expire: run them all at once, unless told otherwise, so the run takes as long
+    // as its longest check. Fine-grained backends keep one check per core, as their checks are
+    // short and some backends (SQLite) serialise every write.
+    if args.test_threads.is_none() {
+        let coarse = runtime
+            .block_on(harness.node(Arc::new(SystemClock)))
+            .is_ok_and(|node| {
+                Timing::for_precision(node.capabilities().time_precision).unit >= COARSE_UNIT
+            });
+        if coarse {
+            args.test_threads = Some(Check::ALL.len());
+        }
+    }
     let run_names = NameSpace::new_run();
     let results = Arc::new(Mutex::new(Vec::new()));
     let trials = Check::ALL

@@ -12,6 +12,11 @@ const BASE_UNIT: Duration = Duration::from_millis(100);
 /// Slack on top of the declared precision: scheduling jitter and clock rates on one machine.
 const SLACK: Duration = Duration::from_millis(25);
 
+/// How long before a deadline, at the least, a probe that must be answered by it is sent: a
+/// scheduler's wake-up lag on a busy machine. A provider that frees a lock this early is inside
+/// the tolerance anyway.
+const PROBE_LEAD: Duration = Duration::from_millis(20);
+
 /// The kit's durations for one provider.
 ///
 /// Every lock duration is a multiple of `unit`: 100 ms for millisecond providers, a whole
@@ -63,6 +68,15 @@ impl Timing {
     /// moment the backend may have decided at: the earliest end of its window, minus tolerance.
     pub(crate) fn surely_held_until<T>(&self, request: &Timed<T>, duration: Duration) -> Instant {
         request.sent + duration - self.tolerance
+    }
+
+    /// When to send a probe that must be answered by `deadline`, as late as that allows: a few
+    /// round trips like `like`'s before it, at least [`PROBE_LEAD`], at most half a unit. Probes
+    /// at fixed fractions of a hold miss a provider that frees the lock a little early.
+    pub(crate) fn late_probe_at<T>(&self, deadline: Instant, like: &Timed<T>) -> Instant {
+        let round_trip = like.answered.saturating_duration_since(like.sent);
+        let lead = (round_trip * 3 + PROBE_LEAD).min(self.unit / 2);
+        deadline - lead
     }
 
     /// By when a hold of `duration` that `request` started has ended under every moment the

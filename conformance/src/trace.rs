@@ -227,6 +227,21 @@ impl Trace {
         config: &LockConfiguration,
     ) -> Result<Timed<Acquisition>, CheckFailure> {
         let timed = self.try_lock(node, provider, config).await?;
+        if let Err(error @ LockError::InvalidName { .. }) = &timed.value {
+            let chars = config.name().chars().count();
+            let limit = provider.capabilities().max_name_chars;
+            if limit.is_none_or(|max| chars <= max) {
+                let declared =
+                    limit.map_or("no limit".to_owned(), |max| format!("a limit of {max}"));
+                return Err(self.failure(
+                    Rule::NAME_LENGTH,
+                    format!(
+                        "node {node}: lock {:?} ({chars} characters) was refused as an invalid name, though the provider declares {declared}: {error}",
+                        config.name()
+                    ),
+                ));
+            }
+        }
         self.answered_without_error(node, &format!("try_lock {:?}", config.name()), timed)
     }
 

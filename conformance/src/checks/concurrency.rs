@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use shedlock_core::{Acquisition, LockProvider};
+use shedlock_core::{Acquisition, LockError, LockProvider};
 use tokio::time::Instant;
 
 use crate::failure::{CheckFailure, Rule, Verdict};
@@ -52,6 +52,7 @@ async fn hammer<N: LockProvider + 'static>(
     let mut tasks = Vec::new();
     for (index, provider) in nodes.iter().enumerate() {
         let provider = provider.clone();
+        let capabilities = provider.capabilities();
         let trace = trace.clone();
         let sections = sections.clone();
         let configs: Vec<_> = names
@@ -123,6 +124,15 @@ async fn hammer<N: LockProvider + 'static>(
                     Ok(Acquisition::NotAcquired(_)) => {
                         section.refusals.fetch_add(1, Ordering::SeqCst);
                     }
+                    Err(error @ LockError::InvalidName { .. })
+                        if capabilities.max_name_chars.is_none_or(|max| lock.name().chars().count() <= max) =>
+                    {
+                        trace.record(&label, format!("try_lock {:?}", lock.name()), sent, answered, outcome);
+                        return Err(trace.failure(
+                            Rule::NAME_LENGTH,
+                            format!("{label}: lock {:?} ({} characters) was refused as an invalid name, though it is within the declared limit ({:?}): {error}", lock.name(), lock.name().chars().count(), capabilities.max_name_chars),
+                        ));
+                    }
                     Err(error) => {
                         trace.record(&label, format!("try_lock {:?}", lock.name()), sent, answered, outcome);
                         return Err(trace.failure(
@@ -144,6 +154,30 @@ async fn hammer<N: LockProvider + 'static>(
         if let Err(failure) = result {
             first_failure.get_or_insert(failure);
         }
+    }
+    // Two holders at once usually show up first as a failed release (the other one overwrote
+    // the record); the overlap is the cause, so it is what the failure names.
+    for (name, section) in names.iter().zip(&sections) {
+        let overlaps = section.overlaps.load(Ordering::SeqCst);
+        let entries = section.entries.load(Ordering::SeqCst);
+        let counter = section.counter.load(Ordering::SeqCst);
+        let broken = if overlaps > 0 {
+            format!("lock {name:?}: {overlaps} acquisitions overlapped another holder's")
+        } else if counter != entries {
+            format!(
+                "lock {name:?}: {entries} acquisitions but the shared counter reached {counter}: updates were lost to concurrent holders"
+            )
+        } else {
+            continue;
+        };
+        let observed = match &first_failure {
+            Some(first) => format!(
+                "{broken}; a node stopped on: [{}] {}",
+                first.rule.id, first.observed
+            ),
+            None => broken,
+        };
+        return Err(trace.failure(Rule::MUTUAL_EXCLUSION, observed));
     }
     match first_failure {
         Some(failure) => Err(failure),
@@ -176,25 +210,9 @@ pub async fn check_mutual_exclusion<H: ConformanceHarness>(
     let hammered = hammer(&trace, nodes, &lock_names, ATTEMPTS, timing.units(100)).await?;
     let mut notes = Vec::new();
     for (name, section) in lock_names.iter().zip(&hammered.sections) {
-        let overlaps = section.overlaps.load(Ordering::SeqCst);
         let entries = section.entries.load(Ordering::SeqCst);
-        let counter = section.counter.load(Ordering::SeqCst);
         let releases = section.releases.load(Ordering::SeqCst);
         let refusals = section.refusals.load(Ordering::SeqCst);
-        if overlaps > 0 {
-            return Err(trace.failure(
-                Rule::MUTUAL_EXCLUSION,
-                format!("lock {name:?}: {overlaps} acquisitions overlapped another holder's"),
-            ));
-        }
-        if counter != entries {
-            return Err(trace.failure(
-                Rule::MUTUAL_EXCLUSION,
-                format!(
-                    "lock {name:?}: {entries} acquisitions but the shared counter reached {counter}: updates were lost to concurrent holders"
-                ),
-            ));
-        }
         if releases != entries {
             return Err(trace.failure(
                 Rule::RELEASE_RESULT,

@@ -3,18 +3,22 @@
 
 use std::time::Duration;
 
-use shedlock_core::{LockError, LockProvider};
+use shedlock_core::{LockError, LockHandle, LockProvider};
 
 use crate::failure::{CheckFailure, Rule, Verdict};
 use crate::harness::ConformanceHarness;
 use crate::names::NameSpace;
-use crate::trace::{HeldLock, HeldProbe, Trace, config};
+use crate::timing::Timing;
+use crate::trace::{HeldLock, HeldProbe, Timed, Trace, config};
 
 use super::{Attempt, node, timing_of, until_conclusive};
 
-/// Extend: the holder extends past the original at-most and others stay out until the new
-/// expiry; release after extend frees the lock; extending an expired lock answers `false` and
-/// does not revive it; extending a released lock answers `false`.
+/// Extend: the holder extends past the original at-most, and others stay out until the new
+/// expiry, counted from the extend with the extend's own duration, probed right after the
+/// original at-most and just before the new one; right after the new one the lock is free.
+/// Extend then release with `lock_at_least_for`: free at `acquired_at + lock_at_least_for` (an
+/// extend does not move `acquired_at`). Extending an expired lock answers `false` and does not
+/// revive it. (Extending a released lock is [`check_stale_handle_answers`](crate::check_stale_handle_answers)'s.)
 ///
 /// Applies when the provider declares [`shedlock_core::Capabilities::extend`].
 pub async fn check_extend<H: ConformanceHarness>(
@@ -31,12 +35,12 @@ pub async fn check_extend<H: ConformanceHarness>(
     }
     let b = node(harness, &trace, "B").await?;
     let timing = timing_of(&capabilities);
-    let at_most = timing.units(3);
-    let extended_to = timing.units(6);
+    let at_most = timing.units(2);
+    let extended_to = timing.units(4);
     until_conclusive(
         &trace,
         Rule::EXTEND,
-        "an extended lock outliving its original at-most",
+        "an extended lock held until its new at-most",
         async |attempt| {
             let lock = config(
                 &names.name(&format!("lock{attempt}")),
@@ -45,41 +49,76 @@ pub async fn check_extend<H: ConformanceHarness>(
             );
             let taken = trace.must_acquire_free("A", &a, &lock).await?;
             trace.sleep_until(taken.answered + timing.unit).await;
-            let extend = trace.extend("A", &*taken.value, extended_to).await?;
-            if !extend.value {
-                if extend.answered <= timing.surely_held_until(&taken, at_most) {
-                    return Err(trace.failure(
-                        Rule::EXTEND,
-                        format!(
-                            "node A's extend answered false at {}, while its lock was surely still held (until {} at the earliest)",
-                            trace.at(extend.answered),
-                            trace.at(taken.sent + at_most)
-                        ),
-                    ));
-                }
+            let Some(extend) = extend_held(&trace, &timing, &taken, at_most, extended_to).await? else {
                 return Ok(Attempt::Inconclusive(
                     "the extend came too late to prove anything",
                 ));
-            }
-            trace
-                .sleep_until(timing.surely_over_by(&taken, at_most))
-                .await;
+            };
+            let surely_held_until = timing.surely_held_until(&extend, extended_to);
             let why = format!(
-                "the original at-most has passed, but node A extended the lock until {} at the earliest",
+                "node A extended the lock at {} for {extended_to:?}, so it is held until {} at the earliest (the new lock_at_most_for counts from the extend)",
+                trace.at(extend.sent),
                 trace.at(extend.sent + extended_to)
             );
             let held = HeldLock {
                 lock: &lock,
-                surely_held_until: timing.surely_held_until(&extend, extended_to),
+                surely_held_until,
                 rule: Rule::EXTEND,
                 why: &why,
             };
-            if trace.probe_while_held("B", &b, &held).await? != HeldProbe::Refused {
+            let probe_times = [
+                timing.surely_over_by(&taken, at_most),
+                timing.late_probe_at(surely_held_until, &extend),
+            ];
+            for time in probe_times {
+                trace.sleep_until(time).await;
+                if trace.probe_while_held("B", &b, &held).await? != HeldProbe::Refused {
+                    return Ok(Attempt::Inconclusive(
+                        "a probe came too late to prove anything",
+                    ));
+                }
+            }
+            drop(taken.value);
+            trace.note("node A vanishes: its handle is dropped without unlock");
+            let surely_free = timing.surely_over_by(&extend, extended_to);
+            trace.sleep_until(surely_free).await;
+            trace
+                .must_acquire_and_release(
+                    "B",
+                    &b,
+                    &lock,
+                    Rule::EXTEND,
+                    &format!(
+                        "node A's extend (answered {}) held the lock for {extended_to:?}, so it expired by {} at the latest",
+                        trace.at(extend.answered),
+                        trace.at(surely_free)
+                    ),
+                )
+                .await?;
+            Ok(Attempt::Proven)
+        },
+    )
+    .await?;
+
+    let at_least = timing.units(3);
+    until_conclusive(
+        &trace,
+        Rule::AT_LEAST,
+        "an extended and released lock held until its at-least",
+        async |attempt| {
+            let lock = config(
+                &names.name(&format!("least{attempt}")),
+                timing.units(4),
+                at_least,
+            );
+            let taken = trace.must_acquire_free("A", &a, &lock).await?;
+            trace.sleep_until(taken.answered + timing.unit).await;
+            if extend_held(&trace, &timing, &taken, lock.lock_at_most_for(), timing.units(6)).await?.is_none() {
                 return Ok(Attempt::Inconclusive(
-                    "the probe came too late to prove anything",
+                    "the extend came too late to prove anything",
                 ));
             }
-            trace
+            let released = trace
                 .must_unlock_with(
                     "A",
                     &*taken.value,
@@ -88,13 +127,37 @@ pub async fn check_extend<H: ConformanceHarness>(
                     "node A extended its lock and still holds it",
                 )
                 .await?;
+            let surely_held_until = timing.surely_held_until(&taken, at_least);
+            let why = format!(
+                "node A released its extended lock, which keeps it until acquired_at + lock_at_least_for = {} at the earliest",
+                trace.at(taken.sent + at_least)
+            );
+            let held = HeldLock {
+                lock: &lock,
+                surely_held_until,
+                rule: Rule::AT_LEAST,
+                why: &why,
+            };
+            trace
+                .sleep_until(timing.late_probe_at(surely_held_until, &released))
+                .await;
+            if trace.probe_while_held("B", &b, &held).await? != HeldProbe::Refused {
+                return Ok(Attempt::Inconclusive(
+                    "the probe came too late to prove anything",
+                ));
+            }
+            let surely_free = timing.surely_over_by(&taken, at_least);
+            trace.sleep_until(surely_free).await;
             trace
                 .must_acquire_and_release(
                     "B",
                     &b,
                     &lock,
                     Rule::AT_LEAST,
-                    "node A released its extended lock (lock_at_least_for = 0)",
+                    &format!(
+                        "the release keeps the lock until acquired_at + lock_at_least_for, {} at the latest: an extend moves held-until, not acquired_at, and a release does not keep the extended at-most",
+                        trace.at(surely_free)
+                    ),
                 )
                 .await?;
             Ok(Attempt::Proven)
@@ -127,17 +190,34 @@ pub async fn check_extend<H: ConformanceHarness>(
         )
         .await?;
 
-    let released = config(&names.name("released"), at_most, Duration::ZERO);
-    let taken = trace.must_acquire_free("A", &a, &released).await?;
-    trace.must_release("A", &*taken.value).await?;
-    let after_release = trace.extend("A", &*taken.value, extended_to).await?;
-    if after_release.value {
+    Ok(Verdict::passed())
+}
+
+/// Node A extends the lock it `taken` for `at_most` to `duration`: `Some` with the timed
+/// answer when it extended; `None` when it answered `false` too late to prove anything (the lock
+/// may have expired first). A `false` while the lock was surely held fails.
+async fn extend_held(
+    trace: &Trace,
+    timing: &Timing,
+    taken: &Timed<Box<dyn LockHandle>>,
+    at_most: Duration,
+    duration: Duration,
+) -> Result<Option<Timed<bool>>, CheckFailure> {
+    let extend = trace.extend("A", &*taken.value, duration).await?;
+    if extend.value {
+        return Ok(Some(extend));
+    }
+    if extend.answered <= timing.surely_held_until(taken, at_most) {
         return Err(trace.failure(
             Rule::EXTEND,
-            "node A extended a lock it had already released",
+            format!(
+                "node A's extend answered false at {}, while its lock was surely still held (until {} at the earliest)",
+                trace.at(extend.answered),
+                trace.at(taken.sent + at_most)
+            ),
         ));
     }
-    Ok(Verdict::passed())
+    Ok(None)
 }
 
 /// A provider that does not declare extend must refuse it with [`LockError::Unsupported`],

@@ -24,11 +24,14 @@ use crate::trace::Trace;
 pub use basics::check_acquire_skip_release;
 pub use concurrency::{check_fencing_tokens_increase, check_mutual_exclusion};
 pub use extend::{check_extend, check_extend_refused_when_not_declared};
-pub use model::{ModelSettings, SEED_VARIABLE, check_model, check_model_with};
+pub use model::{CASES_VARIABLE, ModelSettings, SEED_VARIABLE, check_model, check_model_with};
 pub use names::{EDGE_CASE_NAMES, check_name_edge_cases, check_name_length_limit};
 pub use skew::check_clock_skew;
 pub use storage::{check_name_cache_cleared_midway, check_shedlock_record_takeover};
-pub use time_bounds::{check_at_least_hold, check_at_most_expiry, check_ownership_after_expiry};
+pub use time_bounds::{
+    check_at_least_hold, check_at_most_expiry, check_ownership_after_expiry,
+    check_stale_handle_answers,
+};
 pub use unreachable::{UNREACHABLE_LIMIT, check_backend_unreachable};
 
 /// One check of the kit, by name; [`Check::ALL`] is the whole kit in the order it runs.
@@ -47,6 +50,8 @@ pub enum Check {
     ExtendRefusedWhenNotDeclared,
     /// [`check_ownership_after_expiry`]
     OwnershipAfterExpiry,
+    /// [`check_stale_handle_answers`]
+    StaleHandleAnswers,
     /// [`check_mutual_exclusion`]
     MutualExclusion,
     /// [`check_fencing_tokens_increase`]
@@ -70,7 +75,7 @@ pub enum Check {
 impl Check {
     /// Every check, in the order the runner lists them. The long-running ones come first so
     /// that parallel test threads finish together.
-    pub const ALL: [Check; 15] = [
+    pub const ALL: [Check; 16] = [
         Check::Model,
         Check::MutualExclusion,
         Check::AcquireSkipRelease,
@@ -79,6 +84,7 @@ impl Check {
         Check::Extend,
         Check::ExtendRefusedWhenNotDeclared,
         Check::OwnershipAfterExpiry,
+        Check::StaleHandleAnswers,
         Check::FencingTokensIncrease,
         Check::ClockSkew,
         Check::BackendUnreachable,
@@ -97,6 +103,7 @@ impl Check {
             Check::Extend => "extend",
             Check::ExtendRefusedWhenNotDeclared => "extend_refused_when_not_declared",
             Check::OwnershipAfterExpiry => "ownership_after_expiry",
+            Check::StaleHandleAnswers => "stale_handle_answers",
             Check::MutualExclusion => "mutual_exclusion",
             Check::FencingTokensIncrease => "fencing_tokens_increase",
             Check::ClockSkew => "clock_skew",
@@ -118,6 +125,7 @@ impl Check {
             Check::Extend => "ex",
             Check::ExtendRefusedWhenNotDeclared => "en",
             Check::OwnershipAfterExpiry => "ow",
+            Check::StaleHandleAnswers => "sh",
             Check::MutualExclusion => "mx",
             Check::FencingTokensIncrease => "ft",
             Check::ClockSkew => "cs",
@@ -155,6 +163,7 @@ impl Check {
                 check_extend_refused_when_not_declared(harness, names).await
             }
             Check::OwnershipAfterExpiry => check_ownership_after_expiry(harness, names).await,
+            Check::StaleHandleAnswers => check_stale_handle_answers(harness, names).await,
             Check::MutualExclusion => check_mutual_exclusion(harness, names).await,
             Check::FencingTokensIncrease => check_fencing_tokens_increase(harness, names).await,
             Check::ClockSkew => check_clock_skew(harness, names).await,

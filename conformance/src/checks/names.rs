@@ -15,8 +15,9 @@ use super::{node, timing_of};
 /// The name length tried when the provider declares no limit.
 const UNLIMITED_PROBE_CHARS: usize = 1024;
 
-/// Name length: names of exactly the declared maximum (ASCII, and two-byte characters) work
-/// and stay distinct when they differ only in the last character; one character more is
+/// Name length: names of exactly the declared maximum (ASCII, two-byte and three-byte
+/// characters) work and stay distinct when they differ only in the last character (the limit
+/// counts characters, not bytes); one character more is
 /// refused with [`LockError::InvalidName`] before anything is written, even when its first
 /// `max` characters name a held lock. Without a declared limit, 1024-character names must work
 /// and stay distinct.
@@ -45,7 +46,16 @@ pub async fn check_name_length_limit<H: ConformanceHarness>(
         name.push(last);
         name
     };
-    let full_length = [pad('a', 'x', 'y'), pad('a', 'x', 'z'), pad('e', 'é', 'é')];
+    // Pairs that differ only in their last character: a byte limit, a truncation or a folding
+    // collation would merge each pair into one lock.
+    let full_length = [
+        pad('a', 'x', 'y'),
+        pad('a', 'x', 'z'),
+        pad('e', 'é', 'é'),
+        pad('e', 'é', 'è'),
+        pad('u', '锁', '锁'),
+        pad('u', '锁', '钥'),
+    ];
     let mut held: Vec<Box<dyn LockHandle>> = Vec::new();
     for name in &full_length {
         let lock = config(name, long, Duration::ZERO);
@@ -122,9 +132,12 @@ pub async fn check_name_length_limit<H: ConformanceHarness>(
 }
 
 /// Names with characters that break careless providers: separators of keys and paths, SQL
-/// quoting, escapes, unicode, spaces, case. Pairs that a careless escaping or collation would
-/// merge (`a/b`, `a:b`, `a%2Fb`, `a_b`; `Report`, `report`; `trailing `, `trailing`) are listed
-/// together.
+/// quoting, escapes, unicode, spaces, case. Spellings that a careless escaping, a collation
+/// (case-, accent- or width-insensitive, trailing spaces ignored) or a Unicode normalization
+/// would merge are listed together: `a/b`, `a:b`, `a%2Fb`, `a_b`; `Report`, `report`,
+/// `REPORT`, full-width `ＲＥＰＯＲＴ`; `trailing `, `trailing`; `café` (NFC), `cafe` with a
+/// combining accent (NFD), `cafe`; `résumé`, `resume`; `straße`, `strasse`; the `ﬁ` ligature
+/// and `fi`; a zero-width space.
 pub const EDGE_CASE_NAMES: &[&str] = &[
     "plain",
     "with space",
@@ -149,8 +162,23 @@ pub const EDGE_CASE_NAMES: &[&str] = &[
     "*?[]{}$#",
     "Report",
     "report",
+    "REPORT",
     "ünïcødé",
     "unicode",
+    "cafe",
+    "café",
+    "cafe\u{301}",
+    "resume",
+    "résumé",
+    "strasse",
+    "straße",
+    "ＲＥＰＯＲＴ",
+    "ﬁle",
+    "file",
+    "a\u{200b}b",
+    "ab",
+    "tab\there",
+    "tab here",
     "锁-ロック",
     "emoji-🔒",
 ];

@@ -1,6 +1,6 @@
-//! Checks 2, 3 and 5: the lock lasts until `lock_at_most_for` if its holder vanishes, at
-//! least `lock_at_least_for` if it is released early, and a stale holder cannot touch the
-//! next holder's lock.
+//! The time bounds of a lock: it lasts until `lock_at_most_for` if its holder vanishes, at
+//! least `lock_at_least_for` if it is released early; a stale holder cannot touch the next
+//! holder's lock, and a spent handle changes nothing.
 
 use std::time::Duration;
 
@@ -17,8 +17,9 @@ use super::{Attempt, node, timing_of, until_conclusive};
 /// At-most expiry: a holder that vanishes (its handle dropped, never released) keeps others
 /// out until `lock_at_most_for` has passed, not before, and not much after.
 ///
-/// Node A takes the lock for 3 units and drops the handle. Node B probes after 1 and 2 units:
-/// each probe answered before the earliest possible expiry must be refused. Node B probes again
+/// Node A takes the lock for 3 units and drops the handle. Node B probes after 1 and 2 units
+/// and once more just before the earliest possible expiry minus the tolerance: each must be
+/// refused, so a provider that frees the lock a little early is caught too. Node B probes again
 /// once the latest possible expiry (plus tolerance) has passed: it must get the lock.
 pub async fn check_at_most_expiry<H: ConformanceHarness>(
     harness: &H,
@@ -32,7 +33,7 @@ pub async fn check_at_most_expiry<H: ConformanceHarness>(
     until_conclusive(
         &trace,
         Rule::AT_MOST,
-        "the lock held before at-most",
+        "the lock held until just before at-most",
         async |attempt| {
             let lock = config(
                 &names.name(&format!("lock{attempt}")),
@@ -43,11 +44,15 @@ pub async fn check_at_most_expiry<H: ConformanceHarness>(
             let surely_held_until = timing.surely_held_until(&taken, at_most);
             let surely_expired = timing.surely_over_by(&taken, at_most);
             let why = format!(
-                "node A's acquisition (sent {}) holds it until {} at the earliest; does dropping a handle release the lock?",
+                "node A's acquisition (sent {}) holds it until {} at the earliest; does dropping a handle release the lock, or does it expire early?",
                 trace.at(taken.sent),
                 trace.at(taken.sent + at_most)
             );
-            let probe_times = [1, 2].map(|units| taken.answered + timing.units(units));
+            let probe_times = [
+                taken.answered + timing.units(1),
+                taken.answered + timing.units(2),
+                timing.late_probe_at(surely_held_until, &taken),
+            ];
             drop(taken.value);
             trace.note("node A vanishes: its handle is dropped without unlock");
             let held = HeldLock {
@@ -58,7 +63,7 @@ pub async fn check_at_most_expiry<H: ConformanceHarness>(
             };
             if !probe_at(&trace, "B", &b, &held, probe_times).await? {
                 return Ok(Attempt::Inconclusive(
-                    "no probe was answered early enough to prove anything",
+                    "a probe was answered too late to prove anything",
                 ));
             }
             trace.sleep_until(surely_expired).await;
@@ -83,8 +88,16 @@ pub async fn check_at_most_expiry<H: ConformanceHarness>(
     Ok(Verdict::passed())
 }
 
-/// At-least hold: a release before `lock_at_least_for` keeps others out until then, and
-/// lets them in after it (well before `lock_at_most_for`).
+/// At-least hold: a release late in the `lock_at_least_for` window keeps others out until
+/// `acquired_at + lock_at_least_for`, and lets them in right after it: not at `released_at +
+/// lock_at_least_for`, and well before `lock_at_most_for`.
+///
+/// Run twice: on a new name (the acquisition inserts the record) and on a name whose record
+/// exists and is free (the acquisition takes it over), as the two paths often differ in which
+/// `acquired_at` they store. Node A takes the lock for at most 10 units and at least 4, releases
+/// it after 2 (late enough to tell `acquired_at` from the release, early enough to be inside
+/// the window on a backend whose tolerance is a whole unit); node B probes right after the release and just before the at-least ends (refused)
+/// and just after it (acquired).
 pub async fn check_at_least_hold<H: ConformanceHarness>(
     harness: &H,
     names: &NameSpace,
@@ -93,62 +106,123 @@ pub async fn check_at_least_hold<H: ConformanceHarness>(
     let a = node(harness, &trace, "A").await?;
     let b = node(harness, &trace, "B").await?;
     let timing = timing_of(&a.capabilities());
-    let at_most = timing.units(8);
-    let at_least = timing.units(3);
-    until_conclusive(
-        &trace,
-        Rule::AT_LEAST,
-        "the lock held until at-least",
-        async |attempt| {
-            let lock = config(&names.name(&format!("lock{attempt}")), at_most, at_least);
-            let taken = trace.must_acquire_free("A", &a, &lock).await?;
-            let released = trace.must_release("A", &*taken.value).await?;
-            let why = format!(
-                "node A released early, and its acquisition (sent {}) holds it for lock_at_least_for until {} at the earliest",
-                trace.at(taken.sent),
-                trace.at(taken.sent + at_least)
-            );
-            let held = HeldLock {
-                lock: &lock,
-                surely_held_until: timing.surely_held_until(&taken, at_least),
-                rule: Rule::AT_LEAST,
-                why: &why,
-            };
-            let probe_times = [released.answered, released.answered + timing.unit];
-            if !probe_at(&trace, "B", &b, &held, probe_times).await? {
-                return Ok(Attempt::Inconclusive(
-                    "no probe was answered early enough to prove anything",
-                ));
-            }
-            let surely_free = timing.surely_over_by(&taken, at_least);
-            trace.sleep_until(surely_free).await;
-            let probe = trace.acquire("B", &b, &lock).await?;
-            if probe.sent >= timing.surely_held_until(&taken, at_most) {
-                return Ok(Attempt::Inconclusive(
-                    "the probe after at-least came so late that at-most had passed too",
-                ));
-            }
-            let Some(handle) = probe.value.into_handle() else {
-                return Err(trace.failure(
-                    Rule::AT_LEAST,
-                    format!(
-                        "node B was refused at {}, after lock_at_least_for had passed ({} at the latest); a release must keep the lock only until max(now, acquired_at + lock_at_least_for), not until lock_at_most_for",
-                        trace.at(probe.answered),
-                        trace.at(surely_free)
-                    ),
-                ));
-            };
-            trace.must_release("B", &*handle).await?;
-            Ok(Attempt::Proven)
-        },
-    )
-    .await?;
+    let at_most = timing.units(10);
+    let at_least = timing.units(4);
+    for path in [RecordPath::Insert, RecordPath::TakeOver] {
+        until_conclusive(
+            &trace,
+            Rule::AT_LEAST,
+            "the lock held until at-least",
+            async |attempt| {
+                let lock = config(
+                    &names.name(&format!("{}{attempt}", path.tag())),
+                    at_most,
+                    at_least,
+                );
+                if path == RecordPath::TakeOver {
+                    let free = config(lock.name(), at_most, Duration::ZERO);
+                    trace
+                        .must_acquire_and_release(
+                            "A",
+                            &a,
+                            &free,
+                            Rule::FREE_LOCK_IS_TAKEN,
+                            "nobody held it; this leaves a free record to take over",
+                        )
+                        .await?;
+                    // The old record's times must be clearly older than the new acquisition's,
+                    // or a takeover that keeps them would go unnoticed.
+                    trace.sleep_until(Instant::now() + timing.units(2)).await;
+                }
+                let taken = trace
+                    .must_acquire(
+                        "A",
+                        &a,
+                        &lock,
+                        Rule::AT_LEAST,
+                        "the lock was released with lock_at_least_for = 0, so it is free",
+                    )
+                    .await?;
+                trace.sleep_until(taken.answered + timing.units(2)).await;
+                let released = trace.must_release("A", &*taken.value).await?;
+                let why = format!(
+                    "node A released late in the at-least window, {}, and its acquisition (sent {}) holds it until acquired_at + lock_at_least_for = {} at the earliest",
+                    path.describe(),
+                    trace.at(taken.sent),
+                    trace.at(taken.sent + at_least)
+                );
+                let surely_held_until = timing.surely_held_until(&taken, at_least);
+                let held = HeldLock {
+                    lock: &lock,
+                    surely_held_until,
+                    rule: Rule::AT_LEAST,
+                    why: &why,
+                };
+                let probe_times = [
+                    released.answered,
+                    timing.late_probe_at(surely_held_until, &released),
+                ];
+                if !probe_at(&trace, "B", &b, &held, probe_times).await? {
+                    return Ok(Attempt::Inconclusive(
+                        "a probe was answered too late to prove anything",
+                    ));
+                }
+                let surely_free = timing.surely_over_by(&taken, at_least);
+                trace.sleep_until(surely_free).await;
+                let probe = trace.acquire("B", &b, &lock).await?;
+                if probe.sent >= timing.surely_held_until(&taken, at_most) {
+                    return Ok(Attempt::Inconclusive(
+                        "the probe after at-least came so late that at-most had passed too",
+                    ));
+                }
+                let Some(handle) = probe.value.into_handle() else {
+                    return Err(trace.failure(
+                        Rule::AT_LEAST,
+                        format!(
+                            "node B was refused at {}, after acquired_at + lock_at_least_for had passed ({} at the latest; the release was answered at {}, {}): a release keeps the lock until max(now, acquired_at + lock_at_least_for), not released_at + lock_at_least_for, nor lock_at_most_for",
+                            trace.at(probe.answered),
+                            trace.at(surely_free),
+                            trace.at(released.answered),
+                            path.describe()
+                        ),
+                    ));
+                };
+                trace.must_release("B", &*handle).await?;
+                Ok(Attempt::Proven)
+            },
+        )
+        .await?;
+    }
     Ok(Verdict::passed())
 }
 
+/// Which write an acquisition makes: a new record, or a takeover of an existing free one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RecordPath {
+    Insert,
+    TakeOver,
+}
+
+impl RecordPath {
+    fn tag(self) -> &'static str {
+        match self {
+            RecordPath::Insert => "new",
+            RecordPath::TakeOver => "old",
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            RecordPath::Insert => "on a new name (the acquisition inserted the record)",
+            RecordPath::TakeOver => "on a name whose free record the acquisition took over",
+        }
+    }
+}
+
 /// Probes `held` from `node` at each of `times`: a probe answered by its deadline must be
-/// refused. Answers whether the probes proved anything: some probe was early enough, and no late
-/// one took the lock (which would hold it for reasons of its own).
+/// refused. Answers whether the probes proved everything they were meant to: every probe was
+/// answered by the deadline (the last one is the one that matters: it catches a lock that
+/// frees itself a little early).
 async fn probe_at(
     trace: &Trace,
     node: &str,
@@ -156,19 +230,175 @@ async fn probe_at(
     held: &HeldLock<'_>,
     times: impl IntoIterator<Item = Instant>,
 ) -> Result<bool, CheckFailure> {
-    let mut conclusive = false;
-    for time in times {
+    // On a coarse-precision backend the tolerance eats into the window; a probe time past the
+    // deadline could prove nothing, so it is not sent.
+    for time in times
+        .into_iter()
+        .filter(|time| *time < held.surely_held_until)
+    {
         trace.sleep_until(time).await;
         match trace.probe_while_held(node, provider, held).await? {
-            HeldProbe::Refused => conclusive = true,
+            HeldProbe::Refused => {}
             // A late probe that got the lock now holds it (its handle is gone) until its own
             // at-most: the rest of this attempt would be refused for that reason, not the
             // provider's. Start over on a fresh name.
-            HeldProbe::TooLate { acquired: true } => return Ok(false),
-            HeldProbe::TooLate { acquired: false } => {}
+            HeldProbe::TooLate { .. } => return Ok(false),
         }
     }
-    Ok(conclusive)
+    Ok(true)
+}
+
+/// A handle whose acquisition is over answers `false` and changes nothing, even while the lock
+/// is still held for `lock_at_least_for`: releasing it a second time, extending it after its
+/// release, and releasing it after it expired with nobody taking the lock since.
+///
+/// Each case then proves the lock kept the hold the first release gave it (held until
+/// `acquired_at + lock_at_least_for`, free right after) or stayed free.
+pub async fn check_stale_handle_answers<H: ConformanceHarness>(
+    harness: &H,
+    names: &NameSpace,
+) -> Result<Verdict, CheckFailure> {
+    let trace = Trace::new("stale_handle_answers");
+    let a = node(harness, &trace, "A").await?;
+    let b = node(harness, &trace, "B").await?;
+    let capabilities = a.capabilities();
+    let timing = timing_of(&capabilities);
+    let at_most = timing.units(10);
+    let at_least = timing.units(3);
+    let mut cases = vec![SpentHandle::ReleasedTwice];
+    if capabilities.extend {
+        cases.push(SpentHandle::ExtendedAfterRelease);
+    }
+    for case in cases {
+        until_conclusive(
+            &trace,
+            Rule::RELEASE_RESULT,
+            "a released lock held for its at-least",
+            async |attempt| {
+                let lock = config(
+                    &names.name(&format!("{}{attempt}", case.tag())),
+                    at_most,
+                    at_least,
+                );
+                let taken = trace.must_acquire_free("A", &a, &lock).await?;
+                trace.must_release("A", &*taken.value).await?;
+                let (rule, answered) = match case {
+                    SpentHandle::ReleasedTwice => {
+                        let again = trace
+                            .must_unlock_with(
+                                "A",
+                                &*taken.value,
+                                false,
+                                Rule::RELEASE_RESULT,
+                                "this handle was already released; the lock is held for lock_at_least_for, but no longer by this acquisition",
+                            )
+                            .await?;
+                        (Rule::RELEASE_RESULT, again.answered)
+                    }
+                    SpentHandle::ExtendedAfterRelease => {
+                        let extended = trace.extend("A", &*taken.value, at_most).await?;
+                        if extended.value {
+                            return Err(trace.failure(
+                                Rule::EXTEND,
+                                format!(
+                                    "node A extended lock {:?} at {} after releasing it; the record is still held for lock_at_least_for, but not by this acquisition any more",
+                                    lock.name(),
+                                    trace.at(extended.answered)
+                                ),
+                            ));
+                        }
+                        (Rule::EXTEND, extended.answered)
+                    }
+                };
+                let why = format!(
+                    "node A's release holds the lock until acquired_at + lock_at_least_for = {} at the earliest, and {} must change nothing",
+                    trace.at(taken.sent + at_least),
+                    case.describe()
+                );
+                let surely_held_until = timing.surely_held_until(&taken, at_least);
+                let held = HeldLock {
+                    lock: &lock,
+                    surely_held_until,
+                    rule,
+                    why: &why,
+                };
+                let probe_times = [answered, timing.late_probe_at(surely_held_until, &taken)];
+                if !probe_at(&trace, "B", &b, &held, probe_times).await? {
+                    return Ok(Attempt::Inconclusive(
+                        "a probe was answered too late to prove anything",
+                    ));
+                }
+                let surely_free = timing.surely_over_by(&taken, at_least);
+                trace.sleep_until(surely_free).await;
+                trace
+                    .must_acquire_and_release(
+                        "B",
+                        &b,
+                        &lock,
+                        rule,
+                        &format!(
+                            "the at-least hold ended by {} at the latest; {} must not have lengthened it",
+                            trace.at(surely_free),
+                            case.describe()
+                        ),
+                    )
+                    .await?;
+                Ok(Attempt::Proven)
+            },
+        )
+        .await?;
+    }
+
+    let short = timing.units(2);
+    let lock = config(&names.name("expired"), short, timing.unit);
+    let taken = trace.must_acquire_free("A", &a, &lock).await?;
+    let expired_by = timing.surely_over_by(&taken, short);
+    trace.sleep_until(expired_by).await;
+    trace
+        .must_unlock_with(
+            "A",
+            &*taken.value,
+            false,
+            Rule::RELEASE_RESULT,
+            &format!(
+                "the acquisition expired by {} at the latest (nobody took the lock since, but it is not held by this acquisition any more)",
+                trace.at(expired_by)
+            ),
+        )
+        .await?;
+    trace
+        .must_acquire_and_release(
+            "B",
+            &b,
+            &lock,
+            Rule::RELEASE_RESULT,
+            "the lock expired, and a release of the expired acquisition must not have revived it",
+        )
+        .await?;
+    Ok(Verdict::passed())
+}
+
+/// A handle whose acquisition was already released, and what is asked of it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SpentHandle {
+    ReleasedTwice,
+    ExtendedAfterRelease,
+}
+
+impl SpentHandle {
+    fn tag(self) -> &'static str {
+        match self {
+            SpentHandle::ReleasedTwice => "twice",
+            SpentHandle::ExtendedAfterRelease => "ext",
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            SpentHandle::ReleasedTwice => "the second release (answered false)",
+            SpentHandle::ExtendedAfterRelease => "the extend after the release (answered false)",
+        }
+    }
 }
 
 /// Ownership: after a holder's lock expires and another node takes it, the old holder's
@@ -204,17 +434,9 @@ pub async fn check_ownership_after_expiry<H: ConformanceHarness>(
                 "node A's lock had expired",
             )
             .await?;
-        trace
-            .must_unlock_with(
-                "A",
-                &*stale.value,
-                false,
-                Rule::OWNERSHIP,
-                &format!(
-                    "node A's acquisition expired and node {new_label} took the lock; the stale release must change nothing"
-                ),
-            )
-            .await?;
+        // Extend first: a handle that has been released answers false without asking the
+        // backend, so an extend after the release would prove nothing about the backend's
+        // owner check.
         if capabilities.extend {
             let extended = trace.extend("A", &*stale.value, long).await?;
             if extended.value {
@@ -227,6 +449,17 @@ pub async fn check_ownership_after_expiry<H: ConformanceHarness>(
                 ));
             }
         }
+        trace
+            .must_unlock_with(
+                "A",
+                &*stale.value,
+                false,
+                Rule::OWNERSHIP,
+                &format!(
+                    "node A's acquisition expired and node {new_label} took the lock; the stale release must change nothing"
+                ),
+            )
+            .await?;
         trace
             .must_not_acquire(
                 "C",

@@ -7,19 +7,14 @@ use std::time::{Duration, SystemTime};
 
 use etcd_client::{Client, DeleteOptions, PutOptions};
 use shedlock_conformance::{
-    Clock, ConformanceHarness, LockError, PlantedRecord, Support, async_trait, backends,
+    Clock, ConformanceHarness, PlantedRecord, SetupError, Support, async_trait, backends,
 };
-use shedlock_core::Operation;
 use shedlock_etcd::EtcdLockProvider;
 
 struct Harness {
     url: String,
     env: String,
     admin: Client,
-}
-
-fn backend_error(operation: Operation, error: etcd_client::Error) -> LockError {
-    LockError::backend("etcd", operation, "", "conformance harness", error)
 }
 
 impl Harness {
@@ -43,11 +38,11 @@ impl ConformanceHarness for Harness {
     }
 
     /// etcd keeps time with leases: the node's clock is not used for anything.
-    async fn node(&self, _clock: Arc<dyn Clock>) -> Result<EtcdLockProvider, LockError> {
-        self.builder().connect(&self.url).await
+    async fn node(&self, _clock: Arc<dyn Clock>) -> Result<EtcdLockProvider, SetupError> {
+        Ok(self.builder().connect(&self.url).await?)
     }
 
-    async fn unreachable_node(&self) -> Result<Support<EtcdLockProvider>, LockError> {
+    async fn unreachable_node(&self) -> Result<Support<EtcdLockProvider>, SetupError> {
         let node = self
             .builder()
             .operation_timeout(Duration::from_secs(2))
@@ -59,7 +54,7 @@ impl ConformanceHarness for Harness {
     /// What Java ShedLock leaves: `shedlock:<env>:<name>` = `ADDED:<iso>@<host>` on a lease of
     /// the rest of lock_until. A record whose lock_until has passed is, in etcd, a key whose
     /// lease has ended: none.
-    async fn write_record(&self, record: &PlantedRecord) -> Result<Support<()>, LockError> {
+    async fn write_record(&self, record: &PlantedRecord) -> Result<Support<()>, SetupError> {
         let key = self.key(&record.name);
         let mut admin = self.admin.clone();
         match record.lock_until.duration_since(SystemTime::now()) {
@@ -68,8 +63,7 @@ impl ConformanceHarness for Harness {
                     .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
                 let lease = admin
                     .lease_grant(ttl.as_secs().max(1) as i64, None)
-                    .await
-                    .map_err(|error| backend_error(Operation::Acquire, error))?
+                    .await?
                     .id();
                 admin
                     .put(
@@ -77,26 +71,21 @@ impl ConformanceHarness for Harness {
                         format!("ADDED:{added}@{}", record.locked_by),
                         Some(PutOptions::new().with_lease(lease)),
                     )
-                    .await
-                    .map_err(|error| backend_error(Operation::Acquire, error))?;
+                    .await?;
             }
             _ => {
-                admin
-                    .delete(key, None)
-                    .await
-                    .map_err(|error| backend_error(Operation::Release, error))?;
+                admin.delete(key, None).await?;
             }
         }
         Ok(Support::Supported(()))
     }
 
     /// Deletes this run's lock keys (the env segment is the run's own).
-    async fn cleanup(&self, _name_prefix: &str) -> Result<(), LockError> {
+    async fn cleanup(&self, _name_prefix: &str) -> Result<(), SetupError> {
         let mut admin = self.admin.clone();
         admin
             .delete(self.key(""), Some(DeleteOptions::new().with_prefix()))
-            .await
-            .map_err(|error| backend_error(Operation::Release, error))?;
+            .await?;
         Ok(())
     }
 }

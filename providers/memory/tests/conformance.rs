@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use shedlock_conformance::{ConformanceHarness, PlantedRecord, Support, async_trait};
-use shedlock_core::{Clock, LockError};
+use shedlock_conformance::{
+    Clock, ConformanceHarness, PlantedRecord, SetupError, Support, async_trait,
+};
 use shedlock_memory::{MemoryLockProvider, MemoryLockStore};
 
 /// One store; each node is an independent provider on it with the clock the kit hands it.
@@ -21,7 +22,7 @@ impl ConformanceHarness for MemoryHarness {
         "memory"
     }
 
-    async fn node(&self, clock: Arc<dyn Clock>) -> Result<MemoryLockProvider, LockError> {
+    async fn node(&self, clock: Arc<dyn Clock>) -> Result<MemoryLockProvider, SetupError> {
         Ok(self.store.node_with("conformance-node", clock))
     }
 
@@ -30,7 +31,7 @@ impl ConformanceHarness for MemoryHarness {
         Support::Supported(())
     }
 
-    async fn write_record(&self, record: &PlantedRecord) -> Result<Support<()>, LockError> {
+    async fn write_record(&self, record: &PlantedRecord) -> Result<Support<()>, SetupError> {
         // The store's clock is monotonic but anchored to the wall clock at creation, so a
         // wall-clock instant an hour away is an hour away for the store too.
         let _: SystemTime = record.lock_until;

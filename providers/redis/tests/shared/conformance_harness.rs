@@ -11,9 +11,8 @@ use std::time::{Duration, SystemTime};
 
 use redis::aio::ConnectionManager;
 use shedlock_conformance::{
-    Clock, ConformanceHarness, LockError, PlantedRecord, Support, async_trait, backends,
+    Clock, ConformanceHarness, PlantedRecord, SetupError, Support, async_trait, backends,
 };
-use shedlock_core::Operation;
 use shedlock_redis::{RedisLockProvider, RedisLockProviderBuilder};
 
 /// The provider configuration a run puts through the kit.
@@ -51,10 +50,6 @@ struct Harness {
     admin: ConnectionManager,
 }
 
-fn backend_error(operation: Operation, error: redis::RedisError) -> LockError {
-    LockError::backend("redis", operation, "", "conformance harness", error)
-}
-
 impl Harness {
     fn builder(&self) -> RedisLockProviderBuilder {
         RedisLockProvider::builder()
@@ -73,11 +68,11 @@ impl ConformanceHarness for Harness {
     }
 
     /// Redis keeps time with TTLs: the node's clock is not used for anything.
-    async fn node(&self, _clock: Arc<dyn Clock>) -> Result<RedisLockProvider, LockError> {
-        self.builder().connect(&self.url).await
+    async fn node(&self, _clock: Arc<dyn Clock>) -> Result<RedisLockProvider, SetupError> {
+        Ok(self.builder().connect(&self.url).await?)
     }
 
-    async fn unreachable_node(&self) -> Result<Support<RedisLockProvider>, LockError> {
+    async fn unreachable_node(&self) -> Result<Support<RedisLockProvider>, SetupError> {
         let node = self
             .builder()
             .operation_timeout(Duration::from_secs(2))
@@ -88,7 +83,7 @@ impl ConformanceHarness for Harness {
     /// What Java ShedLock leaves: `SET job-lock:<env>:<name> "ADDED:<iso>@<host>:<uuid>"` with
     /// the rest of lock_until as TTL. A record whose lock_until has passed is, in Redis, a key
     /// that has expired: none.
-    async fn write_record(&self, record: &PlantedRecord) -> Result<Support<()>, LockError> {
+    async fn write_record(&self, record: &PlantedRecord) -> Result<Support<()>, SetupError> {
         let probe = self.builder().connect_lazy(&self.url)?;
         let key = probe.lock_key(&record.name)?;
         let mut admin = self.admin.clone();
@@ -107,22 +102,20 @@ impl ConformanceHarness for Harness {
                     .arg("PX")
                     .arg(ttl.as_millis() as u64)
                     .query_async::<()>(&mut admin)
-                    .await
-                    .map_err(|error| backend_error(Operation::Acquire, error))?;
+                    .await?;
             }
             _ => {
                 redis::cmd("DEL")
                     .arg(&key)
                     .query_async::<()>(&mut admin)
-                    .await
-                    .map_err(|error| backend_error(Operation::Release, error))?;
+                    .await?;
             }
         }
         Ok(Support::Supported(()))
     }
 
     /// Deletes this run's lock keys and fencing counters (the env segment is the run's own).
-    async fn cleanup(&self, _name_prefix: &str) -> Result<(), LockError> {
+    async fn cleanup(&self, _name_prefix: &str) -> Result<(), SetupError> {
         let mut admin = self.admin.clone();
         for pattern in [
             format!("job-lock:{}:*", self.env),
@@ -137,14 +130,12 @@ impl ConformanceHarness for Harness {
                     .arg("COUNT")
                     .arg(1000)
                     .query_async(&mut admin)
-                    .await
-                    .map_err(|error| backend_error(Operation::Release, error))?;
+                    .await?;
                 if !keys.is_empty() {
                     redis::cmd("DEL")
                         .arg(&keys)
                         .query_async::<()>(&mut admin)
-                        .await
-                        .map_err(|error| backend_error(Operation::Release, error))?;
+                        .await?;
                 }
                 if next == 0 {
                     break;
