@@ -232,3 +232,50 @@ impl Verdict {
         Verdict::NotApplicable(reason.into())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Rule;
+
+    const RULEBOOK: &str = include_str!("../RULES.md");
+
+    /// A failure quotes its rule's section, so the quote and the rulebook must not drift apart.
+    #[test]
+    fn every_rule_quotes_its_section_of_the_rulebook() {
+        let rules = [
+            Rule::FREE_LOCK_IS_TAKEN,
+            Rule::THREE_OUTCOMES,
+            Rule::BOUNDED_TIME,
+            Rule::MUTUAL_EXCLUSION,
+            Rule::AT_MOST,
+            Rule::AT_LEAST,
+            Rule::RELEASE_RESULT,
+            Rule::OWNERSHIP,
+            Rule::EXTEND,
+            Rule::HONEST_CAPABILITIES,
+            Rule::FENCING,
+            Rule::SERVER_TIME,
+            Rule::CLIENT_TIME,
+            Rule::FAIL_CLOSED,
+            Rule::NAME_LENGTH,
+            Rule::NAMES_ARE_DATA,
+            Rule::NAME_CACHE,
+            Rule::SHEDLOCK_RECORDS,
+            Rule::HARNESS,
+        ];
+        for rule in rules {
+            let anchor = format!("<a id=\"{}\"></a>\n## {}:", rule.id, rule.id);
+            let start = RULEBOOK
+                .find(&anchor)
+                .unwrap_or_else(|| panic!("RULES.md has no section {:?}", rule.id));
+            let section = &RULEBOOK[start..];
+            let first_paragraph = section.split("\n\n").nth(1).unwrap_or_default();
+            assert_eq!(
+                first_paragraph.trim(),
+                rule.text,
+                "Rule {} must quote the first paragraph of its RULES.md section",
+                rule.id
+            );
+        }
+    }
+}

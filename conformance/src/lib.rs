@@ -60,7 +60,9 @@ pub use failure::{CheckFailure, Event, Rule, Verdict};
 pub use harness::{ConformanceHarness, PlantedRecord, SetupError, Support};
 pub use libtest_mimic::Arguments;
 pub use names::NameSpace;
-pub use report::{CheckResult, REPORT_DIR_VARIABLE, Report, Status, merged_markdown, read_reports};
+pub use report::{
+    CheckResult, REPORT_DIR_VARIABLE, Report, Status, merged_markdown, merged_report, read_reports,
+};
 pub use runner::{run, run_with_args};
 /// The core crate, so a harness needs no second import for its types.
 pub use shedlock_core;

@@ -139,6 +139,19 @@ pub fn read_reports(dir: &Path) -> io::Result<Vec<Report>> {
     Ok(reports)
 }
 
+/// The markdown table of every report in `dir` ([`read_reports`], then [`merged_markdown`]);
+/// a folder without reports is an error naming it, not an empty table.
+pub fn merged_report(dir: &Path) -> io::Result<String> {
+    let reports = read_reports(dir)?;
+    if reports.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no conformance reports (*.json) in {}", dir.display()),
+        ));
+    }
+    Ok(merged_markdown(&reports))
+}
+
 /// One markdown table, a row per check and a column per provider: `pass 351 ms`, `FAIL`, `n/a`
 /// (does not apply) or blank (not run).
 pub fn merged_markdown(reports: &[Report]) -> String {
@@ -232,7 +245,12 @@ mod tests {
         );
         memory.write_to(&dir).unwrap();
         assert!(dir.join("memory_with_slash.md").exists());
-        assert_eq!(read_reports(&dir).unwrap(), vec![memory]);
+        assert_eq!(read_reports(&dir).unwrap(), vec![memory.clone()]);
+        assert_eq!(merged_report(&dir).unwrap(), merged_markdown(&[memory]));
+        let empty = dir.join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        let error = merged_report(&empty).unwrap_err();
+        assert!(error.to_string().contains("no conformance reports"), "{error}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -16,17 +16,13 @@ fn main() -> ExitCode {
         );
         return ExitCode::FAILURE;
     };
-    match shedlock_conformance::read_reports(&dir) {
-        Ok(reports) if reports.is_empty() => {
-            eprintln!("no conformance reports (*.json) in {}", dir.display());
-            ExitCode::FAILURE
-        }
-        Ok(reports) => {
-            print!("{}", shedlock_conformance::merged_markdown(&reports));
+    match shedlock_conformance::merged_report(&dir) {
+        Ok(table) => {
+            print!("{table}");
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("could not read the reports in {}: {error}", dir.display());
+            eprintln!("shedlock-conformance-report: {error}");
             ExitCode::FAILURE
         }
     }
