@@ -34,6 +34,9 @@ mod executor;
 mod provider;
 mod storage;
 
+/// The attribute a [`LockStorage`] or [`LockProvider`] implementation puts on its `impl`
+/// block, re-exported so a provider crate needs no dependency of its own for it.
+pub use async_trait::async_trait;
 pub use clock::{Clock, ManualClock, MonotonicClock, SkewedClock, SystemClock};
 pub use configuration::{ConfigurationError, LockConfiguration};
 pub use credentials::redact_url;
@@ -45,6 +48,6 @@ pub use executor::{
 pub use provider::{Acquisition, Capabilities, LockHandle, LockHolder, LockProvider, TimeSource};
 pub use storage::{
     DEFAULT_NAME_CACHE_CAPACITY, DEFAULT_OPERATION_TIMEOUT, HeldRecord, LockRecord, LockStorage,
-    RecordOutcome, StorageBasedLockProvider, default_holder,
+    NodeTime, RecordOutcome, StorageBasedLockProvider, default_holder,
 };
 pub use tokio_util::sync::CancellationToken;

@@ -21,6 +21,40 @@ use crate::provider::{
     Acquisition, Capabilities, LockHandle, LockHolder, LockProvider, TimeSource,
 };
 
+/// The node's "now", handed to a storage only when the storage declares client time.
+///
+/// A server-time storage that read the node's clock would let one node with a wrong clock take
+/// a lock that is still held; withholding the clock makes that mistake impossible to write.
+/// [`StorageBasedLockProvider`] picks the variant from the storage's
+/// [`Capabilities::time_source`], so a storage always gets the one its declaration implies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeTime {
+    /// The storage declares [`TimeSource::Server`]: the node's clock is withheld; the storage
+    /// reads its backend's clock (and, for release, the `locked_at` it stored at acquisition).
+    ServerTime,
+    /// The storage declares [`TimeSource::Client`]: the node's wall clock at this moment.
+    ClientTime(SystemTime),
+}
+
+impl NodeTime {
+    /// The node's clock for a client-time storage; `None` for a server-time one.
+    pub fn client_time(self) -> Option<SystemTime> {
+        match self {
+            NodeTime::ServerTime => None,
+            NodeTime::ClientTime(now) => Some(now),
+        }
+    }
+
+    /// What a storage declaring `time_source` is given: the node's clock is read only for
+    /// client time.
+    fn for_storage(time_source: TimeSource, clock: &dyn Clock) -> Self {
+        match time_source {
+            TimeSource::Server => NodeTime::ServerTime,
+            TimeSource::Client => NodeTime::ClientTime(clock.now()),
+        }
+    }
+}
+
 /// What one acquisition writes: ShedLock's `name`, `lock_until`, `locked_at`, `locked_by`.
 #[derive(Debug, Clone, Copy)]
 pub struct LockRecord<'a> {
@@ -33,8 +67,8 @@ pub struct LockRecord<'a> {
     pub lock_at_most_for: Duration,
     /// Kept for release: `lock_until = max(now, locked_at + lock_at_least_for)`.
     pub lock_at_least_for: Duration,
-    /// The node's clock at this moment. Server-time storages ignore it and use their own `now`.
-    pub now: SystemTime,
+    /// The node's clock at this moment, for a client-time storage only.
+    pub now: NodeTime,
 }
 
 /// A record this node holds, as release and extend need it.
@@ -44,8 +78,9 @@ pub struct HeldRecord {
     pub name: String,
     /// The identity written at acquisition; release and extend match on it.
     pub locked_by: String,
-    /// The node's clock at acquisition: `locked_at` for client-time storages.
-    pub locked_at: SystemTime,
+    /// The node's clock at acquisition (the `locked_at` a client-time storage wrote); a
+    /// server-time storage reads the `locked_at` it stored instead.
+    pub locked_at: NodeTime,
     /// The minimum hold, counted from `locked_at`.
     pub lock_at_least_for: Duration,
     /// The token the storage returned at acquisition, if it has fencing.
@@ -71,15 +106,165 @@ pub enum RecordOutcome {
 
 /// The statements a record-based backend runs. Each is one conditional write.
 ///
-/// Server-time storages compute `now` themselves (SQL `now()`, Mongo `$$NOW`) and ignore the
-/// `now` fields they are given; client-time storages use them.
+/// A storage holds only what differs between backends: [`StorageBasedLockProvider`] adds
+/// what every backend needs the same way (an identity per acquisition, the cache of names
+/// known to exist, operation timeouts, the lock handle), so that part cannot be got wrong
+/// twice. Each method must be atomic on the backend, because two nodes run it at the same
+/// moment and at most one of them may be told `Acquired`. The rules a storage must keep, and the
+/// checks that prove them, are in the conformance kit's rulebook (RULES.md in
+/// shedlock-conformance); run the kit from the storage's tests.
+///
+/// Whose clock decides expiry is declared once, in [`capabilities`](Self::capabilities), and
+/// the provider honours it: a storage declaring [`TimeSource::Server`] gets
+/// [`NodeTime::ServerTime`] and never the node's clock, so it can only compute `now` from its
+/// backend (SQL `now()`, Mongo `$$NOW`) and one node's wrong clock cannot break exclusion; a
+/// storage declaring [`TimeSource::Client`] gets [`NodeTime::ClientTime`] with the node's clock.
+///
+/// The trait methods are `async` through [`async_trait`](crate::async_trait), re-exported
+/// here so an implementation needs no dependency of its own for it.
+///
+/// # Example
+///
+/// A client-time storage on a `HashMap`, wrapped in the provider that turns it into locks:
+///
+/// ```
+/// # #![deny(warnings, unused)]
+/// use std::collections::HashMap;
+/// use std::sync::Mutex;
+/// use std::time::{Duration, SystemTime};
+///
+/// use shedlock_core::{
+///     Capabilities, HeldRecord, LockConfiguration, LockError, LockHolder, LockProvider,
+///     LockRecord, LockStorage, NodeTime, Operation, RecordOutcome, StorageBasedLockProvider,
+///     TimeSource, async_trait,
+/// };
+///
+/// /// ShedLock's record: `lock_until`, `locked_at` and `locked_by` per name.
+/// #[derive(Debug)]
+/// struct Record {
+///     lock_until: SystemTime,
+///     locked_at: SystemTime,
+///     locked_by: String,
+/// }
+///
+/// #[derive(Debug, Default)]
+/// struct MapStorage {
+///     records: Mutex<HashMap<String, Record>>,
+/// }
+///
+/// /// The node's clock. This storage declares client time, so the provider always hands it
+/// /// over; if it ever did not, guessing a time could free a held lock, so it is an error.
+/// fn node_now(now: NodeTime, operation: Operation, name: &str) -> Result<SystemTime, LockError> {
+///     let missing = "a client-time storage was given no node time";
+///     now.client_time()
+///         .ok_or_else(|| LockError::backend_message("map", operation, name, missing))
+/// }
+///
+/// fn held_by(record: &LockRecord<'_>, now: SystemTime) -> Record {
+///     Record {
+///         lock_until: now + record.lock_at_most_for,
+///         locked_at: now,
+///         locked_by: record.locked_by.to_owned(),
+///     }
+/// }
+///
+/// #[async_trait]
+/// impl LockStorage for MapStorage {
+///     fn provider_name(&self) -> &'static str {
+///         "map"
+///     }
+///
+///     fn capabilities(&self) -> Capabilities {
+///         // No `with_extend`: every storage has `extend`, so the provider declares it.
+///         Capabilities::new(TimeSource::Client)
+///     }
+///
+///     async fn insert_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
+///         let now = node_now(record.now, Operation::Acquire, record.name)?;
+///         let mut records = self.records.lock().unwrap();
+///         if records.contains_key(record.name) {
+///             // Held or not: taking an expired record over is update_record's job.
+///             return Ok(RecordOutcome::NotAcquired(None));
+///         }
+///         records.insert(record.name.to_owned(), held_by(record, now));
+///         Ok(RecordOutcome::Acquired { fencing_token: None })
+///     }
+///
+///     async fn update_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
+///         let now = node_now(record.now, Operation::Acquire, record.name)?;
+///         let mut records = self.records.lock().unwrap();
+///         match records.get_mut(record.name) {
+///             // Deleted behind the name cache's back: the provider inserts it again.
+///             None => Ok(RecordOutcome::Missing),
+///             Some(existing) if existing.lock_until > now => {
+///                 Ok(RecordOutcome::NotAcquired(Some(LockHolder {
+///                     locked_by: Some(existing.locked_by.clone()),
+///                     held_until: Some(existing.lock_until),
+///                 })))
+///             }
+///             Some(expired) => {
+///                 *expired = held_by(record, now);
+///                 Ok(RecordOutcome::Acquired { fencing_token: None })
+///             }
+///         }
+///     }
+///
+///     async fn extend(
+///         &self,
+///         held: &HeldRecord,
+///         lock_at_most_for: Duration,
+///         now: NodeTime,
+///     ) -> Result<bool, LockError> {
+///         let now = node_now(now, Operation::Extend, &held.name)?;
+///         let mut records = self.records.lock().unwrap();
+///         match records.get_mut(&held.name) {
+///             // Only this acquisition, and only while it still holds the lock.
+///             Some(record) if record.locked_by == held.locked_by && record.lock_until > now => {
+///                 record.lock_until = now + lock_at_most_for;
+///                 Ok(true)
+///             }
+///             _ => Ok(false),
+///         }
+///     }
+///
+///     async fn unlock(&self, held: &HeldRecord, now: NodeTime) -> Result<bool, LockError> {
+///         let now = node_now(now, Operation::Release, &held.name)?;
+///         let mut records = self.records.lock().unwrap();
+///         match records.get_mut(&held.name) {
+///             // The record is kept: ShedLock's readers expect it.
+///             Some(record) if record.locked_by == held.locked_by && record.lock_until > now => {
+///                 record.lock_until = now.max(record.locked_at + held.lock_at_least_for);
+///                 Ok(true)
+///             }
+///             _ => Ok(false),
+///         }
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// let provider = StorageBasedLockProvider::new(MapStorage::default());
+/// assert!(provider.capabilities().extend);
+///
+/// let config = LockConfiguration::new("report", Duration::from_secs(60), Duration::ZERO)?;
+/// let handle = provider.try_lock(&config).await?.into_handle().expect("nobody holds it");
+/// assert!(!provider.try_lock(&config).await?.is_acquired(), "held, so refused");
+/// assert!(handle.extend(Duration::from_secs(120)).await?);
+/// assert!(handle.unlock().await?);
+/// assert!(provider.try_lock(&config).await?.is_acquired(), "released, so free");
+/// # Ok(())
+/// # }
+/// ```
 #[async_trait]
 pub trait LockStorage: Send + Sync + fmt::Debug {
     /// A short provider name for errors and logs (`"postgres"`).
     fn provider_name(&self) -> &'static str;
 
-    /// What this storage promises. `extend` is true for every storage: [`extend`](Self::extend)
-    /// is part of this trait.
+    /// What this storage promises.
+    ///
+    /// [`Capabilities::extend`] need not be set: every storage has
+    /// [`extend`](Self::extend), so [`StorageBasedLockProvider`] always declares it, whatever
+    /// this says. The time source chosen here decides which [`NodeTime`] every call is given.
     fn capabilities(&self) -> Capabilities;
 
     /// Refuses names the storage cannot hold, before anything is written. The default checks
@@ -108,12 +293,12 @@ pub trait LockStorage: Send + Sync + fmt::Debug {
         &self,
         held: &HeldRecord,
         lock_at_most_for: Duration,
-        now: SystemTime,
+        now: NodeTime,
     ) -> Result<bool, LockError>;
 
     /// `lock_until = max(now, locked_at + lock_at_least_for)`, only if `locked_by` still matches
     /// and `lock_until > now`. Rows are kept, never deleted. Returns whether a record changed.
-    async fn unlock(&self, held: &HeldRecord, now: SystemTime) -> Result<bool, LockError>;
+    async fn unlock(&self, held: &HeldRecord, now: NodeTime) -> Result<bool, LockError>;
 }
 
 /// Names known to have a record, so a new acquisition skips the insert. Bounded: the oldest
@@ -217,7 +402,8 @@ impl StorageBasedLockProvider {
         }
     }
 
-    /// The node clock handed to client-time storages (and to every storage as `now`).
+    /// The node's wall clock. It is read only for a storage that declares
+    /// [`TimeSource::Client`]; a server-time storage never sees it.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
@@ -265,7 +451,12 @@ impl StorageBasedLockProvider {
         self.known_names.lock().unwrap().remove(name);
     }
 
-    fn outcome(&self, record: &LockRecord<'_>, outcome: RecordOutcome) -> Acquisition {
+    fn outcome(
+        &self,
+        record: &LockRecord<'_>,
+        time_source: TimeSource,
+        outcome: RecordOutcome,
+    ) -> Acquisition {
         let fencing_token = match outcome {
             RecordOutcome::Acquired { fencing_token } => fencing_token,
             RecordOutcome::NotAcquired(holder) => return Acquisition::NotAcquired(holder),
@@ -275,7 +466,7 @@ impl StorageBasedLockProvider {
             storage: self.storage.clone(),
             clock: self.clock.clone(),
             operation_timeout: self.operation_timeout,
-            time_source: self.storage.capabilities().time_source,
+            time_source,
             held: HeldRecord {
                 name: record.name.to_owned(),
                 locked_by: record.locked_by.to_owned(),
@@ -314,12 +505,13 @@ impl LockProvider for StorageBasedLockProvider {
         let name = config.name();
         storage.check_name(name)?;
         let locked_by = format!("{}#{}", self.holder, uuid::Uuid::new_v4().simple());
+        let time_source = storage.capabilities().time_source;
         let record = LockRecord {
             name,
             locked_by: &locked_by,
             lock_at_most_for: config.lock_at_most_for(),
             lock_at_least_for: config.lock_at_least_for(),
-            now: self.clock.now(),
+            now: NodeTime::for_storage(time_source, &*self.clock),
         };
         let timeout = self.operation_timeout;
         if !storage.update_creates_missing_record() && !self.is_known(name) {
@@ -333,7 +525,7 @@ impl LockProvider for StorageBasedLockProvider {
             .await?;
             self.remember(name);
             if let RecordOutcome::Acquired { .. } = inserted {
-                return Ok(self.outcome(&record, inserted));
+                return Ok(self.outcome(&record, time_source, inserted));
             }
         }
         let updated = within(
@@ -346,7 +538,7 @@ impl LockProvider for StorageBasedLockProvider {
         .await;
         match updated {
             Ok(outcome @ (RecordOutcome::Acquired { .. } | RecordOutcome::NotAcquired(_))) => {
-                Ok(self.outcome(&record, outcome))
+                Ok(self.outcome(&record, time_source, outcome))
             }
             Ok(RecordOutcome::Missing) => {
                 self.forget(name);
@@ -359,7 +551,7 @@ impl LockProvider for StorageBasedLockProvider {
                 )
                 .await?;
                 self.remember(name);
-                Ok(self.outcome(&record, inserted))
+                Ok(self.outcome(&record, time_source, inserted))
             }
             Err(error) => {
                 self.forget(name);
@@ -369,7 +561,8 @@ impl LockProvider for StorageBasedLockProvider {
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.storage.capabilities()
+        // `LockStorage::extend` is required, so every storage has it, declared or not.
+        self.storage.capabilities().with_extend(true)
     }
 }
 
@@ -392,6 +585,12 @@ impl fmt::Debug for StorageLock {
             .field("fencing_token", &self.held.fencing_token)
             .field("released", &self.released.load(Ordering::Relaxed))
             .finish()
+    }
+}
+
+impl StorageLock {
+    fn node_time(&self) -> NodeTime {
+        NodeTime::for_storage(self.time_source, &*self.clock)
     }
 }
 
@@ -418,7 +617,7 @@ impl LockHandle for StorageLock {
             self.operation_timeout,
             Operation::Release,
             &self.held.name,
-            self.storage.unlock(&self.held, self.clock.now()),
+            self.storage.unlock(&self.held, self.node_time()),
         )
         .await?;
         self.released.store(true, Ordering::Release);
@@ -441,7 +640,7 @@ impl LockHandle for StorageLock {
             Operation::Extend,
             &self.held.name,
             self.storage
-                .extend(&self.held, lock_at_most_for, self.clock.now()),
+                .extend(&self.held, lock_at_most_for, self.node_time()),
         )
         .await
     }
@@ -450,6 +649,139 @@ impl LockHandle for StorageLock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::ManualClock;
+
+    /// Takes every lock and writes down the node time each call was handed.
+    #[derive(Debug)]
+    struct TimeRecorder {
+        time_source: TimeSource,
+        seen: Mutex<Vec<(&'static str, NodeTime)>>,
+    }
+
+    impl TimeRecorder {
+        fn new(time_source: TimeSource) -> Arc<Self> {
+            Arc::new(Self {
+                time_source,
+                seen: Mutex::new(Vec::new()),
+            })
+        }
+
+        fn seen(&self) -> Vec<(&'static str, NodeTime)> {
+            self.seen.lock().unwrap().clone()
+        }
+
+        fn see(&self, call: &'static str, now: NodeTime) {
+            self.seen.lock().unwrap().push((call, now));
+        }
+    }
+
+    #[async_trait]
+    impl LockStorage for TimeRecorder {
+        fn provider_name(&self) -> &'static str {
+            "recorder"
+        }
+
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::new(self.time_source)
+        }
+
+        async fn insert_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
+            self.see("insert", record.now);
+            Ok(RecordOutcome::Acquired {
+                fencing_token: None,
+            })
+        }
+
+        async fn update_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
+            self.see("update", record.now);
+            Ok(RecordOutcome::Acquired {
+                fencing_token: None,
+            })
+        }
+
+        async fn extend(
+            &self,
+            _held: &HeldRecord,
+            _lock_at_most_for: Duration,
+            now: NodeTime,
+        ) -> Result<bool, LockError> {
+            self.see("extend", now);
+            Ok(true)
+        }
+
+        async fn unlock(&self, held: &HeldRecord, now: NodeTime) -> Result<bool, LockError> {
+            self.see("unlock: locked_at", held.locked_at);
+            self.see("unlock", now);
+            Ok(true)
+        }
+    }
+
+    /// Acquires, extends and releases one lock on `storage`, the node clock stepping 1 s
+    /// between calls, then acquires it again (an update: the name is known by then).
+    async fn lock_cycle(storage: Arc<TimeRecorder>, clock: &ManualClock) -> Capabilities {
+        let provider =
+            StorageBasedLockProvider::from_arc(storage).with_clock(Arc::new(clock.clone()));
+        let config =
+            LockConfiguration::new("job", Duration::from_secs(60), Duration::ZERO).unwrap();
+        let handle = provider
+            .try_lock(&config)
+            .await
+            .unwrap()
+            .into_handle()
+            .unwrap();
+        clock.advance(Duration::from_secs(1));
+        assert!(handle.extend(Duration::from_secs(60)).await.unwrap());
+        clock.advance(Duration::from_secs(1));
+        assert!(handle.unlock().await.unwrap());
+        assert!(provider.try_lock(&config).await.unwrap().is_acquired());
+        provider.capabilities()
+    }
+
+    #[tokio::test]
+    async fn server_time_storage_is_never_handed_the_node_clock() {
+        let storage = TimeRecorder::new(TimeSource::Server);
+        let clock = ManualClock::new(SystemTime::UNIX_EPOCH);
+        let capabilities = lock_cycle(storage.clone(), &clock).await;
+        assert!(
+            capabilities.extend,
+            "extend is declared although the storage did not"
+        );
+        assert_eq!(
+            storage.seen(),
+            [
+                ("insert", NodeTime::ServerTime),
+                ("extend", NodeTime::ServerTime),
+                ("unlock: locked_at", NodeTime::ServerTime),
+                ("unlock", NodeTime::ServerTime),
+                ("update", NodeTime::ServerTime),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn client_time_storage_is_handed_the_node_clock_of_each_call() {
+        let storage = TimeRecorder::new(TimeSource::Client);
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let clock = ManualClock::new(start);
+        let capabilities = lock_cycle(storage.clone(), &clock).await;
+        assert!(
+            capabilities.extend,
+            "extend is declared although the storage did not"
+        );
+        let at = |secs| NodeTime::ClientTime(start + Duration::from_secs(secs));
+        assert_eq!(
+            storage.seen(),
+            [
+                ("insert", at(0)),
+                ("extend", at(1)),
+                ("unlock: locked_at", at(0)),
+                ("unlock", at(2)),
+                ("update", at(2)),
+            ]
+        );
+        assert_eq!(at(2).client_time(), Some(start + Duration::from_secs(2)));
+        assert_eq!(NodeTime::ServerTime.client_time(), None);
+    }
 
     #[test]
     fn name_cache_is_bounded_and_forgets_oldest_first() {

@@ -48,9 +48,9 @@ impl MemoryLockStore {
         }
     }
 
-    /// A new node that identifies itself as `holder` and reads `node_clock` as its own wall
-    /// clock. Expiry is still decided by the store's clock: the provider declares server time,
-    /// so a skewed node clock changes nothing.
+    /// A new node that identifies itself as `holder`, with `node_clock` as its own wall clock.
+    /// Expiry is still decided by the store's clock: the store declares server time, so the
+    /// node's clock is never handed to it and a skewed node clock changes nothing.
     pub fn node_with(&self, holder: &str, node_clock: Arc<dyn Clock>) -> MemoryLockProvider {
         MemoryLockProvider {
             inner: StorageBasedLockProvider::new(self.clone())

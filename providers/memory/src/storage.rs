@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use shedlock_core::{
-    Capabilities, Clock, HeldRecord, LockError, LockHolder, LockRecord, LockStorage, RecordOutcome,
-    TimeSource,
+    Capabilities, Clock, HeldRecord, LockError, LockHolder, LockRecord, LockStorage, NodeTime,
+    RecordOutcome, TimeSource,
 };
 
 /// One lock's record, shaped like ShedLock's row, plus the fencing counter.
@@ -110,7 +110,6 @@ impl LockStorage for MemoryLockStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(TimeSource::Server)
             .with_fencing(true)
-            .with_extend(true)
             .with_time_precision(Duration::from_nanos(1))
     }
 
@@ -139,7 +138,7 @@ impl LockStorage for MemoryLockStore {
         &self,
         held: &HeldRecord,
         lock_at_most_for: Duration,
-        _node_now: SystemTime,
+        _server_time: NodeTime,
     ) -> Result<bool, LockError> {
         let now = self.clock.now();
         let mut records = self.records.lock().unwrap();
@@ -152,7 +151,7 @@ impl LockStorage for MemoryLockStore {
         }
     }
 
-    async fn unlock(&self, held: &HeldRecord, _node_now: SystemTime) -> Result<bool, LockError> {
+    async fn unlock(&self, held: &HeldRecord, _server_time: NodeTime) -> Result<bool, LockError> {
         let now = self.clock.now();
         let mut records = self.records.lock().unwrap();
         match records.by_name.get_mut(&held.name) {

@@ -1,13 +1,13 @@
 //! The statements: one per acquire, release and extend, all on ShedLock's table.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
-use shedlock_core::{HeldRecord, LockError, LockRecord, Operation, TimeSource};
+use shedlock_core::{HeldRecord, LockError, LockRecord, NodeTime, Operation, TimeSource};
 use shedlock_sql::{
     AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement, LockStatements,
-    LockTable, SqlBackend, TableSchema, statement_error,
+    LockTable, SqlBackend, TableSchema, client_time_parameter, statement_error,
 };
 use sqlx::mysql::{
     MySql, MySqlArguments, MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlQueryResult,
@@ -265,6 +265,7 @@ struct NameColumn {
 #[derive(Debug)]
 pub struct MySqlBackend {
     statements: LockStatements<Statement>,
+    time_source: TimeSource,
     name_column: NameColumn,
     flavor: Flavor,
 }
@@ -278,23 +279,37 @@ impl MySqlBackend {
     fn bind<'q>(
         &self,
         statement: &Statement,
+        operation: Operation,
         name: &'q str,
         locked_by: &'q str,
         duration: Duration,
-        now: SystemTime,
-    ) -> Query<'q, MySql, MySqlArguments> {
+        now: NodeTime,
+    ) -> Result<Query<'q, MySql, MySqlArguments>, LockError> {
         let micros = i64::try_from(duration.as_micros()).unwrap_or(i64::MAX);
-        let now: NaiveDateTime = DateTime::<Utc>::from(now).naive_utc();
+        let client_now: Option<NaiveDateTime> =
+            client_time_parameter::<Self>(self.time_source, now, operation, name)?
+                .map(|now| DateTime::<Utc>::from(now).naive_utc());
         let mut query = sqlx::query(AssertSqlSafe(statement.sql.clone()));
         for param in &statement.params {
-            query = match param {
-                Param::Name => query.bind(name),
-                Param::LockedBy => query.bind(locked_by),
-                Param::Micros => query.bind(micros),
-                Param::Now => query.bind(now),
+            query = match (param, client_now) {
+                (Param::Name, _) => query.bind(name),
+                (Param::LockedBy, _) => query.bind(locked_by),
+                (Param::Micros, _) => query.bind(micros),
+                (Param::Now, Some(now)) => query.bind(now),
+                // Only client-time statements have this parameter, and they are given the
+                // node's clock; binding anything else would compare with an undeclared clock.
+                (Param::Now, None) => {
+                    return Err(LockError::backend_message(
+                        Self::PROVIDER,
+                        operation,
+                        name,
+                        "this statement binds the node's clock, yet the backend was prepared \
+                         for server time; the statement was not run",
+                    ));
+                }
             };
         }
-        query
+        Ok(query)
     }
 }
 
@@ -499,6 +514,7 @@ impl SqlBackend for MySqlBackend {
         }
         let backend = Self {
             statements: prepare_statements(table, &schema, time_source),
+            time_source,
             name_column,
             flavor,
         };
@@ -510,6 +526,7 @@ impl SqlBackend for MySqlBackend {
     fn unchecked(table: &LockTable, schema: &TableSchema, time_source: TimeSource) -> Self {
         Self {
             statements: prepare_statements(table, schema, time_source),
+            time_source,
             name_column: NameColumn::default(),
             flavor: Flavor::MySql,
         }
@@ -552,11 +569,12 @@ impl SqlBackend for MySqlBackend {
         let done: MySqlQueryResult = self
             .bind(
                 statement,
+                Operation::Acquire,
                 record.name,
                 record.locked_by,
                 record.lock_at_most_for,
                 record.now,
-            )
+            )?
             .execute(pool)
             .await
             .map_err(|e| statement_error::<Self>(Operation::Acquire, record.name, e))?;
@@ -589,13 +607,22 @@ impl SqlBackend for MySqlBackend {
         statement: HeldStatement,
         held: &HeldRecord,
         duration: Duration,
-        now: SystemTime,
-    ) -> Result<bool, sqlx::Error> {
+        now: NodeTime,
+    ) -> Result<bool, LockError> {
+        let operation = statement.operation();
         let statement = self.statements.for_held(statement);
         let done = self
-            .bind(statement, &held.name, &held.locked_by, duration, now)
+            .bind(
+                statement,
+                operation,
+                &held.name,
+                &held.locked_by,
+                duration,
+                now,
+            )?
             .execute(pool)
-            .await?;
+            .await
+            .map_err(|e| statement_error::<Self>(operation, &held.name, e))?;
         // Under CLIENT_FOUND_ROWS this counts matched rows: the owner check decides.
         Ok(done.rows_affected() > 0)
     }
@@ -604,6 +631,41 @@ impl SqlBackend for MySqlBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_time_that_contradicts_the_time_source_is_refused_before_binding() {
+        let schema = TableSchema {
+            max_name_chars: Some(64),
+            max_locked_by_chars: Some(255),
+            time_precision: Duration::from_millis(1),
+            timestamps_with_time_zone: false,
+            fencing: false,
+        };
+        let node_clock = NodeTime::ClientTime(std::time::SystemTime::now());
+        for (time_source, now, agrees) in [
+            (TimeSource::Server, NodeTime::ServerTime, true),
+            (TimeSource::Client, node_clock, true),
+            (TimeSource::Server, node_clock, false),
+            (TimeSource::Client, NodeTime::ServerTime, false),
+        ] {
+            let backend = MySqlBackend::unchecked(&LockTable::default(), &schema, time_source);
+            let bound = backend.bind(
+                &backend.statements.extend,
+                Operation::Extend,
+                "job",
+                "node#1",
+                Duration::from_secs(1),
+                now,
+            );
+            match bound {
+                Ok(_) => assert!(agrees, "{time_source:?} bound {now:?}"),
+                Err(error) => {
+                    assert!(!agrees, "{time_source:?} refused {now:?}: {error}");
+                    assert!(error.to_string().contains("time source"), "{error}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn server_time_acquire_is_one_statement_without_values_or_aliases() {

@@ -1,13 +1,13 @@
 //! The statements: one per acquire, release and extend, all on ShedLock's table.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use shedlock_core::{HeldRecord, LockError, LockRecord, Operation, TimeSource};
+use shedlock_core::{HeldRecord, LockError, LockRecord, NodeTime, Operation, TimeSource};
 use shedlock_sql::{
     AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement, LockStatements,
-    LockTable, SqlBackend, TableSchema, statement_error,
+    LockTable, SqlBackend, TableSchema, client_time_parameter, statement_error,
 };
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgPool};
 use sqlx::query::Query;
@@ -120,18 +120,20 @@ impl PostgresBackend {
     fn bind<'q>(
         &self,
         sql: &Arc<str>,
+        operation: Operation,
         name: &'q str,
         locked_by: &'q str,
         duration: Duration,
-        now: SystemTime,
-    ) -> Query<'q, Postgres, PgArguments> {
+        now: NodeTime,
+    ) -> Result<Query<'q, Postgres, PgArguments>, LockError> {
+        let client_now = client_time_parameter::<Self>(self.time_source, now, operation, name)?;
         let query = sqlx::query(AssertSqlSafe(sql.clone()))
             .bind(name)
             .bind(locked_by)
             .bind(duration.as_secs_f64());
-        match self.time_source {
-            TimeSource::Server => query,
-            TimeSource::Client => {
+        Ok(match client_now {
+            None => query,
+            Some(now) => {
                 let now = DateTime::<Utc>::from(now);
                 if self.timestamps_with_time_zone {
                     query.bind(now)
@@ -139,7 +141,7 @@ impl PostgresBackend {
                     query.bind(now.naive_utc())
                 }
             }
-        }
+        })
     }
 }
 
@@ -253,11 +255,12 @@ impl SqlBackend for PostgresBackend {
         let row = self
             .bind(
                 sql,
+                Operation::Acquire,
                 record.name,
                 record.locked_by,
                 record.lock_at_most_for,
                 record.now,
-            )
+            )?
             .fetch_optional(pool)
             .await
             .map_err(acquire_error)?;
@@ -273,13 +276,15 @@ impl SqlBackend for PostgresBackend {
         statement: HeldStatement,
         held: &HeldRecord,
         duration: Duration,
-        now: SystemTime,
-    ) -> Result<bool, sqlx::Error> {
+        now: NodeTime,
+    ) -> Result<bool, LockError> {
         let sql = self.statements.for_held(statement);
+        let operation = statement.operation();
         let done = self
-            .bind(sql, &held.name, &held.locked_by, duration, now)
+            .bind(sql, operation, &held.name, &held.locked_by, duration, now)?
             .execute(pool)
-            .await?;
+            .await
+            .map_err(|e| statement_error::<Self>(operation, &held.name, e))?;
         Ok(done.rows_affected() > 0)
     }
 }
@@ -298,5 +303,45 @@ fn classify(type_name: &str, typmod: i32) -> ColumnKind {
         },
         "int8" | "int4" | "int2" => ColumnKind::Integer,
         _ => ColumnKind::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_time_that_contradicts_the_time_source_is_refused_before_binding() {
+        let schema = TableSchema {
+            max_name_chars: Some(64),
+            max_locked_by_chars: Some(255),
+            time_precision: Duration::from_millis(1),
+            timestamps_with_time_zone: false,
+            fencing: false,
+        };
+        let node_clock = NodeTime::ClientTime(std::time::SystemTime::now());
+        for (time_source, now, agrees) in [
+            (TimeSource::Server, NodeTime::ServerTime, true),
+            (TimeSource::Client, node_clock, true),
+            (TimeSource::Server, node_clock, false),
+            (TimeSource::Client, NodeTime::ServerTime, false),
+        ] {
+            let backend = PostgresBackend::unchecked(&LockTable::default(), &schema, time_source);
+            let bound = backend.bind(
+                &backend.statements.extend,
+                Operation::Extend,
+                "job",
+                "node#1",
+                Duration::from_secs(1),
+                now,
+            );
+            match bound {
+                Ok(_) => assert!(agrees, "{time_source:?} bound {now:?}"),
+                Err(error) => {
+                    assert!(!agrees, "{time_source:?} refused {now:?}: {error}");
+                    assert!(error.to_string().contains("time source"), "{error}");
+                }
+            }
+        }
     }
 }

@@ -5,7 +5,7 @@ use std::fmt;
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
-use shedlock_core::{HeldRecord, LockError, LockRecord, Operation, TimeSource};
+use shedlock_core::{HeldRecord, LockError, LockRecord, NodeTime, Operation, TimeSource};
 use sqlx::pool::PoolOptions;
 use sqlx::{Connection, Database, Pool};
 
@@ -72,6 +72,9 @@ pub trait SqlBackend: Sized + Send + Sync + fmt::Debug + 'static {
 
     /// Runs one acquire statement for `record`: `Some(token)` when it took the lock (the token
     /// is meaningful only with the fencing column), `None` when someone else holds it.
+    ///
+    /// `record.now` binds as a parameter only in client-time statements; see
+    /// [`client_time_parameter`].
     fn acquire(
         &self,
         pool: &Pool<Self::Database>,
@@ -81,14 +84,17 @@ pub trait SqlBackend: Sized + Send + Sync + fmt::Debug + 'static {
 
     /// Runs release or extend for `held` with `duration` (`lock_at_least_for` or the new
     /// `lock_at_most_for`): whether the caller's own acquisition was still there to change.
+    ///
+    /// `now` binds as a parameter only in client-time statements; see
+    /// [`client_time_parameter`].
     fn change_held(
         &self,
         pool: &Pool<Self::Database>,
         statement: HeldStatement,
         held: &HeldRecord,
         duration: Duration,
-        now: SystemTime,
-    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+        now: NodeTime,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send;
 }
 
 /// Which acquire statement to run: both insert the row of a name seen for the first time.
@@ -147,6 +153,42 @@ impl<S> LockStatements<S> {
         match statement {
             HeldStatement::Release => &self.release,
             HeldStatement::Extend => &self.extend,
+        }
+    }
+}
+
+/// The node's clock as a statement of `B` prepared for `time_source` binds it: `None` for a
+/// server-time statement, which reads the database's clock and binds no time of the node;
+/// `Some` for a client-time statement.
+///
+/// The provider hands over the [`NodeTime`] the storage's declared time source implies, so the
+/// two agree by construction. Were they ever to disagree, the statement would compare the lock
+/// against a clock nobody declared, so that is an error and the statement does not run.
+pub fn client_time_parameter<B: SqlBackend>(
+    time_source: TimeSource,
+    now: NodeTime,
+    operation: Operation,
+    name: &str,
+) -> Result<Option<SystemTime>, LockError> {
+    let mismatch = |what: &str| {
+        Err(LockError::backend_message(
+            B::PROVIDER,
+            operation,
+            name,
+            format!(
+                "{what}, so the storage's time source and the provider's disagree; the statement \
+                 was not run"
+            ),
+        ))
+    };
+    match (time_source, now) {
+        (TimeSource::Server, NodeTime::ServerTime) => Ok(None),
+        (TimeSource::Client, NodeTime::ClientTime(now)) => Ok(Some(now)),
+        (TimeSource::Server, NodeTime::ClientTime(_)) => {
+            mismatch("a server-time statement was handed the node's clock")
+        }
+        (TimeSource::Client, NodeTime::ServerTime) => {
+            mismatch("a client-time statement was handed no node time")
         }
     }
 }

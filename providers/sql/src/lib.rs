@@ -27,7 +27,8 @@ mod storage;
 mod table;
 
 pub use backend::{
-    AcquireStatement, ConnectOptionsOf, HeldStatement, LockStatements, SqlBackend, statement_error,
+    AcquireStatement, ConnectOptionsOf, HeldStatement, LockStatements, SqlBackend,
+    client_time_parameter, statement_error,
 };
 pub use identifier::{Dialect, Identifier, IdentifierError, MAX_IDENTIFIER_LEN, TableName};
 pub use provider::{

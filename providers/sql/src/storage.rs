@@ -2,16 +2,16 @@
 //! every SQL provider shares, around the backend's own statements.
 
 use std::fmt;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use shedlock_core::{
-    Capabilities, HeldRecord, LockError, LockRecord, LockStorage, Operation, RecordOutcome,
-    TimeSource,
+    Capabilities, HeldRecord, LockError, LockRecord, LockStorage, NodeTime, Operation,
+    RecordOutcome, TimeSource,
 };
 use sqlx::Pool;
 
-use crate::backend::{AcquireStatement, HeldStatement, SqlBackend, statement_error};
+use crate::backend::{AcquireStatement, HeldStatement, SqlBackend};
 use crate::schema::TableSchema;
 use crate::table::{Column, LockTable};
 
@@ -137,19 +137,6 @@ impl<B: SqlBackend> SqlStorage<B> {
             },
         )
     }
-
-    async fn change_held(
-        &self,
-        statement: HeldStatement,
-        held: &HeldRecord,
-        duration: Duration,
-        now: SystemTime,
-    ) -> Result<bool, LockError> {
-        self.backend
-            .change_held(&self.pool, statement, held, duration, now)
-            .await
-            .map_err(|e| statement_error::<B>(statement.operation(), &held.name, e))
-    }
 }
 
 #[async_trait]
@@ -160,7 +147,6 @@ impl<B: SqlBackend> LockStorage for SqlStorage<B> {
 
     fn capabilities(&self) -> Capabilities {
         let capabilities = Capabilities::new(self.time_source)
-            .with_extend(true)
             .with_fencing(self.schema.fencing)
             .with_time_precision(self.schema.time_precision);
         match self.schema.max_name_chars {
@@ -191,14 +177,23 @@ impl<B: SqlBackend> LockStorage for SqlStorage<B> {
         &self,
         held: &HeldRecord,
         lock_at_most_for: Duration,
-        now: SystemTime,
+        now: NodeTime,
     ) -> Result<bool, LockError> {
-        self.change_held(HeldStatement::Extend, held, lock_at_most_for, now)
+        self.backend
+            .change_held(
+                &self.pool,
+                HeldStatement::Extend,
+                held,
+                lock_at_most_for,
+                now,
+            )
             .await
     }
 
-    async fn unlock(&self, held: &HeldRecord, now: SystemTime) -> Result<bool, LockError> {
-        self.change_held(HeldStatement::Release, held, held.lock_at_least_for, now)
+    async fn unlock(&self, held: &HeldRecord, now: NodeTime) -> Result<bool, LockError> {
+        let at_least = held.lock_at_least_for;
+        self.backend
+            .change_held(&self.pool, HeldStatement::Release, held, at_least, now)
             .await
     }
 }

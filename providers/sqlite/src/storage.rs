@@ -1,13 +1,13 @@
 //! The statements: one per acquire, release and extend, all on ShedLock's table.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use shedlock_core::{HeldRecord, LockError, LockRecord, Operation, TimeSource};
+use shedlock_core::{HeldRecord, LockError, LockRecord, NodeTime, Operation, TimeSource};
 use shedlock_sql::{
     AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement, LockStatements,
-    LockTable, SqlBackend, TableSchema, statement_error,
+    LockTable, SqlBackend, TableSchema, client_time_parameter, statement_error,
 };
 use sqlx::query::Query;
 use sqlx::sqlite::{Sqlite, SqliteArguments, SqliteConnectOptions, SqlitePool};
@@ -105,25 +105,26 @@ impl SqliteBackend {
     fn bind<'q>(
         &self,
         sql: &Arc<str>,
+        operation: Operation,
         name: &'q str,
         locked_by: &'q str,
         duration: Duration,
-        now: SystemTime,
-    ) -> Query<'q, Sqlite, SqliteArguments> {
+        now: NodeTime,
+    ) -> Result<Query<'q, Sqlite, SqliteArguments>, LockError> {
         let modifier = format!(
             "+{}.{:03} seconds",
             duration.as_secs(),
             duration.subsec_millis()
         );
-        let time = match self.time_source {
-            TimeSource::Server => "now".to_owned(),
-            TimeSource::Client => DateTime::<Utc>::from(now).format(CHRONO_FORMAT).to_string(),
+        let time = match client_time_parameter::<Self>(self.time_source, now, operation, name)? {
+            None => "now".to_owned(),
+            Some(now) => DateTime::<Utc>::from(now).format(CHRONO_FORMAT).to_string(),
         };
-        sqlx::query(AssertSqlSafe(sql.clone()))
+        Ok(sqlx::query(AssertSqlSafe(sql.clone()))
             .bind(name)
             .bind(locked_by)
             .bind(modifier)
-            .bind(time)
+            .bind(time))
     }
 }
 
@@ -249,11 +250,12 @@ impl SqlBackend for SqliteBackend {
         let row = self
             .bind(
                 sql,
+                Operation::Acquire,
                 record.name,
                 record.locked_by,
                 record.lock_at_most_for,
                 record.now,
-            )
+            )?
             .fetch_optional(pool)
             .await
             .map_err(acquire_error)?;
@@ -269,13 +271,15 @@ impl SqlBackend for SqliteBackend {
         statement: HeldStatement,
         held: &HeldRecord,
         duration: Duration,
-        now: SystemTime,
-    ) -> Result<bool, sqlx::Error> {
+        now: NodeTime,
+    ) -> Result<bool, LockError> {
         let sql = self.statements.for_held(statement);
+        let operation = statement.operation();
         let done = self
-            .bind(sql, &held.name, &held.locked_by, duration, now)
+            .bind(sql, operation, &held.name, &held.locked_by, duration, now)?
             .execute(pool)
-            .await?;
+            .await
+            .map_err(|e| statement_error::<Self>(operation, &held.name, e))?;
         Ok(done.rows_affected() > 0)
     }
 }
@@ -283,6 +287,41 @@ impl SqlBackend for SqliteBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_time_that_contradicts_the_time_source_is_refused_before_binding() {
+        let schema = TableSchema {
+            max_name_chars: Some(64),
+            max_locked_by_chars: Some(255),
+            time_precision: Duration::from_millis(1),
+            timestamps_with_time_zone: false,
+            fencing: false,
+        };
+        let node_clock = NodeTime::ClientTime(std::time::SystemTime::now());
+        for (time_source, now, agrees) in [
+            (TimeSource::Server, NodeTime::ServerTime, true),
+            (TimeSource::Client, node_clock, true),
+            (TimeSource::Server, node_clock, false),
+            (TimeSource::Client, NodeTime::ServerTime, false),
+        ] {
+            let backend = SqliteBackend::unchecked(&LockTable::default(), &schema, time_source);
+            let bound = backend.bind(
+                &backend.statements.extend,
+                Operation::Extend,
+                "job",
+                "node#1",
+                Duration::from_secs(1),
+                now,
+            );
+            match bound {
+                Ok(_) => assert!(agrees, "{time_source:?} bound {now:?}"),
+                Err(error) => {
+                    assert!(!agrees, "{time_source:?} refused {now:?}: {error}");
+                    assert!(error.to_string().contains("time source"), "{error}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn declared_types_are_read_as_sqlite_declares_them() {
