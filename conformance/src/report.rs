@@ -250,7 +250,10 @@ mod tests {
         let empty = dir.join("empty");
         std::fs::create_dir(&empty).unwrap();
         let error = merged_report(&empty).unwrap_err();
-        assert!(error.to_string().contains("no conformance reports"), "{error}");
+        assert!(
+            error.to_string().contains("no conformance reports"),
+            "{error}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
