@@ -2,7 +2,10 @@
 //! knows only what the kit's own clock can prove.
 
 use std::collections::HashMap;
+use std::env::VarError;
 use std::fmt;
+use std::num::NonZeroU32;
+use std::str::FromStr;
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -26,8 +29,40 @@ const LOCKS: usize = 2;
 const MAX_OPS: usize = 12;
 /// How many failing re-runs shrinking may spend to find a smaller failing sequence.
 const MAX_SHRINK_RUNS: u32 = 48;
+/// Sequences tried by default where the kit's unit is at most [`FINE_UNIT_MAX`], and where it
+/// is longer. A sequence spends about a unit in advances, plus its requests (tens of ms each on
+/// etcd), so either keeps the check near 25 s on this project's backends.
+const FINE_CASES: u32 = 250;
+const COARSE_CASES: u32 = 16;
+const FINE_UNIT_MAX: Duration = Duration::from_millis(200);
 /// Set this to a number to replay the same random sequences.
 pub const SEED_VARIABLE: &str = "SHEDLOCK_CONFORMANCE_SEED";
+/// Set this to the number of random sequences to try, for a longer search or a quicker run.
+pub const CASES_VARIABLE: &str = "SHEDLOCK_CONFORMANCE_MODEL_CASES";
+
+/// Which of a lock's handles a step uses. Steps name a handle by its place among the lock's
+/// handles rather than by node: a random node rarely holds the lock, so most steps would do
+/// nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Which {
+    /// The unreleased handle of the lock's latest acquisition that still has one.
+    Newest,
+    /// The unreleased handle before that one: its acquisition expired and another took over.
+    SecondNewest,
+    /// The handle last released, whatever its answer: it must change nothing any more, even
+    /// while `lock_at_least_for` still holds the lock in its acquisition's name.
+    Released,
+}
+
+impl fmt::Display for Which {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Which::Newest => "its newest unreleased handle",
+            Which::SecondNewest => "its second-newest unreleased handle",
+            Which::Released => "its last released handle",
+        })
+    }
+}
 
 /// One step of a random sequence. Durations are in model steps (a quarter of the kit's unit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,17 +74,18 @@ enum ModelOp {
         at_least: u32,
     },
     Release {
-        node: usize,
         lock: usize,
+        which: Which,
     },
+    /// `at_most` is drawn independently of the acquisition's, so extends both shorten and
+    /// lengthen the hold.
     Extend {
-        node: usize,
         lock: usize,
+        which: Which,
         at_most: u32,
     },
-    /// The node drops its handle without releasing, as a crashed process would.
+    /// The lock's newest unreleased handle is dropped without release, as by a crashed process.
     Crash {
-        node: usize,
         lock: usize,
     },
     Advance {
@@ -74,15 +110,20 @@ impl fmt::Display for ModelOp {
                 "{} acquire L{lock} (at most {at_most}, at least {at_least} steps)",
                 node_label(node)
             ),
-            ModelOp::Release { node, lock } => write!(f, "{} release L{lock}", node_label(node)),
-            ModelOp::Extend {
-                node,
+            ModelOp::Release {
                 lock,
+                which: Which::Released,
+            } => write!(f, "release L{lock} again with {}", Which::Released),
+            ModelOp::Release { lock, which } => write!(f, "release L{lock} with {which}"),
+            ModelOp::Extend {
+                lock,
+                which,
                 at_most,
-            } => write!(f, "{} extend L{lock} ({at_most} steps)", node_label(node)),
-            ModelOp::Crash { node, lock } => {
-                write!(f, "{} crash holding L{lock}", node_label(node))
-            }
+            } => write!(f, "extend L{lock} to now + {at_most} steps with {which}"),
+            ModelOp::Crash { lock } => write!(
+                f,
+                "crash: drop L{lock}'s newest unreleased handle without release"
+            ),
             ModelOp::Advance { steps } => write!(f, "advance {steps} steps"),
         }
     }
@@ -98,20 +139,36 @@ fn op_strategy(extend: bool) -> BoxedStrategy<ModelOp> {
                 at_least: at_least.min(at_most),
             }
         });
-    let release = (0..NODES, 0..LOCKS).prop_map(|(node, lock)| ModelOp::Release { node, lock });
+    let which = || {
+        prop_oneof![
+            5 => Just(Which::Newest),
+            1 => Just(Which::SecondNewest),
+            2 => Just(Which::Released),
+        ]
+    };
+    let release = (0..LOCKS, which()).prop_map(|(lock, which)| ModelOp::Release { lock, which });
     let extend_op =
-        (0..NODES, 0..LOCKS, 2u32..=8).prop_map(|(node, lock, at_most)| ModelOp::Extend {
-            node,
+        (0..LOCKS, which(), 2u32..=8).prop_map(|(lock, which, at_most)| ModelOp::Extend {
             lock,
+            which,
             at_most,
         });
-    let crash = (0..NODES, 0..LOCKS).prop_map(|(node, lock)| ModelOp::Crash { node, lock });
+    let crash = (0..LOCKS).prop_map(|lock| ModelOp::Crash { lock });
     let advance = (1u32..=4).prop_map(|steps| ModelOp::Advance { steps });
     if extend {
-        prop_oneof![4 => acquire, 3 => release, 2 => extend_op, 1 => crash, 3 => advance].boxed()
+        prop_oneof![4 => acquire, 4 => release, 3 => extend_op, 1 => crash, 3 => advance].boxed()
     } else {
-        prop_oneof![4 => acquire, 3 => release, 1 => crash, 3 => advance].boxed()
+        prop_oneof![4 => acquire, 4 => release, 1 => crash, 3 => advance].boxed()
     }
+}
+
+/// The request that last set a holding's expiry bounds: it names the rule a lock taken before
+/// them, or still held after them, breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bound {
+    Acquire,
+    Extend,
+    Release,
 }
 
 /// The model's knowledge of the last successful acquisition of one lock.
@@ -125,7 +182,47 @@ struct Holding {
     expiry_latest: Instant,
     /// The `lock_at_least_for` this acquisition asked for.
     at_least: Duration,
-    released: bool,
+    /// Which request set the expiry bounds, and when it was sent.
+    bound: Bound,
+    bound_sent: Instant,
+    /// When this acquisition's handle was released (whatever the answer): it is spent since.
+    released: Option<Instant>,
+}
+
+impl Holding {
+    /// The rule broken by a lock taken before `expiry_earliest`.
+    fn taken_early_rule(&self) -> Rule {
+        match self.bound {
+            Bound::Acquire => Rule::MUTUAL_EXCLUSION,
+            Bound::Extend => Rule::EXTEND,
+            Bound::Release => Rule::AT_LEAST,
+        }
+    }
+
+    /// The rule broken by a lock still held after `expiry_latest`.
+    fn held_late_rule(&self) -> Rule {
+        match self.bound {
+            Bound::Acquire => Rule::AT_MOST,
+            Bound::Extend => Rule::EXTEND,
+            Bound::Release => Rule::AT_LEAST,
+        }
+    }
+
+    /// The request whose hold the bounds describe, for a failure.
+    fn describe_bound(&self, trace: &Trace) -> String {
+        let acquired = trace.at(self.acquired_sent);
+        let sent = trace.at(self.bound_sent);
+        match self.bound {
+            Bound::Acquire => format!("the acquisition sent at {acquired}"),
+            Bound::Extend => {
+                format!("the extend sent at {sent} (of the acquisition sent at {acquired})")
+            }
+            Bound::Release => format!(
+                "the release sent at {sent}, keeping lock_at_least_for = {:?} of the acquisition sent at {acquired},",
+                self.at_least
+            ),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -152,7 +249,7 @@ impl LockModel {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum HolderOp {
     Release,
-    Extend,
+    Extend(Duration),
 }
 
 impl HolderOp {
@@ -160,7 +257,7 @@ impl HolderOp {
     fn rule(self) -> Rule {
         match self {
             HolderOp::Release => Rule::RELEASE_RESULT,
-            HolderOp::Extend => Rule::EXTEND,
+            HolderOp::Extend(_) => Rule::EXTEND,
         }
     }
 }
@@ -169,10 +266,13 @@ impl fmt::Display for HolderOp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             HolderOp::Release => "release",
-            HolderOp::Extend => "extend",
+            HolderOp::Extend(_) => "extend",
         })
     }
 }
+
+/// A node's handle, with the model's id of the acquisition it came from.
+type Handle = (u64, Box<dyn LockHandle>);
 
 struct Case<'a, N> {
     trace: Trace,
@@ -182,7 +282,11 @@ struct Case<'a, N> {
     capabilities: &'a Capabilities,
     step: Duration,
     locks: [LockModel; LOCKS],
-    handles: HashMap<(usize, usize), (u64, Box<dyn LockHandle>)>,
+    /// Each node's unreleased handle of each lock (a node keeps at most one per lock).
+    handles: HashMap<(usize, usize), Handle>,
+    /// The last released handle of each lock and the node that held it, kept for the steps
+    /// that reuse it.
+    released: [Option<(usize, Handle)>; LOCKS],
     next_id: u64,
 }
 
@@ -191,31 +295,63 @@ impl<N: LockProvider> Case<'_, N> {
         self.names.name(&format!("L{lock}"))
     }
 
+    /// The node that holds the handle of `lock` that `which` names, if there is one.
+    fn holder(&self, lock: usize, which: Which) -> Option<usize> {
+        let rank = match which {
+            Which::Released => return self.released[lock].as_ref().map(|(node, _)| *node),
+            Which::Newest => 0,
+            Which::SecondNewest => 1,
+        };
+        let mut holders: Vec<(u64, usize)> = self
+            .handles
+            .iter()
+            .filter(|((_, held), _)| *held == lock)
+            .map(|((node, _), (id, _))| (*id, *node))
+            .collect();
+        holders.sort_unstable_by(|a, b| b.cmp(a));
+        holders.get(rank).map(|(_, node)| *node)
+    }
+
+    /// Whether `op` names a handle that does not exist, so it does nothing.
+    fn idle(&self, op: ModelOp) -> bool {
+        match op {
+            ModelOp::Release { lock, which } | ModelOp::Extend { lock, which, .. } => {
+                self.holder(lock, which).is_none()
+            }
+            ModelOp::Crash { lock } => self.holder(lock, Which::Newest).is_none(),
+            ModelOp::Acquire { .. } | ModelOp::Advance { .. } => false,
+        }
+    }
+
     fn broken(&self, rule: Rule, index: usize, op: ModelOp, what: String) -> CheckFailure {
         self.trace
             .failure(rule, format!("operation #{} ({op}): {what}", index + 1))
     }
 
-    /// Judges a holder's `release` or `extend` answer by acquisition `id` of `lock` against
-    /// the model: `true` after another acquisition took the lock breaks ownership; `true` after
-    /// the lock surely expired, or `false` while it was surely held, breaks the operation's own
-    /// rule. Gives the acquisition's holding when it is still the current, unreleased one, for
-    /// the caller to update.
-    fn judge_holder_answer(
+    /// Sends `operation` with `node`'s handle of `lock` (and the id of the acquisition it came
+    /// from), and judges the answer against the model: `true` after another acquisition took the lock breaks
+    /// ownership; `true` from a released handle, or after the lock surely expired, or `false`
+    /// while the lock was surely held by this unreleased acquisition, breaks the operation's
+    /// own rule. Gives the answer, with the acquisition's holding when it is still the
+    /// current, unreleased one, for the caller to update.
+    async fn holder_request(
         &self,
         index: usize,
         op: ModelOp,
-        lock: usize,
-        id: u64,
+        (node, lock): (usize, usize),
+        (id, handle): &Handle,
         operation: HolderOp,
-        timed: &Timed<bool>,
-    ) -> Result<Option<Holding>, CheckFailure> {
+    ) -> Result<(Timed<bool>, Option<Holding>), CheckFailure> {
+        let (id, handle) = (*id, &**handle);
+        let label = node_label(node);
+        let timed = match operation {
+            HolderOp::Release => self.trace.unlock(&label, handle).await?,
+            HolderOp::Extend(at_most) => self.trace.extend(&label, handle, at_most).await?,
+        };
         let rule = operation.rule();
         let tolerance = self.timing.tolerance;
-        let current = self.locks[lock]
-            .current
-            .filter(|holding| holding.id == id && !holding.released);
-        match (current, timed.value) {
+        let holding = self.locks[lock].current.filter(|holding| holding.id == id);
+        match (holding, timed.value) {
             (None, true) => Err(self.broken(
                 Rule::OWNERSHIP,
                 index,
@@ -224,19 +360,33 @@ impl<N: LockProvider> Case<'_, N> {
                     "{operation} answered true, but another acquisition has taken the lock since"
                 ),
             )),
+            (Some(Holding { released: Some(released), .. }), true) => Err(self.broken(
+                rule,
+                index,
+                op,
+                format!(
+                    "{operation} answered true at {}, but this handle was released at {} and must change nothing since",
+                    self.trace.at(timed.answered),
+                    self.trace.at(released)
+                ),
+            )),
             (Some(holding), true) if timed.sent > holding.expiry_latest + tolerance => {
                 Err(self.broken(
                     rule,
                     index,
                     op,
                     format!(
-                        "{operation} answered true at {}, but the lock had expired by {} at the latest",
+                        "{operation} answered true at {}, but the hold of {} had ended by {} at the latest, and an expired acquisition answers false (unless the lock never expired: then its expiry is broken too)",
                         self.trace.at(timed.answered),
+                        holding.describe_bound(&self.trace),
                         self.trace.at(holding.expiry_latest)
                     ),
                 ))
             }
-            (Some(holding), false) if timed.answered + tolerance < holding.expiry_earliest => {
+            (Some(holding), false)
+                if holding.released.is_none()
+                    && timed.answered + tolerance < holding.expiry_earliest =>
+            {
                 Err(self.broken(
                     rule,
                     index,
@@ -248,7 +398,10 @@ impl<N: LockProvider> Case<'_, N> {
                     ),
                 ))
             }
-            (current, _) => Ok(current),
+            (holding, _) => Ok((
+                timed,
+                holding.filter(|holding| holding.released.is_none()),
+            )),
         }
     }
 
@@ -259,8 +412,11 @@ impl<N: LockProvider> Case<'_, N> {
                 self.trace.note(format!("advance {steps} steps"));
                 tokio::time::sleep(self.step * steps).await;
             }
-            ModelOp::Crash { node, lock } => {
-                if self.handles.remove(&(node, lock)).is_some() {
+            ModelOp::Crash { lock } => {
+                if let Some(((node, _), _)) = self
+                    .holder(lock, Which::Newest)
+                    .and_then(|node| self.handles.remove_entry(&(node, lock)))
+                {
                     self.trace.note(format!(
                         "node {} crashes: its handle of L{lock} is dropped without unlock",
                         node_label(node)
@@ -286,19 +442,14 @@ impl<N: LockProvider> Case<'_, N> {
                     Acquisition::Acquired(handle) => {
                         if !model.possibly_free(timed.answered, tolerance) {
                             let holding = model.current.expect("a lock that is surely held");
-                            let rule = if holding.released {
-                                Rule::AT_LEAST
-                            } else {
-                                Rule::MUTUAL_EXCLUSION
-                            };
                             return Err(self.broken(
-                                rule,
+                                holding.taken_early_rule(),
                                 index,
                                 op,
                                 format!(
-                                    "acquired at {}, but the previous acquisition (sent {}) holds the lock until {} at the earliest",
+                                    "acquired at {}, but {} holds the lock until {} at the earliest",
                                     self.trace.at(timed.answered),
-                                    self.trace.at(holding.acquired_sent),
+                                    holding.describe_bound(&self.trace),
                                     self.trace.at(holding.expiry_earliest)
                                 ),
                             ));
@@ -335,7 +486,9 @@ impl<N: LockProvider> Case<'_, N> {
                             expiry_earliest: timed.sent + at_most,
                             expiry_latest: timed.answered + at_most,
                             at_least,
-                            released: false,
+                            bound: Bound::Acquire,
+                            bound_sent: timed.sent,
+                            released: None,
                         });
                         self.handles.insert((node, lock), (self.next_id, handle));
                     }
@@ -347,13 +500,10 @@ impl<N: LockProvider> Case<'_, N> {
                                     "nobody ever held this lock".to_owned(),
                                 ),
                                 Some(holding) => (
-                                    if holding.released {
-                                        Rule::AT_LEAST
-                                    } else {
-                                        Rule::AT_MOST
-                                    },
+                                    holding.held_late_rule(),
                                     format!(
-                                        "the last acquisition's hold ended by {} at the latest",
+                                        "the hold of {} ended by {} at the latest",
+                                        holding.describe_bound(&self.trace),
                                         self.trace.at(holding.expiry_latest)
                                     ),
                                 ),
@@ -372,14 +522,40 @@ impl<N: LockProvider> Case<'_, N> {
                     }
                 }
             }
-            ModelOp::Release { node, lock } => {
-                let Some((id, handle)) = self.handles.remove(&(node, lock)) else {
+            // A released handle's answer may only be `false`, which changes nothing: the
+            // model's bounds stay as they were, and the next steps hold the lock to them.
+            ModelOp::Release {
+                lock,
+                which: Which::Released,
+            } => {
+                if let Some((node, handle)) = &self.released[lock] {
+                    self.holder_request(index, op, (*node, lock), handle, HolderOp::Release)
+                        .await?;
+                }
+            }
+            ModelOp::Extend {
+                lock,
+                which: Which::Released,
+                at_most,
+            } => {
+                if let Some((node, handle)) = &self.released[lock] {
+                    let operation = HolderOp::Extend(self.step * at_most);
+                    self.holder_request(index, op, (*node, lock), handle, operation)
+                        .await?;
+                }
+            }
+            ModelOp::Release { lock, which } => {
+                let Some(((node, _), handle)) = self
+                    .holder(lock, which)
+                    .and_then(|node| self.handles.remove_entry(&(node, lock)))
+                else {
                     return Ok(());
                 };
-                let timed = self.trace.unlock(&node_label(node), &*handle).await?;
-                let Some(mut holding) =
-                    self.judge_holder_answer(index, op, lock, id, HolderOp::Release, &timed)?
-                else {
+                let answer = self
+                    .holder_request(index, op, (node, lock), &handle, HolderOp::Release)
+                    .await;
+                self.released[lock] = Some((node, handle));
+                let (timed, Some(mut holding)) = answer? else {
                     return Ok(());
                 };
                 if timed.value {
@@ -388,32 +564,32 @@ impl<N: LockProvider> Case<'_, N> {
                     holding.expiry_latest = timed
                         .answered
                         .max(holding.acquired_answered + holding.at_least);
+                    holding.bound = Bound::Release;
+                    holding.bound_sent = timed.sent;
                 }
-                holding.released = true;
+                holding.released = Some(timed.sent);
                 self.locks[lock].current = Some(holding);
             }
             ModelOp::Extend {
-                node,
                 lock,
+                which,
                 at_most,
             } => {
-                let Some((id, handle)) = self.handles.get(&(node, lock)) else {
-                    return Ok(());
-                };
-                let id = *id;
-                let at_most = self.step * at_most;
-                let timed = self
-                    .trace
-                    .extend(&node_label(node), &**handle, at_most)
-                    .await?;
-                let Some(mut holding) =
-                    self.judge_holder_answer(index, op, lock, id, HolderOp::Extend, &timed)?
+                let Some((&(node, _), handle)) = self
+                    .holder(lock, which)
+                    .and_then(|node| self.handles.get_key_value(&(node, lock)))
                 else {
                     return Ok(());
                 };
-                if timed.value {
+                let at_most = self.step * at_most;
+                let (timed, holding) = self
+                    .holder_request(index, op, (node, lock), handle, HolderOp::Extend(at_most))
+                    .await?;
+                if let (true, Some(mut holding)) = (timed.value, holding) {
                     holding.expiry_earliest = timed.sent + at_most;
                     holding.expiry_latest = timed.answered + at_most;
+                    holding.bound = Bound::Extend;
+                    holding.bound_sent = timed.sent;
                     self.locks[lock].current = Some(holding);
                 }
             }
@@ -422,14 +598,15 @@ impl<N: LockProvider> Case<'_, N> {
     }
 }
 
-/// Runs one sequence on fresh lock names and checks every answer against the model.
+/// Runs one sequence on fresh lock names and checks every answer against the model. A failure
+/// comes with which steps, up to the failing one, were idle (see [`Case::idle`]).
 async fn run_case<N: LockProvider>(
     nodes: &[N],
     names: NameSpace,
     timing: Timing,
     capabilities: &Capabilities,
     ops: &[ModelOp],
-) -> Result<(), CheckFailure> {
+) -> Result<(), (CheckFailure, Vec<bool>)> {
     let mut case = Case {
         trace: Trace::new("model"),
         nodes,
@@ -439,38 +616,83 @@ async fn run_case<N: LockProvider>(
         step: timing.unit / 4,
         locks: Default::default(),
         handles: HashMap::new(),
+        released: Default::default(),
         next_id: 0,
     };
+    let mut idle = Vec::with_capacity(ops.len());
     for (index, op) in ops.iter().enumerate() {
-        case.apply(index, *op).await?;
+        idle.push(case.idle(*op));
+        if let Err(failure) = case.apply(index, *op).await {
+            return Err((failure, idle));
+        }
     }
     Ok(())
 }
 
-fn describe_sequence(ops: &[ModelOp]) -> String {
+/// `ops`, one a line, saying which did nothing: shrinking may stop before it removes them all.
+fn describe_sequence(ops: &[ModelOp], idle: &[bool]) -> String {
     ops.iter()
         .enumerate()
-        .map(|(index, op)| format!("  #{} {op}", index + 1))
+        .map(|(index, op)| {
+            let note = match idle.get(index) {
+                Some(false) => "",
+                Some(true) => " (no such handle: did nothing)",
+                None => " (not reached)",
+            };
+            format!("  #{} {op}{note}", index + 1)
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }
 
-fn seed() -> u64 {
-    std::env::var(SEED_VARIABLE)
-        .ok()
-        .and_then(|text| text.trim().parse().ok())
-        .unwrap_or_else(|| uuid::Uuid::new_v4().as_u64_pair().0)
+/// The number in environment variable `name`, if it is set. Anything else there fails the
+/// check rather than being ignored: a typo would quietly run another search than the one asked.
+fn from_env<T: FromStr>(
+    trace: &Trace,
+    name: &str,
+    expected: &str,
+) -> Result<Option<T>, CheckFailure> {
+    let text = match std::env::var(name) {
+        Err(VarError::NotPresent) => return Ok(None),
+        Err(VarError::NotUnicode(text)) => text.to_string_lossy().into_owned(),
+        Ok(text) => match text.trim().parse() {
+            Ok(value) => return Ok(Some(value)),
+            Err(_) => text,
+        },
+    };
+    Err(trace.failure(
+        Rule::HARNESS,
+        format!(
+            "the environment variable {name} is {text:?}, not {expected}; correct it or unset it"
+        ),
+    ))
 }
 
-/// A proptest model check: random sequences of acquire, release, extend (when declared),
-/// crash (a handle dropped unreleased) and advance-time across three nodes and two names,
-/// compared with a reference model of the lock rules.
+/// A proptest model check: random sequences of steps across three nodes and two names,
+/// compared with a reference model of the lock rules. The steps: acquire; release and extend
+/// (when declared) with the lock's newest unreleased handle, with an older one whose lock
+/// another acquisition took since, and with the handle last released (a second release, an
+/// extend after release: both must answer `false` and change nothing, even while
+/// `lock_at_least_for` still holds the lock); crash (a handle dropped unreleased); advance
+/// time. An extend's duration is drawn apart from the acquisition's, so extends shorten the
+/// hold as often as they lengthen it, and the lock must be free after the shorter one.
 ///
 /// The backends run in real time, so the model tracks for every acquisition, release and
 /// extend the interval between sending and answering, and from it the earliest and latest
 /// moment the lock can expire; an answer fails only when it is impossible under every timing
-/// consistent with those bounds plus the tolerance. A failing sequence is shrunk with
-/// proptest to a minimal one, printed with its seed (replay with `SHEDLOCK_CONFORMANCE_SEED`).
+/// consistent with those bounds plus the tolerance.
+///
+/// Two environment variables tune the search:
+/// - `SHEDLOCK_CONFORMANCE_MODEL_CASES` ([`CASES_VARIABLE`]): how many sequences to try.
+///   Unset: 250, or 16 where the provider's precision makes the kit's unit longer than 200 ms
+///   (etcd's whole-second leases): about 25 s either way on this project's backends.
+/// - `SHEDLOCK_CONFORMANCE_SEED` ([`SEED_VARIABLE`]): the random seed. Unset: a fresh one.
+///
+/// [`ModelSettings`] passed to [`check_model_with`] take precedence over both. A variable set to
+/// anything but a whole number (from 1, for the count) fails the check under the harness rule
+/// rather than being ignored. The pass note and any failure give the seed and the number of
+/// sequences; a failing sequence is shrunk with proptest to a minimal one that fails the same
+/// rule, printed with the settings that replay it.
 pub async fn check_model<H: ConformanceHarness>(
     harness: &H,
     names: &NameSpace,
@@ -481,7 +703,8 @@ pub async fn check_model<H: ConformanceHarness>(
 /// How many random sequences [`check_model_with`] tries, and from which seed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ModelSettings {
-    /// Sequences to try; `None`: 12, or 6 for providers with a coarse precision.
+    /// Sequences to try; `None`: [`CASES_VARIABLE`] if set, else the default of
+    /// [`check_model`].
     pub cases: Option<u32>,
     /// The random seed; `None`: [`SEED_VARIABLE`] if set, else a fresh one.
     pub seed: Option<u64>,
@@ -494,20 +717,35 @@ pub async fn check_model_with<H: ConformanceHarness>(
     settings: ModelSettings,
 ) -> Result<Verdict, CheckFailure> {
     let setup = Trace::new("model");
+    let cases = match settings.cases {
+        Some(cases) => Some(cases),
+        None => from_env::<NonZeroU32>(
+            &setup,
+            CASES_VARIABLE,
+            "a number of sequences to try (a whole number from 1 to 4294967295)",
+        )?
+        .map(NonZeroU32::get),
+    };
+    let seed = match settings.seed {
+        Some(seed) => seed,
+        None => from_env(
+            &setup,
+            SEED_VARIABLE,
+            "a seed (a whole number from 0 to 18446744073709551615)",
+        )?
+        .unwrap_or_else(|| uuid::Uuid::new_v4().as_u64_pair().0),
+    };
     let mut nodes = Vec::new();
     for index in 0..NODES {
         nodes.push(node(harness, &setup, &node_label(index)).await?);
     }
     let capabilities = nodes[0].capabilities();
     let timing = timing_of(&capabilities);
-    let cases = settings
-        .cases
-        .unwrap_or(if timing.unit > Duration::from_millis(200) {
-            6
-        } else {
-            12
-        });
-    let seed = settings.seed.unwrap_or_else(seed);
+    let cases = cases.unwrap_or(if timing.unit > FINE_UNIT_MAX {
+        COARSE_CASES
+    } else {
+        FINE_CASES
+    });
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes);
@@ -520,7 +758,7 @@ pub async fn check_model_with<H: ConformanceHarness>(
         rng,
     );
     let strategy = proptest::collection::vec(op_strategy(capabilities.extend), 1..=MAX_OPS);
-    for _ in 0..cases {
+    for case in 1..=cases {
         let mut tree = strategy.new_tree(&mut runner).map_err(|reason| {
             setup.failure(
                 Rule::HARNESS,
@@ -547,13 +785,15 @@ pub async fn check_model_with<H: ConformanceHarness>(
                 )
                 .await
                 {
-                    Err(failure) => {
+                    // A smaller sequence failing another rule is another defect: keeping it
+                    // would report a different failure than the one found.
+                    Err(failure) if failure.0.rule == smallest.1.0.rule => {
                         smallest = (candidate, failure);
                         if !tree.simplify() {
                             break;
                         }
                     }
-                    Ok(()) => {
+                    _ => {
                         if !tree.complicate() {
                             break;
                         }
@@ -561,18 +801,18 @@ pub async fn check_model_with<H: ConformanceHarness>(
                 }
             }
         }
-        let (ops, mut failure) = smallest;
+        let (ops, (mut failure, idle)) = smallest;
         failure.observed = format!(
-            "{}\nminimal failing sequence after {runs} shrink runs (seed {seed}; one step = {:?}):\n{}",
+            "{}\nsequence {case} of {cases} (seed {seed}) failed; minimal failing sequence after {runs} shrink runs (one step = {:?}):\n{}\nreplay it with {SEED_VARIABLE}={seed} {CASES_VARIABLE}={case} (or ModelSettings {{ cases: Some({case}), seed: Some({seed}) }})",
             failure.observed,
             timing.unit / 4,
-            describe_sequence(&ops)
+            describe_sequence(&ops, &idle)
         );
         return Err(failure);
     }
     Ok(Verdict::Passed {
         notes: vec![format!(
-            "{cases} random sequences of up to {MAX_OPS} operations on {NODES} nodes and {LOCKS} locks matched the model (seed {seed})"
+            "{cases} random sequences of up to {MAX_OPS} operations on {NODES} nodes and {LOCKS} locks matched the model (seed {seed}; {SEED_VARIABLE} and {CASES_VARIABLE} replay or widen the search)"
         )],
     })
 }
