@@ -2,7 +2,8 @@
 //! provider's supported configurations ([`KitRun`]), an unreachable node, and a pool of its
 //! own to plant and clean rows. Each provider's conformance targets include this file with
 //! `#[path]` and say, through [`PlantRecords`], how their database writes a row as another
-//! program would.
+//! program would, and, through [`non_utc::NonUtcSessions`], how its sessions start far from
+//! UTC.
 
 use std::future::Future;
 use std::process::ExitCode;
@@ -11,10 +12,10 @@ use std::time::Duration;
 
 use shedlock_conformance::backends::LaunchError;
 use shedlock_conformance::{
-    Clock, ConformanceHarness, LockError, PlantedRecord, Support, async_trait,
+    Clock, ConformanceHarness, PlantedRecord, SetupError, Support, async_trait,
 };
-use shedlock_core::{Operation, TimeSource};
-use shedlock_sql::{SqlBackend, SqlLockProvider};
+use shedlock_core::TimeSource;
+use shedlock_sql::{ConnectOptionsOf, SqlBackend, SqlLockProvider};
 use sqlx::Pool;
 use sqlx::pool::PoolOptions;
 
@@ -34,7 +35,7 @@ pub struct KitRun {
     pub fencing: bool,
 }
 
-// Each conformance target runs one of these, so the other is unused in it.
+// Each conformance target runs one of these, so the others are unused in it.
 #[allow(dead_code)]
 impl KitRun {
     /// The default configuration: the database's clock, and the fencing column.
@@ -53,6 +54,36 @@ impl KitRun {
         time_source: TimeSource::Client,
         fencing: false,
     };
+
+    /// The default configuration far from UTC, for [`non_utc::run`].
+    pub const SERVER_TIME_WITH_FENCING_NON_UTC: KitRun = KitRun {
+        report_suffix: "-non-utc",
+        table: "shedlock_conformance_non_utc",
+        ..KitRun::SERVER_TIME_WITH_FENCING
+    };
+
+    /// Client time far from UTC, for [`non_utc::run`].
+    pub const CLIENT_TIME_WITHOUT_FENCING_NON_UTC: KitRun = KitRun {
+        report_suffix: "-client-time-non-utc",
+        table: "shedlock_conformance_client_time_non_utc",
+        ..KitRun::CLIENT_TIME_WITHOUT_FENCING
+    };
+}
+
+/// How the nodes and the harness's own pool connect, as an application would configure it.
+pub enum Sessions<B: SqlBackend> {
+    /// Each node opens its own pool from this URL, with the provider's session settings.
+    Url(String),
+    /// Each node is given a pool of its own, opened with these settings, as an application
+    /// passes one whose sessions it sets up itself.
+    // Only the non-UTC runs on a database with sessions need it.
+    #[allow(dead_code)]
+    Pool {
+        /// The pool's settings, such as a statement that sets each session up on connect.
+        pool: PoolOptions<B::Database>,
+        /// Where and how each connection connects.
+        connect: ConnectOptionsOf<B::Database>,
+    },
 }
 
 /// What differs per database: the SQL another program would use on the run's table.
@@ -77,87 +108,48 @@ pub trait PlantRecords: SqlBackend {
     ) -> Result<(), sqlx::Error>;
 }
 
+/// A node's pool size: enough for the kit's concurrent calls on one node, few enough that a
+/// dozen nodes fit in a server's connection limit.
+const NODE_CONNECTIONS: u32 = 3;
+
 /// The harness: where nodes connect, in which configuration, and the pool for planting and
 /// cleaning records.
 pub struct SqlHarness<B: SqlBackend> {
     name: String,
-    url: String,
+    sessions: Sessions<B>,
     run: KitRun,
     admin: Pool<B::Database>,
 }
 
-fn harness_error<B: SqlBackend>(error: sqlx::Error) -> LockError {
-    LockError::backend(
-        B::PROVIDER,
-        Operation::Acquire,
-        "",
-        "harness SQL failed",
-        error,
-    )
-}
-
-#[async_trait]
-impl<B: PlantRecords> ConformanceHarness for SqlHarness<B> {
-    type Node = SqlLockProvider<B>;
-
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    async fn node(&self, clock: Arc<dyn Clock>) -> Result<SqlLockProvider<B>, LockError> {
-        SqlLockProvider::<B>::builder_from_url(self.url.clone())
-            .table_name(self.run.table)
-            .time_source(self.run.time_source)
-            .max_connections(3)
-            .clock(clock)
-            .build()
-            .await
-    }
-
-    async fn unreachable_node(&self) -> Result<Support<SqlLockProvider<B>>, LockError> {
-        SqlLockProvider::<B>::builder_from_url(B::UNREACHABLE_URL)
-            .table_name(self.run.table)
-            .time_source(self.run.time_source)
-            .connect_timeout(Duration::from_secs(2))
-            .build_without_connecting(self.run.fencing)
-            .map(Support::Supported)
-    }
-
-    fn clear_name_cache(&self, node: &SqlLockProvider<B>) -> Support<()> {
-        node.clear_name_cache();
-        Support::Supported(())
-    }
-
-    async fn write_record(&self, record: &PlantedRecord) -> Result<Support<()>, LockError> {
-        B::write_record(&self.admin, self.run.table, record)
-            .await
-            .map_err(harness_error::<B>)?;
-        Ok(Support::Supported(()))
-    }
-
-    async fn cleanup(&self, name_prefix: &str) -> Result<(), LockError> {
-        B::cleanup(&self.admin, self.run.table, name_prefix)
-            .await
-            .map_err(harness_error::<B>)
-    }
-}
-
-/// Runs the kit in configuration `run` on the server `url` finds, with `admin_connections`
-/// for the harness's own pool. The run's table is created before checks run in parallel; a
-/// table left by an earlier run with the other shape is an error, not a silently different
-/// configuration.
-pub fn run<B: PlantRecords>(
-    url: impl Future<Output = Result<String, LaunchError>>,
-    admin_connections: u32,
-    run: KitRun,
-) -> ExitCode {
-    shedlock_conformance::run(|| async move {
-        let url = url.await?;
-        let admin = PoolOptions::<B::Database>::new()
+impl<B: PlantRecords> SqlHarness<B> {
+    /// Opens the harness's own pool, whose sessions start as the nodes' do, so planted records
+    /// are written as a program configured like the nodes would write them.
+    async fn connect(
+        sessions: Sessions<B>,
+        admin_connections: u32,
+        run: KitRun,
+    ) -> Result<Self, SetupError> {
+        let (pool, connect) = match &sessions {
+            Sessions::Url(url) => (PoolOptions::new(), url.parse()?),
+            Sessions::Pool { pool, connect } => (pool.clone(), connect.clone()),
+        };
+        let admin = pool
             .max_connections(admin_connections)
-            .connect(&url)
+            .connect_with(connect)
             .await?;
-        let provider = SqlLockProvider::<B>::builder(admin.clone())
+        Ok(Self {
+            name: format!("{}{}", B::PROVIDER, run.report_suffix),
+            sessions,
+            run,
+            admin,
+        })
+    }
+
+    /// Creates the run's table if it is missing. A table left by an earlier run with the other
+    /// shape is an error, not a silently different configuration.
+    async fn prepare_table(&self) -> Result<(), SetupError> {
+        let run = self.run;
+        let provider = SqlLockProvider::<B>::builder(self.admin.clone())
             .table_name(run.table)
             .time_source(run.time_source)
             .create_table_if_missing(run.fencing)
@@ -176,11 +168,191 @@ pub fn run<B: PlantRecords>(
             )
             .into());
         }
-        Ok(SqlHarness::<B> {
-            name: format!("{}{}", B::PROVIDER, run.report_suffix),
-            url,
-            run,
-            admin,
-        })
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl<B: PlantRecords> ConformanceHarness for SqlHarness<B> {
+    type Node = SqlLockProvider<B>;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn node(&self, clock: Arc<dyn Clock>) -> Result<SqlLockProvider<B>, SetupError> {
+        let builder = match &self.sessions {
+            Sessions::Url(url) => SqlLockProvider::<B>::builder_from_url(url.clone())
+                .max_connections(NODE_CONNECTIONS),
+            Sessions::Pool { pool, connect } => SqlLockProvider::<B>::builder(
+                pool.clone()
+                    .max_connections(NODE_CONNECTIONS)
+                    .connect_lazy_with(connect.clone()),
+            ),
+        };
+        Ok(builder
+            .table_name(self.run.table)
+            .time_source(self.run.time_source)
+            .clock(clock)
+            .build()
+            .await?)
+    }
+
+    async fn unreachable_node(&self) -> Result<Support<SqlLockProvider<B>>, SetupError> {
+        Ok(SqlLockProvider::<B>::builder_from_url(B::UNREACHABLE_URL)
+            .table_name(self.run.table)
+            .time_source(self.run.time_source)
+            .connect_timeout(Duration::from_secs(2))
+            .build_without_connecting(self.run.fencing)
+            .map(Support::Supported)?)
+    }
+
+    fn clear_name_cache(&self, node: &SqlLockProvider<B>) -> Support<()> {
+        node.clear_name_cache();
+        Support::Supported(())
+    }
+
+    async fn write_record(&self, record: &PlantedRecord) -> Result<Support<()>, SetupError> {
+        B::write_record(&self.admin, self.run.table, record).await?;
+        Ok(Support::Supported(()))
+    }
+
+    async fn cleanup(&self, name_prefix: &str) -> Result<(), SetupError> {
+        Ok(B::cleanup(&self.admin, self.run.table, name_prefix).await?)
+    }
+}
+
+/// Runs the kit in configuration `run` on the server `url` finds, with `admin_connections`
+/// for the harness's own pool. The run's table is created before checks run in parallel.
+// The non-UTC targets start through `non_utc::run` instead.
+#[allow(dead_code)]
+pub fn run<B: PlantRecords>(
+    url: impl Future<Output = Result<String, LaunchError>>,
+    admin_connections: u32,
+    run: KitRun,
+) -> ExitCode {
+    shedlock_conformance::run(|| async move {
+        let harness =
+            SqlHarness::<B>::connect(Sessions::Url(url.await?), admin_connections, run).await?;
+        harness.prepare_table().await?;
+        Ok(harness)
     })
+}
+
+/// The kit with every clock reading local time far from UTC: the process's local time zone
+/// and each database session's, as an application far from UTC has them. A provider that
+/// writes or compares local times, or relies on a UTC session it does not set up itself,
+/// then misreads the records the kit plants an hour from now, and the ShedLock-format check
+/// fails.
+// Only the non-UTC targets use this.
+#[allow(dead_code)]
+pub mod non_utc {
+    use std::future::Future;
+    use std::process::{Command, ExitCode};
+    use std::sync::Arc;
+
+    use shedlock_conformance::backends::LaunchError;
+    use shedlock_conformance::{ConformanceHarness, SetupError, async_trait};
+    use shedlock_core::SystemClock;
+    use sqlx::Pool;
+
+    use super::{KitRun, PlantRecords, Sessions, SqlHarness};
+
+    /// The test process's time zone: far west of UTC, with daylight saving time.
+    pub const PROCESS_TIME_ZONE: &str = "America/Los_Angeles";
+
+    /// What a non-UTC run needs of a database: sessions that start far from UTC, set up the way
+    /// an application does it with this driver, and a way to read the zone back.
+    #[async_trait]
+    pub trait NonUtcSessions: PlantRecords {
+        /// How the nodes and the harness's pool connect to `url` so that their sessions start
+        /// more than an hour from UTC.
+        fn sessions(url: String) -> Result<Sessions<Self>, SetupError>;
+
+        /// Creates the run's table where the provider's own DDL does not suit such sessions;
+        /// the provider creates any table still missing afterwards.
+        async fn create_table(
+            admin: &Pool<Self::Database>,
+            table: &str,
+            fencing: bool,
+        ) -> Result<(), SetupError> {
+            let _ = (admin, table, fencing);
+            Ok(())
+        }
+
+        /// The time zone a session of `pool` reads local time in, and its offset from UTC
+        /// now, in minutes.
+        async fn session_time_zone(
+            pool: &Pool<Self::Database>,
+        ) -> Result<(String, i64), sqlx::Error>;
+    }
+
+    /// Runs the kit in configuration `run` (one of the `_NON_UTC` ones, whose tables are their
+    /// own) like [`super::run`], in [`PROCESS_TIME_ZONE`] and in `B`'s non-UTC sessions.
+    /// Setup fails, rather than quietly testing UTC, unless the process, the harness's pool
+    /// and a node's pool all read local time more than an hour from UTC.
+    pub fn run<B: NonUtcSessions>(
+        url: impl Future<Output = Result<String, LaunchError>>,
+        admin_connections: u32,
+        run: KitRun,
+    ) -> ExitCode {
+        in_process_time_zone(|| {
+            shedlock_conformance::run(|| async move {
+                let local = chrono::Local::now().offset().local_minus_utc();
+                far_from_utc("this process", PROCESS_TIME_ZONE, i64::from(local / 60))?;
+                let sessions = B::sessions(url.await?)?;
+                let harness = SqlHarness::<B>::connect(sessions, admin_connections, run).await?;
+                B::create_table(&harness.admin, run.table, run.fencing).await?;
+                harness.prepare_table().await?;
+                let node = harness.node(Arc::new(SystemClock)).await?;
+                for (whose, pool) in [
+                    ("the harness's own pool", &harness.admin),
+                    ("a node's pool", node.pool()),
+                ] {
+                    let (zone, offset) = B::session_time_zone(pool).await?;
+                    far_from_utc(whose, &zone, offset)?;
+                }
+                Ok(harness)
+            })
+        })
+    }
+
+    /// Runs `kit` in a process whose `TZ` is [`PROCESS_TIME_ZONE`]: this test binary again,
+    /// with the same arguments, unless `TZ` already is that zone. (Setting `TZ` in this
+    /// process would take `unsafe`: `std::env::set_var`.)
+    fn in_process_time_zone(kit: impl FnOnce() -> ExitCode) -> ExitCode {
+        if std::env::var_os("TZ").is_some_and(|zone| zone == PROCESS_TIME_ZONE) {
+            return kit();
+        }
+        let status = std::env::current_exe().and_then(|exe| {
+            Command::new(exe)
+                .args(std::env::args_os().skip(1))
+                .env("TZ", PROCESS_TIME_ZONE)
+                .status()
+        });
+        match status {
+            Ok(status) => status
+                .code()
+                .and_then(|code| u8::try_from(code).ok())
+                .map_or(ExitCode::FAILURE, ExitCode::from),
+            Err(error) => {
+                eprintln!("could not run the kit again with TZ={PROCESS_TIME_ZONE}: {error}");
+                ExitCode::FAILURE
+            }
+        }
+    }
+
+    /// The kit plants records an hour from now, so a provider reading local time instead of
+    /// UTC is only caught when local time is more than an hour away.
+    fn far_from_utc(whose: &str, zone: &str, offset_minutes: i64) -> Result<(), SetupError> {
+        if offset_minutes.abs() > 60 {
+            return Ok(());
+        }
+        Err(format!(
+            "{whose} reads local time in {zone:?}, {offset_minutes} minutes from UTC; this run \
+             needs more than an hour, or it cannot tell local time from UTC (is the zone \
+             known to this machine and server?)"
+        )
+        .into())
+    }
 }

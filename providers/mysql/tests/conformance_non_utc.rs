@@ -1,0 +1,22 @@
+//! The conformance kit against a real MySQL or MariaDB server (`SHEDLOCK_TEST_MYSQL_URL`) far
+//! from UTC, on a ShedLock table with the fencing column, in server time: the process in
+//! `America/Los_Angeles`, every session at `+05:30`, the table's times `DATETIME(3)`.
+
+#[path = "../../sql/tests/shared/conformance_harness.rs"]
+mod conformance_harness;
+#[path = "kit/non_utc_sessions.rs"]
+mod non_utc_sessions;
+#[path = "kit/planted_records.rs"]
+mod planted_records;
+
+use conformance_harness::KitRun;
+use shedlock_conformance::backends;
+use shedlock_mysql::MySqlBackend;
+
+fn main() -> std::process::ExitCode {
+    conformance_harness::non_utc::run::<MySqlBackend>(
+        backends::mysql_url(),
+        2,
+        KitRun::SERVER_TIME_WITH_FENCING_NON_UTC,
+    )
+}

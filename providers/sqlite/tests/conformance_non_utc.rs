@@ -1,0 +1,23 @@
+//! The conformance kit on a SQLite database file (`SHEDLOCK_TEST_SQLITE_URL`, else a fresh
+//! file in the temp folder) far from UTC, on a ShedLock table with the fencing column, in server
+//! time: the process in `America/Los_Angeles`.
+
+#[path = "../../sql/tests/shared/conformance_harness.rs"]
+mod conformance_harness;
+#[path = "kit/non_utc_sessions.rs"]
+mod non_utc_sessions;
+#[path = "kit/planted_records.rs"]
+mod planted_records;
+
+use conformance_harness::KitRun;
+use shedlock_conformance::backends;
+use shedlock_sqlite::SqliteBackend;
+
+fn main() -> std::process::ExitCode {
+    // One admin connection: SQLite has one writer at a time anyway.
+    conformance_harness::non_utc::run::<SqliteBackend>(
+        backends::sqlite_url(),
+        1,
+        KitRun::SERVER_TIME_WITH_FENCING_NON_UTC,
+    )
+}
