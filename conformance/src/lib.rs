@@ -8,8 +8,8 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use shedlock_conformance::{ConformanceHarness, async_trait};
-//! use shedlock_core::{Clock, LockError};
+//! use shedlock_conformance::{ConformanceHarness, SetupError, async_trait};
+//! use shedlock_core::Clock;
 //! use shedlock_memory::{MemoryLockProvider, MemoryLockStore};
 //!
 //! struct Memory(MemoryLockStore);
@@ -18,7 +18,7 @@
 //! impl ConformanceHarness for Memory {
 //!     type Node = MemoryLockProvider;
 //!     fn name(&self) -> &str { "memory" }
-//!     async fn node(&self, clock: Arc<dyn Clock>) -> Result<MemoryLockProvider, LockError> {
+//!     async fn node(&self, clock: Arc<dyn Clock>) -> Result<MemoryLockProvider, SetupError> {
 //!         Ok(self.0.node_with("conformance", clock))
 //!     }
 //! }
