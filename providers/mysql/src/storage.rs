@@ -6,12 +6,10 @@ use std::time::Duration;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use shedlock_core::{HeldRecord, LockError, LockRecord, NodeTime, Operation, TimeSource};
 use shedlock_sql::{
-    AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement, LockStatements,
-    LockTable, SqlBackend, TableSchema, client_time_parameter, statement_error,
+    AcquireAnswer, AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement,
+    LockStatements, LockTable, SqlBackend, TableSchema, client_time_parameter, statement_error,
 };
-use sqlx::mysql::{
-    MySql, MySqlArguments, MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlQueryResult,
-};
+use sqlx::mysql::{MySql, MySqlArguments, MySqlConnectOptions, MySqlConnection, MySqlQueryResult};
 use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, Row};
 
@@ -148,37 +146,40 @@ fn prepare_statements(
     );
     let mut w = Writer::new(time_source);
 
-    // The insert half, shared by acquire and insert. `LAST_INSERT_ID(1)` marks "inserted":
-    // the server reports the last `LAST_INSERT_ID(expr)` of the statement as its insert id.
+    // Insert only: an existing row, held or not, is left alone. `LAST_INSERT_ID(1)` marks
+    // "inserted" (the server reports the last `LAST_INSERT_ID(expr)` of the statement as its
+    // insert id), and the no-op assignment on a duplicate resets it to 0.
     let fence_col = if schema.fencing {
         format!(", {fence}")
     } else {
         String::new()
     };
-    let values = |w: &mut Writer| {
-        w.sql(&format!(
-            "INSERT INTO {t} ({name}, {until}, {at}, {by}{fence_col}) VALUES ("
-        ))
-        .param(Param::Name)
-        .sql(", ")
-        .now_plus()
-        .sql(", ")
-        .now()
-        .sql(", IF(LAST_INSERT_ID(1) > 0, ")
-        .param(Param::LockedBy)
-        .sql(", NULL)");
-        if schema.fencing {
-            w.sql(", 1");
-        }
-        w.sql(")");
-    };
+    w.sql(&format!(
+        "INSERT INTO {t} ({name}, {until}, {at}, {by}{fence_col}) VALUES ("
+    ))
+    .param(Param::Name)
+    .sql(", ")
+    .now_plus()
+    .sql(", ")
+    .now()
+    .sql(", IF(LAST_INSERT_ID(1) > 0, ")
+    .param(Param::LockedBy)
+    .sql(", NULL)");
+    if schema.fencing {
+        w.sql(", 1");
+    }
+    w.sql(&format!(
+        ") ON DUPLICATE KEY UPDATE {by} = IF(LAST_INSERT_ID(0) = 0, {by}, NULL)"
+    ));
+    let insert = w.finish();
 
-    // Acquire: every assignment is conditioned on the old lock_until, which is assigned
+    // Take-over: every assignment is conditioned on the old lock_until, which is assigned
     // last, so the conditions read the old row whether the server evaluates assignments
     // left to right (MySQL, MariaDB) or simultaneously (MariaDB's SIMULTANEOUS_ASSIGNMENT).
-    // The taken branch sets the insert id to the new token (or 1), the other to 0.
-    values(&mut w);
-    w.sql(" ON DUPLICATE KEY UPDATE ");
+    // The taken branch sets the insert id to the new token (or 1), the other to 0. The WHERE
+    // matches the row whether held or not, so the matched-row count tells a held row from a
+    // missing one; a held row is assigned its own values, which InnoDB does not write.
+    w.sql(&format!("UPDATE {t} SET "));
     if schema.fencing {
         w.sql(&format!("{fence} = IF({until} <= "))
             .now()
@@ -206,16 +207,9 @@ fn prepare_statements(
         .now()
         .sql(", ")
         .now_plus()
-        .sql(&format!(", {until})"));
-    let acquire = w.finish();
-
-    // Insert only: an existing row, held or not, is left alone (the no-op assignment
-    // resets the insert id to 0, so "not inserted" is visible).
-    values(&mut w);
-    w.sql(&format!(
-        " ON DUPLICATE KEY UPDATE {by} = IF(LAST_INSERT_ID(0) = 0, {by}, NULL)"
-    ));
-    let insert = w.finish();
+        .sql(&format!(", {until}) WHERE {name} = "))
+        .param(Param::Name);
+    let take_over = w.finish();
 
     w.sql(&format!("UPDATE {t} SET {until} = GREATEST("))
         .now()
@@ -240,8 +234,8 @@ fn prepare_statements(
     let extend = w.finish();
 
     LockStatements {
-        acquire,
         insert,
+        take_over,
         release,
         extend,
     }
@@ -314,9 +308,9 @@ impl MySqlBackend {
 }
 
 /// Reads which server this is.
-async fn flavor(pool: &MySqlPool) -> Result<Flavor, sqlx::Error> {
+async fn flavor(connection: &mut MySqlConnection) -> Result<Flavor, sqlx::Error> {
     let version: String = sqlx::query_scalar("SELECT CAST(VERSION() AS CHAR)")
-        .fetch_one(pool)
+        .fetch_one(&mut *connection)
         .await?;
     Ok(if version.to_ascii_lowercase().contains("mariadb") {
         Flavor::MariaDb
@@ -339,37 +333,36 @@ impl SqlBackend for MySqlBackend {
         options.timezone(Some("+00:00".to_owned()))
     }
 
-    fn pool_options(operation_timeout: Duration) -> MySqlPoolOptions {
+    async fn prepare_connection(
+        connection: &mut MySqlConnection,
+        operation_timeout: Duration,
+    ) -> Result<(), sqlx::Error> {
         // A statement waiting on a row lock gives up server-side too, not only here.
         let lock_wait = operation_timeout.as_secs().max(1);
-        MySqlPoolOptions::new().after_connect(move |connection, _| {
-            Box::pin(async move {
-                sqlx::query(AssertSqlSafe(format!(
-                    "SET SESSION innodb_lock_wait_timeout = {lock_wait}"
-                )))
-                .execute(connection)
-                .await
-                .map(|_| ())
-            })
-        })
+        sqlx::query(AssertSqlSafe(format!(
+            "SET SESSION innodb_lock_wait_timeout = {lock_wait}"
+        )))
+        .execute(connection)
+        .await
+        .map(|_| ())
     }
 
     /// Reads the table's columns from `information_schema` (creating the table first when
     /// asked), checks the session time zone for `TIMESTAMP` columns, and prepares the
     /// statements.
     async fn connect(
-        pool: &MySqlPool,
+        connection: &mut MySqlConnection,
         table: &LockTable,
         time_source: TimeSource,
         create_table: Option<bool>,
     ) -> Result<(Self, TableSchema), LockError> {
         let connect_error = |e| statement_error::<Self>(Operation::Connect, "", e);
-        let flavor = flavor(pool).await.map_err(connect_error)?;
+        let flavor = flavor(&mut *connection).await.map_err(connect_error)?;
         if let Some(fencing) = create_table {
             sqlx::query(AssertSqlSafe(create_table_statement(
                 table, fencing, flavor,
             )))
-            .execute(pool)
+            .execute(&mut *connection)
             .await
             .map_err(connect_error)?;
         }
@@ -390,7 +383,7 @@ impl SqlBackend for MySqlBackend {
                 .map(|s| s.catalog_name(DIALECT)),
         )
         .bind(table.table().table.catalog_name(DIALECT))
-        .fetch_all(pool)
+        .fetch_all(&mut *connection)
         .await
         .map_err(connect_error)?;
         let ddl = format!("{};", create_table_statement(table, false, flavor));
@@ -486,7 +479,7 @@ impl SqlBackend for MySqlBackend {
             // and write; the statements' UTC times are only right in a UTC session.
             let offset: i64 =
                 sqlx::query_scalar("SELECT TIMESTAMPDIFF(MINUTE, UTC_TIMESTAMP(), NOW())")
-                    .fetch_one(pool)
+                    .fetch_one(&mut *connection)
                     .await
                     .map_err(connect_error)?;
             if offset != 0 {
@@ -561,30 +554,33 @@ impl SqlBackend for MySqlBackend {
 
     async fn acquire(
         &self,
-        pool: &MySqlPool,
+        connection: &mut MySqlConnection,
         statement: AcquireStatement,
         record: &LockRecord<'_>,
-    ) -> Result<Option<u64>, LockError> {
-        let statement = self.statements.for_acquire(statement);
+    ) -> Result<AcquireAnswer, LockError> {
+        let sql = self.statements.for_acquire(statement);
         let done: MySqlQueryResult = self
             .bind(
-                statement,
+                sql,
                 Operation::Acquire,
                 record.name,
                 record.locked_by,
                 record.lock_at_most_for,
                 record.now,
             )?
-            .execute(pool)
+            .execute(&mut *connection)
             .await
             .map_err(|e| statement_error::<Self>(Operation::Acquire, record.name, e))?;
         // The insert id is the `LAST_INSERT_ID(expr)` the statement evaluated last: 1 or the
-        // new token when the row was inserted or taken over, 0 when it was left alone. The
-        // affected-row count cannot tell "inserted" (1) from "left alone" (1 under sqlx's
-        // CLIENT_FOUND_ROWS), but it must agree with a take-over (1 or 2).
+        // new token when the row was inserted or taken over, 0 when it was left alone. Under
+        // sqlx's CLIENT_FOUND_ROWS the affected-row count is the matched rows: it cannot tell
+        // "inserted" (1) from "left alone" (1), but no matched row in a take-over means no row.
         let id = done.last_insert_id();
+        if statement == AcquireStatement::TakeOver && done.rows_affected() == 0 {
+            return Ok(AcquireAnswer::Missing);
+        }
         if id == 0 {
-            return Ok(None);
+            return Ok(AcquireAnswer::NotAcquired);
         }
         if done.rows_affected() == 0 {
             return Err(LockError::backend_message(
@@ -598,12 +594,12 @@ impl SqlBackend for MySqlBackend {
             ));
         }
         // With the fencing column the insert id is the new token.
-        Ok(Some(id))
+        Ok(AcquireAnswer::Acquired(id))
     }
 
     async fn change_held(
         &self,
-        pool: &MySqlPool,
+        connection: &mut MySqlConnection,
         statement: HeldStatement,
         held: &HeldRecord,
         duration: Duration,
@@ -620,7 +616,7 @@ impl SqlBackend for MySqlBackend {
                 duration,
                 now,
             )?
-            .execute(pool)
+            .execute(&mut *connection)
             .await
             .map_err(|e| statement_error::<Self>(operation, &held.name, e))?;
         // Under CLIENT_FOUND_ROWS this counts matched rows: the owner check decides.
@@ -668,7 +664,7 @@ mod tests {
     }
 
     #[test]
-    fn server_time_acquire_is_one_statement_without_values_or_aliases() {
+    fn server_time_acquire_statements_use_no_values_function_or_aliases() {
         let schema = TableSchema {
             max_name_chars: Some(64),
             max_locked_by_chars: Some(255),
@@ -677,14 +673,19 @@ mod tests {
             fencing: false,
         };
         let statements = prepare_statements(&LockTable::default(), &schema, TimeSource::Server);
-        let sql = &*statements.acquire.sql;
-        assert!(!sql.contains("VALUES("), "no VALUES() function: {sql}");
-        assert!(!sql.contains(" AS "), "no row alias: {sql}");
-        assert_eq!(sql.matches("ON DUPLICATE KEY UPDATE").count(), 1);
+        for statement in [&statements.insert, &statements.take_over] {
+            let sql = &*statement.sql;
+            assert!(!sql.contains("VALUES("), "no VALUES() function: {sql}");
+            assert!(!sql.contains(" AS "), "no row alias: {sql}");
+            assert_eq!(statement.params.len(), 3, "{sql}");
+        }
+        let insert = &*statements.insert.sql;
+        assert_eq!(insert.matches("ON DUPLICATE KEY UPDATE").count(), 1);
+        let take_over = &*statements.take_over.sql;
+        assert!(take_over.starts_with("UPDATE "), "{take_over}");
         assert!(
-            sql.ends_with("`lock_until`)"),
-            "lock_until is assigned last: {sql}"
+            take_over.ends_with("`lock_until`) WHERE `name` = ?"),
+            "lock_until is assigned last, and the row is matched by name only: {take_over}"
         );
-        assert_eq!(statements.acquire.params.len(), 5);
     }
 }

@@ -619,7 +619,7 @@ async fn the_server_flavor_is_detected() {
     let table = unique("my_flavor");
     let provider = provider_on(&table, false).await;
     let version: String = sqlx::query_scalar("SELECT CAST(VERSION() AS CHAR)")
-        .fetch_one(provider.pool())
+        .fetch_one(&pool().await)
         .await
         .unwrap();
     let expected = if version.contains("MariaDB") {

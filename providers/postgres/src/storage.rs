@@ -6,10 +6,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use shedlock_core::{HeldRecord, LockError, LockRecord, NodeTime, Operation, TimeSource};
 use shedlock_sql::{
-    AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement, LockStatements,
-    LockTable, SqlBackend, TableSchema, client_time_parameter, statement_error,
+    AcquireAnswer, AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement,
+    LockStatements, LockTable, SqlBackend, TableSchema, client_time_parameter, statement_error,
 };
-use sqlx::postgres::{PgArguments, PgConnectOptions, PgPool};
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection};
 use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, Postgres, Row};
 
@@ -83,12 +83,18 @@ fn prepare_statements(
         "INSERT INTO {t} AS lock_row ({name}, {until}, {at}, {by}{fence_insert_col}) \
          VALUES ($1, {now} + make_interval(secs => $3), {now}, $2{fence_insert_val})"
     );
-    let acquire = format!(
-        "{values} ON CONFLICT ({name}) DO UPDATE SET {until} = EXCLUDED.{until}, \
-         {at} = EXCLUDED.{at}, {by} = EXCLUDED.{by}{fence_update} \
-         WHERE lock_row.{until} <= {now} RETURNING {returning}"
-    );
     let insert = format!("{values} ON CONFLICT ({name}) DO NOTHING RETURNING {returning}");
+    // A plain UPDATE skips a row whose committed version fails its WHERE without locking it,
+    // so an attempt on a held lock neither waits nor writes. (An upsert would lock the row,
+    // and the lock dirties it, so each refused attempt would commit a WAL flush while the
+    // others queue behind it.) The EXISTS, read from the same snapshot, tells a held row from
+    // a missing one in the same round trip.
+    let take_over = format!(
+        "WITH taken AS (UPDATE {t} AS lock_row SET {until} = {now} + make_interval(secs => $3), \
+         {at} = {now}, {by} = $2{fence_update} \
+         WHERE lock_row.{name} = $1 AND lock_row.{until} <= {now} RETURNING {returning}) \
+         SELECT (SELECT * FROM taken), EXISTS (SELECT 1 FROM {t} WHERE {name} = $1)"
+    );
     let release = format!(
         "UPDATE {t} SET {until} = GREATEST({now}, {at} + make_interval(secs => $3)) \
          WHERE {name} = $1 AND {by} = $2 AND {until} > {now}"
@@ -98,8 +104,8 @@ fn prepare_statements(
          WHERE {name} = $1 AND {by} = $2 AND {until} > {now}"
     );
     LockStatements {
-        acquire: acquire.into(),
         insert: insert.into(),
+        take_over: take_over.into(),
         release: release.into(),
         extend: extend.into(),
     }
@@ -161,7 +167,7 @@ impl SqlBackend for PostgresBackend {
     /// Reads the table's columns from the catalog (creating the table first when asked) and
     /// prepares the statements.
     async fn connect(
-        pool: &PgPool,
+        connection: &mut PgConnection,
         table: &LockTable,
         time_source: TimeSource,
         create_table: Option<bool>,
@@ -169,7 +175,7 @@ impl SqlBackend for PostgresBackend {
         let connect_error = |e| statement_error::<Self>(Operation::Connect, "", e);
         if let Some(fencing) = create_table {
             sqlx::query(AssertSqlSafe(create_table_statement(table, fencing)))
-                .execute(pool)
+                .execute(&mut *connection)
                 .await
                 .map_err(connect_error)?;
         }
@@ -181,7 +187,7 @@ impl SqlBackend for PostgresBackend {
              ORDER BY a.attnum",
         )
         .bind(&regclass)
-        .fetch_all(pool)
+        .fetch_all(&mut *connection)
         .await
         .map_err(connect_error)?;
         let mut columns = Vec::with_capacity(rows.len());
@@ -206,7 +212,7 @@ impl SqlBackend for PostgresBackend {
         )
         .bind(&regclass)
         .bind(table.column(Column::Name).catalog_name(DIALECT))
-        .fetch_one(pool)
+        .fetch_one(&mut *connection)
         .await
         .map_err(connect_error)?;
         if !name_is_unique {
@@ -246,10 +252,10 @@ impl SqlBackend for PostgresBackend {
 
     async fn acquire(
         &self,
-        pool: &PgPool,
+        connection: &mut PgConnection,
         statement: AcquireStatement,
         record: &LockRecord<'_>,
-    ) -> Result<Option<u64>, LockError> {
+    ) -> Result<AcquireAnswer, LockError> {
         let sql = self.statements.for_acquire(statement);
         let acquire_error = |e| statement_error::<Self>(Operation::Acquire, record.name, e);
         let row = self
@@ -261,18 +267,31 @@ impl SqlBackend for PostgresBackend {
                 record.lock_at_most_for,
                 record.now,
             )?
-            .fetch_optional(pool)
+            .fetch_optional(&mut *connection)
             .await
             .map_err(acquire_error)?;
-        // The statement returns the new fencing token (0 without the column).
-        row.map(|row| row.try_get::<i64, _>(0).map(|token| token as u64))
-            .transpose()
-            .map_err(acquire_error)
+        // The insert returns the new fencing token (0 without the column), or no row; the
+        // take-over always returns one row: the token or NULL, and whether the row exists.
+        let Some(row) = row else {
+            return Ok(AcquireAnswer::NotAcquired);
+        };
+        let token: Option<i64> = row.try_get(0).map_err(acquire_error)?;
+        Ok(match (token, statement) {
+            (Some(token), _) => AcquireAnswer::Acquired(token as u64),
+            (None, AcquireStatement::Insert) => AcquireAnswer::NotAcquired,
+            (None, AcquireStatement::TakeOver) => {
+                if row.try_get::<bool, _>(1).map_err(acquire_error)? {
+                    AcquireAnswer::NotAcquired
+                } else {
+                    AcquireAnswer::Missing
+                }
+            }
+        })
     }
 
     async fn change_held(
         &self,
-        pool: &PgPool,
+        connection: &mut PgConnection,
         statement: HeldStatement,
         held: &HeldRecord,
         duration: Duration,
@@ -282,7 +301,7 @@ impl SqlBackend for PostgresBackend {
         let operation = statement.operation();
         let done = self
             .bind(sql, operation, &held.name, &held.locked_by, duration, now)?
-            .execute(pool)
+            .execute(&mut *connection)
             .await
             .map_err(|e| statement_error::<Self>(operation, &held.name, e))?;
         Ok(done.rows_affected() > 0)

@@ -6,14 +6,16 @@ use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use shedlock_core::{HeldRecord, LockError, LockRecord, NodeTime, Operation, TimeSource};
-use sqlx::pool::PoolOptions;
-use sqlx::{Connection, Database, Pool};
+use sqlx::{Connection, Database};
 
 use crate::schema::TableSchema;
 use crate::table::LockTable;
 
 /// The connect options of `DB`'s connections (`PgConnectOptions` for PostgreSQL).
 pub type ConnectOptionsOf<DB> = <<DB as Database>::Connection as Connection>::Options;
+
+/// The connection type of backend `B`'s database (`PgConnection` for PostgreSQL).
+pub type ConnectionOf<B> = <<B as SqlBackend>::Database as Database>::Connection;
 
 /// One SQL database as a lock backend: its session settings, how it reads and checks its
 /// catalog, and its lock statements, prepared for one table.
@@ -43,18 +45,21 @@ pub trait SqlBackend: Sized + Send + Sync + fmt::Debug + 'static {
         operation_timeout: Duration,
     ) -> ConnectOptionsOf<Self::Database>;
 
-    /// The options of a pool opened from a URL, before the shared size and acquire timeout are
-    /// applied: where a session setting can only be made by a statement, this runs it on every
-    /// new connection.
-    fn pool_options(operation_timeout: Duration) -> PoolOptions<Self::Database> {
-        let _ = operation_timeout;
-        PoolOptions::new()
+    /// Sets up a connection the provider opened from a URL, before its first statement, where
+    /// a session setting can only be made by a statement. A pool the application gives is set
+    /// up by the application.
+    fn prepare_connection(
+        connection: &mut ConnectionOf<Self>,
+        operation_timeout: Duration,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        let _ = (connection, operation_timeout);
+        async { Ok(()) }
     }
 
     /// Creates the table if asked (`create_table`: `Some(fencing)`), reads it from the
     /// catalog, checks it, and prepares the statements for what it found.
     fn connect(
-        pool: &Pool<Self::Database>,
+        connection: &mut ConnectionOf<Self>,
         table: &LockTable,
         time_source: TimeSource,
         create_table: Option<bool>,
@@ -70,17 +75,16 @@ pub trait SqlBackend: Sized + Send + Sync + fmt::Debug + 'static {
         Ok(())
     }
 
-    /// Runs one acquire statement for `record`: `Some(token)` when it took the lock (the token
-    /// is meaningful only with the fencing column), `None` when someone else holds it.
+    /// Runs one acquire statement for `record`, as one round trip.
     ///
     /// `record.now` binds as a parameter only in client-time statements; see
     /// [`client_time_parameter`].
     fn acquire(
         &self,
-        pool: &Pool<Self::Database>,
+        connection: &mut ConnectionOf<Self>,
         statement: AcquireStatement,
         record: &LockRecord<'_>,
-    ) -> impl Future<Output = Result<Option<u64>, LockError>> + Send;
+    ) -> impl Future<Output = Result<AcquireAnswer, LockError>> + Send;
 
     /// Runs release or extend for `held` with `duration` (`lock_at_least_for` or the new
     /// `lock_at_most_for`): whether the caller's own acquisition was still there to change.
@@ -89,7 +93,7 @@ pub trait SqlBackend: Sized + Send + Sync + fmt::Debug + 'static {
     /// [`client_time_parameter`].
     fn change_held(
         &self,
-        pool: &Pool<Self::Database>,
+        connection: &mut ConnectionOf<Self>,
         statement: HeldStatement,
         held: &HeldRecord,
         duration: Duration,
@@ -97,13 +101,33 @@ pub trait SqlBackend: Sized + Send + Sync + fmt::Debug + 'static {
     ) -> impl Future<Output = Result<bool, LockError>> + Send;
 }
 
-/// Which acquire statement to run: both insert the row of a name seen for the first time.
+/// Which acquire statement to run.
+///
+/// The two are separate so that an attempt on a held lock, the common case under contention,
+/// never waits for another attempt's row lock: PostgreSQL's `INSERT ... ON CONFLICT DO UPDATE
+/// ... WHERE` locks the conflicting row even when its `WHERE` is false, and the lock lasts until
+/// that statement commits, so every refused attempt would queue behind the others.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AcquireStatement {
-    /// Inserts only; an existing row, held or not, is left alone (not acquired).
-    InsertOnly,
-    /// Inserts, or takes an existing row over once its `lock_until` has passed.
-    InsertOrTakeOver,
+    /// For a name not known to have a row: inserts it, held. An existing row, held or not, is
+    /// left alone ([`AcquireAnswer::NotAcquired`]).
+    Insert,
+    /// For a name known to have a row: takes it over once its `lock_until` has passed, without
+    /// waiting on a held row. [`AcquireAnswer::Missing`] if the row is gone (a backend whose
+    /// statement creates the row instead never answers that).
+    TakeOver,
+}
+
+/// What an acquire statement found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcquireAnswer {
+    /// The statement took the lock; the new fencing token (meaningful only with the fencing
+    /// column).
+    Acquired(u64),
+    /// Someone else holds it (or, for [`AcquireStatement::Insert`], the row exists).
+    NotAcquired,
+    /// [`AcquireStatement::TakeOver`] found no row for the name.
+    Missing,
 }
 
 /// Which statement changes a held lock; both act only on the caller's own acquisition.
@@ -129,10 +153,10 @@ impl HeldStatement {
 /// or text with the order of its parameters), built once at connect.
 #[derive(Debug, Clone)]
 pub struct LockStatements<S> {
-    /// Inserts a new name's row, or takes an expired row over.
-    pub acquire: S,
     /// Inserts a new name's row only.
     pub insert: S,
+    /// Takes an existing row over once it has expired.
+    pub take_over: S,
     /// Releases the caller's own acquisition.
     pub release: S,
     /// Extends the caller's own acquisition.
@@ -143,8 +167,8 @@ impl<S> LockStatements<S> {
     /// The statement that runs `statement`.
     pub fn for_acquire(&self, statement: AcquireStatement) -> &S {
         match statement {
-            AcquireStatement::InsertOnly => &self.insert,
-            AcquireStatement::InsertOrTakeOver => &self.acquire,
+            AcquireStatement::Insert => &self.insert,
+            AcquireStatement::TakeOver => &self.take_over,
         }
     }
 

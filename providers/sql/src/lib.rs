@@ -20,6 +20,7 @@
 //! own driver, reads its own catalog and hands the result here.
 
 mod backend;
+mod connections;
 mod identifier;
 mod provider;
 mod schema;
@@ -27,8 +28,8 @@ mod storage;
 mod table;
 
 pub use backend::{
-    AcquireStatement, ConnectOptionsOf, HeldStatement, LockStatements, SqlBackend,
-    client_time_parameter, statement_error,
+    AcquireAnswer, AcquireStatement, ConnectOptionsOf, ConnectionOf, HeldStatement, LockStatements,
+    SqlBackend, client_time_parameter, statement_error,
 };
 pub use identifier::{Dialect, Identifier, IdentifierError, MAX_IDENTIFIER_LEN, TableName};
 pub use provider::{

@@ -11,9 +11,10 @@ use shedlock_core::{
     Acquisition, Capabilities, Clock, DEFAULT_OPERATION_TIMEOUT, LockConfiguration, LockError,
     LockProvider, Operation, StorageBasedLockProvider, TimeSource, redact_url,
 };
-use sqlx::{ConnectOptions, Connection, Pool};
+use sqlx::Pool;
 
 use crate::backend::{ConnectOptionsOf, SqlBackend};
+use crate::connections::{Connections, OwnConnections};
 use crate::identifier::IdentifierError;
 use crate::storage::SqlStorage;
 use crate::table::{Column, LockTable};
@@ -132,7 +133,7 @@ impl<B: SqlBackend> SqlLockProviderBuilder<B> {
         self
     }
 
-    /// The bound on connecting (opening the file, for SQLite) and on each wait for a pooled
+    /// The bound on connecting (opening the file, for SQLite) and on each wait for a free
     /// connection (default 5 s), so an unreachable database is an error, not a hang.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
@@ -148,7 +149,8 @@ impl<B: SqlBackend> SqlLockProviderBuilder<B> {
         self
     }
 
-    /// The pool size when connecting from a URL (default 10); ignored for a given pool.
+    /// The most connections the provider opens from a URL (default 10), for lock statements
+    /// running at the same moment; ignored for a given pool.
     pub fn max_connections(mut self, max: u32) -> Self {
         self.max_connections = max;
         self
@@ -171,17 +173,27 @@ impl<B: SqlBackend> SqlLockProviderBuilder<B> {
         let target = self.source.describe();
         let table = self.table.map_err(bad_table::<B>)?;
         let timeout = self.connect_timeout;
-        let pool = match self.source {
-            Source::Pool(pool) => pool,
+        let connections = match self.source {
+            Source::Pool(pool) => Connections::Given(pool),
             Source::Url(url) => {
                 let options = url_options::<B>(&url, &target, self.operation_timeout)?;
-                // One direct connection first: its error says why (refused, no such host,
-                // authentication), where a pool would only report that it timed out.
-                match tokio::time::timeout(timeout, options.connect()).await {
-                    Ok(Ok(connection)) => {
-                        let _ = connection.close().await;
+                let own = OwnConnections::new(
+                    options,
+                    self.max_connections,
+                    timeout,
+                    self.operation_timeout,
+                );
+                // One connection first, outside any bound on waiting for a slot: its error says
+                // why (refused, no such host, authentication). It then reads the catalog and
+                // stays for the lock statements.
+                match own.open().await {
+                    Ok(connection) => own.adopt(connection),
+                    Err(sqlx::Error::PoolTimedOut) => {
+                        return Err(connect_error::<B>(format!(
+                            "{target}: no connection within {timeout:?} (is the server reachable?)"
+                        )));
                     }
-                    Ok(Err(e)) => {
+                    Err(e) => {
                         return Err(LockError::backend(
                             B::PROVIDER,
                             Operation::Connect,
@@ -190,18 +202,12 @@ impl<B: SqlBackend> SqlLockProviderBuilder<B> {
                             e,
                         ));
                     }
-                    Err(_) => {
-                        return Err(connect_error::<B>(format!(
-                            "{target}: no connection within {timeout:?} (is the server reachable?)"
-                        )));
-                    }
                 }
-                pool_options::<B>(self.max_connections, timeout, self.operation_timeout)
-                    .connect_lazy_with(options)
+                Connections::Own(own)
             }
         };
         let connecting = SqlStorage::connect(
-            pool,
+            connections,
             table,
             self.time_source,
             self.create_table,
@@ -233,19 +239,16 @@ impl<B: SqlBackend> SqlLockProviderBuilder<B> {
     pub fn build_without_connecting(self, fencing: bool) -> Result<SqlLockProvider<B>, LockError> {
         let target = self.source.describe();
         let table = self.table.map_err(bad_table::<B>)?;
-        let pool = match self.source {
-            Source::Pool(pool) => pool,
-            Source::Url(url) => {
-                let options = url_options::<B>(&url, &target, self.operation_timeout)?;
-                pool_options::<B>(
-                    self.max_connections,
-                    self.connect_timeout,
-                    self.operation_timeout,
-                )
-                .connect_lazy_with(options)
-            }
+        let connections = match self.source {
+            Source::Pool(pool) => Connections::Given(pool),
+            Source::Url(url) => Connections::Own(OwnConnections::new(
+                url_options::<B>(&url, &target, self.operation_timeout)?,
+                self.max_connections,
+                self.connect_timeout,
+                self.operation_timeout,
+            )),
         };
-        let storage = SqlStorage::unchecked(pool, table, self.time_source, fencing, target);
+        let storage = SqlStorage::unchecked(connections, table, self.time_source, fencing, target);
         Ok(SqlLockProvider::new(
             storage,
             self.operation_timeout,
@@ -279,17 +282,6 @@ fn url_options<B: SqlBackend>(
         )
     })?;
     Ok(B::session_options(options, operation_timeout))
-}
-
-/// The settings of a pool a provider opens from a URL.
-fn pool_options<B: SqlBackend>(
-    max_connections: u32,
-    connect_timeout: Duration,
-    operation_timeout: Duration,
-) -> sqlx::pool::PoolOptions<B::Database> {
-    B::pool_options(operation_timeout)
-        .max_connections(max_connections)
-        .acquire_timeout(connect_timeout)
 }
 
 /// Prefixes a connect error with the redacted target, so the message says which database.
@@ -342,6 +334,12 @@ impl<B: SqlBackend> SqlLockProvider<B> {
 
     /// A builder on an existing pool; lock statements take a connection from it per statement,
     /// never joining a transaction of yours.
+    ///
+    /// The pool is used as you configured it, and sqlx's pool pings a connection when it goes
+    /// back (and, with `test_before_acquire`, its default, before handing it out), so each
+    /// operation costs those round trips on top of its statement. A provider built from a URL
+    /// ([`builder_from_url`](Self::builder_from_url)) opens connections of its own and sends
+    /// only the statement.
     pub fn builder(pool: Pool<B::Database>) -> SqlLockProviderBuilder<B> {
         SqlLockProviderBuilder::new(Source::Pool(pool))
     }
@@ -403,8 +401,9 @@ impl<B: SqlBackend> SqlLockProvider<B> {
         self.inner.clear_name_cache();
     }
 
-    /// The pool the statements run on.
-    pub fn pool(&self) -> &Pool<B::Database> {
+    /// The pool the statements run on, when the provider was given one
+    /// ([`builder`](Self::builder)); `None` when it opened its own connections from a URL.
+    pub fn pool(&self) -> Option<&Pool<B::Database>> {
         self.storage.pool()
     }
 

@@ -11,14 +11,15 @@ use shedlock_core::{
 };
 use sqlx::Pool;
 
-use crate::backend::{AcquireStatement, HeldStatement, SqlBackend};
+use crate::backend::{AcquireAnswer, AcquireStatement, HeldStatement, SqlBackend, statement_error};
+use crate::connections::{Checkout, Connections};
 use crate::schema::TableSchema;
 use crate::table::{Column, LockTable};
 
-/// The lock table on one database: its pool, what connecting found, and the backend's
+/// The lock table on one database: its connections, what connecting found, and the backend's
 /// statements for it.
 pub(crate) struct SqlStorage<B: SqlBackend> {
-    pool: Pool<B::Database>,
+    connections: Connections<B>,
     table: LockTable,
     schema: TableSchema,
     time_source: TimeSource,
@@ -40,17 +41,24 @@ impl<B: SqlBackend> fmt::Debug for SqlStorage<B> {
 }
 
 impl<B: SqlBackend> SqlStorage<B> {
-    /// Reads and checks the table (creating it first when asked) and prepares the statements.
+    /// Reads and checks the table (creating it first when asked) on one of `connections`, and
+    /// prepares the statements.
     pub(crate) async fn connect(
-        pool: Pool<B::Database>,
+        connections: Connections<B>,
         table: LockTable,
         time_source: TimeSource,
         create_table: Option<bool>,
         target: String,
     ) -> Result<Self, LockError> {
-        let (backend, schema) = B::connect(&pool, &table, time_source, create_table).await?;
+        let mut checkout = connections
+            .checkout()
+            .await
+            .map_err(|e| statement_error::<B>(Operation::Connect, "", e))?;
+        let connected = B::connect(checkout.connection(), &table, time_source, create_table).await;
+        checkout.finish(connected.is_ok());
+        let (backend, schema) = connected?;
         Ok(Self {
-            pool,
+            connections,
             table,
             schema,
             time_source,
@@ -64,7 +72,7 @@ impl<B: SqlBackend> SqlStorage<B> {
     /// millisecond times, the fencing column when `fencing`), without connecting: the first
     /// statement connects.
     pub(crate) fn unchecked(
-        pool: Pool<B::Database>,
+        connections: Connections<B>,
         table: LockTable,
         time_source: TimeSource,
         fencing: bool,
@@ -79,7 +87,7 @@ impl<B: SqlBackend> SqlStorage<B> {
         };
         let backend = B::unchecked(&table, &schema, time_source);
         Self {
-            pool,
+            connections,
             table,
             schema,
             time_source,
@@ -88,8 +96,8 @@ impl<B: SqlBackend> SqlStorage<B> {
         }
     }
 
-    pub(crate) fn pool(&self) -> &Pool<B::Database> {
-        &self.pool
+    pub(crate) fn pool(&self) -> Option<&Pool<B::Database>> {
+        self.connections.pool()
     }
 
     pub(crate) fn table(&self) -> &LockTable {
@@ -128,14 +136,46 @@ impl<B: SqlBackend> SqlStorage<B> {
         record: &LockRecord<'_>,
     ) -> Result<RecordOutcome, LockError> {
         self.check_locked_by(record.name, record.locked_by)?;
-        Ok(
-            match self.backend.acquire(&self.pool, statement, record).await? {
-                None => RecordOutcome::NotAcquired(None),
-                Some(token) => RecordOutcome::Acquired {
-                    fencing_token: self.schema.fencing.then_some(token),
-                },
+        let mut checkout = self.checkout(Operation::Acquire, record.name).await?;
+        let answer = self
+            .backend
+            .acquire(checkout.connection(), statement, record)
+            .await;
+        checkout.finish(answer.is_ok());
+        Ok(match answer? {
+            AcquireAnswer::Acquired(token) => RecordOutcome::Acquired {
+                fencing_token: self.schema.fencing.then_some(token),
             },
-        )
+            AcquireAnswer::NotAcquired => RecordOutcome::NotAcquired(None),
+            AcquireAnswer::Missing => RecordOutcome::Missing,
+        })
+    }
+
+    async fn change_held(
+        &self,
+        statement: HeldStatement,
+        held: &HeldRecord,
+        duration: Duration,
+        now: NodeTime,
+    ) -> Result<bool, LockError> {
+        let mut checkout = self.checkout(statement.operation(), &held.name).await?;
+        let changed = self
+            .backend
+            .change_held(checkout.connection(), statement, held, duration, now)
+            .await;
+        checkout.finish(changed.is_ok());
+        changed
+    }
+
+    async fn checkout(
+        &self,
+        operation: Operation,
+        name: &str,
+    ) -> Result<Checkout<'_, B>, LockError> {
+        self.connections
+            .checkout()
+            .await
+            .map_err(|e| statement_error::<B>(operation, name, e))
     }
 }
 
@@ -160,17 +200,19 @@ impl<B: SqlBackend> LockStorage for SqlStorage<B> {
         self.backend.check_name(name)
     }
 
+    /// A known name is only ever updated, so an attempt on a held lock never waits on its
+    /// row (see [`AcquireStatement`]); a new name costs one insert, as does a node's first
+    /// attempt on a name after a restart (the row exists, so a take-over follows).
     fn update_creates_missing_record(&self) -> bool {
-        true
+        false
     }
 
     async fn insert_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
-        self.acquire(AcquireStatement::InsertOnly, record).await
+        self.acquire(AcquireStatement::Insert, record).await
     }
 
     async fn update_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
-        self.acquire(AcquireStatement::InsertOrTakeOver, record)
-            .await
+        self.acquire(AcquireStatement::TakeOver, record).await
     }
 
     async fn extend(
@@ -179,21 +221,13 @@ impl<B: SqlBackend> LockStorage for SqlStorage<B> {
         lock_at_most_for: Duration,
         now: NodeTime,
     ) -> Result<bool, LockError> {
-        self.backend
-            .change_held(
-                &self.pool,
-                HeldStatement::Extend,
-                held,
-                lock_at_most_for,
-                now,
-            )
+        self.change_held(HeldStatement::Extend, held, lock_at_most_for, now)
             .await
     }
 
     async fn unlock(&self, held: &HeldRecord, now: NodeTime) -> Result<bool, LockError> {
         let at_least = held.lock_at_least_for;
-        self.backend
-            .change_held(&self.pool, HeldStatement::Release, held, at_least, now)
+        self.change_held(HeldStatement::Release, held, at_least, now)
             .await
     }
 }

@@ -6,11 +6,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use shedlock_core::{HeldRecord, LockError, LockRecord, NodeTime, Operation, TimeSource};
 use shedlock_sql::{
-    AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement, LockStatements,
-    LockTable, SqlBackend, TableSchema, client_time_parameter, statement_error,
+    AcquireAnswer, AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement,
+    LockStatements, LockTable, SqlBackend, TableSchema, client_time_parameter, statement_error,
 };
 use sqlx::query::Query;
-use sqlx::sqlite::{Sqlite, SqliteArguments, SqliteConnectOptions, SqlitePool};
+use sqlx::sqlite::{Sqlite, SqliteArguments, SqliteConnectOptions, SqliteConnection};
 use sqlx::{AssertSqlSafe, Row};
 
 const DIALECT: Dialect = Dialect::Sqlite;
@@ -73,7 +73,10 @@ fn prepare_statements(table: &LockTable, schema: &TableSchema) -> LockStatements
          VALUES (?1, {now_plus}, {now}, ?2{fence_val})"
     );
     LockStatements {
-        acquire: format!(
+        // SQLite has no row locks (a write statement takes the file's write lock whether or
+        // not its WHERE matches), so the upsert costs a refused attempt no more than a plain
+        // UPDATE would, and it recreates a row deleted by hand in the same statement.
+        take_over: format!(
             "{values} ON CONFLICT ({name}) DO UPDATE SET {until} = excluded.{until}, \
              {at} = excluded.{at}, {by} = excluded.{by}{fence_update} \
              WHERE {until} <= {now} RETURNING {returning}"
@@ -171,7 +174,7 @@ impl SqlBackend for SqliteBackend {
     /// Reads the table's columns (creating the table first when asked) and prepares the
     /// statements.
     async fn connect(
-        pool: &SqlitePool,
+        connection: &mut SqliteConnection,
         table: &LockTable,
         time_source: TimeSource,
         create_table: Option<bool>,
@@ -179,7 +182,7 @@ impl SqlBackend for SqliteBackend {
         let connect_error = |e| statement_error::<Self>(Operation::Connect, "", e);
         if let Some(fencing) = create_table {
             sqlx::query(AssertSqlSafe(create_table_statement(table, fencing)))
-                .execute(pool)
+                .execute(&mut *connection)
                 .await
                 .map_err(connect_error)?;
         }
@@ -192,7 +195,7 @@ impl SqlBackend for SqliteBackend {
                     .as_ref()
                     .map_or_else(|| "main".to_owned(), |s| s.catalog_name(DIALECT)),
             )
-            .fetch_all(pool)
+            .fetch_all(&mut *connection)
             .await
             .map_err(connect_error)?;
         let mut columns = Vec::with_capacity(rows.len());
@@ -241,10 +244,10 @@ impl SqlBackend for SqliteBackend {
 
     async fn acquire(
         &self,
-        pool: &SqlitePool,
+        connection: &mut SqliteConnection,
         statement: AcquireStatement,
         record: &LockRecord<'_>,
-    ) -> Result<Option<u64>, LockError> {
+    ) -> Result<AcquireAnswer, LockError> {
         let sql = self.statements.for_acquire(statement);
         let acquire_error = |e| statement_error::<Self>(Operation::Acquire, record.name, e);
         let row = self
@@ -256,18 +259,23 @@ impl SqlBackend for SqliteBackend {
                 record.lock_at_most_for,
                 record.now,
             )?
-            .fetch_optional(pool)
+            .fetch_optional(&mut *connection)
             .await
             .map_err(acquire_error)?;
-        // The statement returns the new fencing token (0 without the column).
-        row.map(|row| row.try_get::<i64, _>(0).map(|token| token as u64))
-            .transpose()
-            .map_err(acquire_error)
+        // The statement returns the new fencing token (0 without the column); the take-over
+        // inserts a missing row, so no row always means "held".
+        match row {
+            Some(row) => row
+                .try_get::<i64, _>(0)
+                .map(|token| AcquireAnswer::Acquired(token as u64))
+                .map_err(acquire_error),
+            None => Ok(AcquireAnswer::NotAcquired),
+        }
     }
 
     async fn change_held(
         &self,
-        pool: &SqlitePool,
+        connection: &mut SqliteConnection,
         statement: HeldStatement,
         held: &HeldRecord,
         duration: Duration,
@@ -277,7 +285,7 @@ impl SqlBackend for SqliteBackend {
         let operation = statement.operation();
         let done = self
             .bind(sql, operation, &held.name, &held.locked_by, duration, now)?
-            .execute(pool)
+            .execute(&mut *connection)
             .await
             .map_err(|e| statement_error::<Self>(operation, &held.name, e))?;
         Ok(done.rows_affected() > 0)

@@ -305,10 +305,11 @@ pub mod non_utc {
                 B::create_table(&harness.admin, run.table, run.fencing).await?;
                 harness.prepare_table().await?;
                 let node = harness.node(Arc::new(SystemClock)).await?;
-                for (whose, pool) in [
-                    ("the harness's own pool", &harness.admin),
-                    ("a node's pool", node.pool()),
-                ] {
+                // A node that opened its own connections from the URL starts its sessions as
+                // the harness's pool, opened from the same URL, does.
+                let node_pool = node.pool().map(|pool| ("a node's pool", pool));
+                let harness_pool = Some(("the harness's own pool", &harness.admin));
+                for (whose, pool) in harness_pool.into_iter().chain(node_pool) {
                     let (zone, offset) = B::session_time_zone(pool).await?;
                     far_from_utc(whose, &zone, offset)?;
                 }

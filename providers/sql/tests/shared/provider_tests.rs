@@ -398,7 +398,8 @@ pub async fn lock_statements_run_outside_the_callers_transaction<B: SqlBackend>(
     for<'c> &'c mut <B::Database as Database>::Connection: Executor<'c, Database = B::Database>,
     <B::Database as Database>::Arguments: IntoArguments<B::Database>,
 {
-    let mut tx = provider.pool().begin().await.unwrap();
+    let pool = provider.pool().expect("the provider was given a pool");
+    let mut tx = pool.begin().await.unwrap();
     sqlx::query("SELECT 1").execute(&mut *tx).await.unwrap();
     let held = lock(provider, "job", MINUTE).await.unwrap();
     tx.rollback().await.unwrap();
