@@ -1,0 +1,70 @@
+//! What each lock operation costs on the wire to a real PostgreSQL server.
+
+#[path = "../../sql/tests/shared/round_trips.rs"]
+mod round_trips;
+
+use shedlock_postgres::PostgresLockProvider;
+
+fn url() -> String {
+    std::env::var("SHEDLOCK_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+        panic!(
+            "SHEDLOCK_TEST_POSTGRES_URL is not set: these tests need a PostgreSQL server, e.g. \
+             SHEDLOCK_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test"
+        )
+    })
+}
+
+fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
+}
+
+async fn provider(url: String, table: &str) -> PostgresLockProvider {
+    PostgresLockProvider::builder_from_url(url)
+        .table_name(table)
+        .create_table_if_missing(true)
+        .build()
+        .await
+        .unwrap()
+}
+
+async fn drop_table(table: &str) {
+    let pool = sqlx::PgPool::connect(&url()).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE {table}")))
+        .execute(&pool)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn every_operation_is_one_round_trip() {
+    let table = unique("pg_round_trips");
+    let (proxy, proxied) = round_trips::proxy_for(&url()).await;
+    let provider = provider(proxied, &table).await;
+    round_trips::every_operation_is_one_round_trip(&proxy, &provider).await;
+    drop_table(&table).await;
+}
+
+#[tokio::test]
+async fn a_killed_connection_fails_one_operation_then_the_next_reconnects() {
+    let table = unique("pg_killed");
+    let provider = provider(url(), &table).await;
+    // The provider's idle connection is the one whose last statement named this table.
+    let kill = async {
+        let pool = sqlx::PgPool::connect(&url()).await.unwrap();
+        let killed: Vec<bool> = sqlx::query_scalar(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE pid <> pg_backend_pid() AND position($1 in query) > 0",
+        )
+        .bind(&table)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        killed.into_iter().filter(|&killed| killed).count() as u64
+    };
+    round_trips::a_killed_connection_fails_one_operation_then_the_next_reconnects(&provider, kill)
+        .await;
+    drop_table(&table).await;
+}

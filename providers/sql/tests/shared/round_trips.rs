@@ -1,0 +1,154 @@
+//! What a lock operation costs on the wire, counted by a proxy between the provider and a real
+//! server: counts, not timings, so they are stable. Each networked provider's
+//! `tests/round_trips.rs` includes this file with `#[path]` and says how to reach its server
+//! and how to kill one of the provider's connections there.
+
+use std::future::Future;
+use std::time::Duration;
+
+use shedlock_conformance::CountingProxy;
+use shedlock_core::{Acquisition, LockConfiguration, LockHandle, LockProvider};
+use shedlock_sql::{SqlBackend, SqlLockProvider};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// A proxy to the server `url` names, and the same URL pointed at the proxy.
+pub async fn proxy_for(url: &str) -> (CountingProxy, String) {
+    let after_scheme = url.find("://").expect("a URL with a scheme") + 3;
+    let authority_start = url[after_scheme..]
+        .find('@')
+        .map_or(after_scheme, |at| after_scheme + at + 1);
+    let authority_end = url[authority_start..]
+        .find(['/', '?'])
+        .map_or(url.len(), |end| authority_start + end);
+    let upstream = &url[authority_start..authority_end];
+    let proxy = CountingProxy::start(upstream)
+        .await
+        .unwrap_or_else(|e| panic!("start a proxy to {upstream}: {e}"));
+    let proxied = format!(
+        "{}{}{}",
+        &url[..authority_start],
+        proxy.local_addr(),
+        &url[authority_end..]
+    );
+    (proxy, proxied)
+}
+
+/// The round trips `operation` costs, and what it answered.
+async fn counted<T>(proxy: &CountingProxy, operation: impl Future<Output = T>) -> (T, u64) {
+    let before = proxy.round_trips();
+    let answer = operation.await;
+    (answer, proxy.round_trips() - before)
+}
+
+fn config(name: &str) -> LockConfiguration {
+    LockConfiguration::new(name, MINUTE, Duration::ZERO).unwrap()
+}
+
+async fn try_lock(
+    proxy: &CountingProxy,
+    node: &dyn LockProvider,
+    name: &str,
+) -> (Option<Box<dyn LockHandle>>, u64) {
+    let (acquisition, round_trips) = counted(proxy, node.try_lock(&config(name))).await;
+    let handle = match acquisition.unwrap() {
+        Acquisition::Acquired(handle) => Some(handle),
+        Acquisition::NotAcquired(_) => None,
+    };
+    (handle, round_trips)
+}
+
+async fn release(proxy: &CountingProxy, handle: Box<dyn LockHandle>) -> u64 {
+    let (released, round_trips) = counted(proxy, handle.unlock()).await;
+    assert!(released.unwrap(), "the holder releases its own lock");
+    round_trips
+}
+
+/// Sends each statement once on the provider's connection, so the counts below are of the
+/// statements alone, not of the driver preparing them on first use.
+async fn warm_up<B: SqlBackend>(proxy: &CountingProxy, provider: &SqlLockProvider<B>) {
+    let (inserted, _) = try_lock(proxy, provider, "warm-up").await;
+    let inserted = inserted.expect("a new name is free");
+    assert!(inserted.extend(MINUTE).await.unwrap());
+    release(proxy, inserted).await;
+    let (taken_over, _) = try_lock(proxy, provider, "warm-up").await;
+    release(proxy, taken_over.expect("released, so free")).await;
+}
+
+/// Every operation is one round trip: the first acquire of a new name, an acquire of a known
+/// free name, a refused acquire, release and extend; after a node restart (its name cache
+/// empty, the row there) the first attempt on a name costs two, then one again.
+pub async fn every_operation_is_one_round_trip<B: SqlBackend>(
+    proxy: &CountingProxy,
+    provider: &SqlLockProvider<B>,
+) {
+    warm_up(proxy, provider).await;
+    let connections = proxy.connections();
+
+    let (held, first) = try_lock(proxy, provider, "job").await;
+    let held = held.expect("a new name is free");
+    assert_eq!(first, 1, "first acquire of a new name");
+    let (refused, round_trips) = try_lock(proxy, provider, "job").await;
+    assert!(refused.is_none(), "held, so refused");
+    assert_eq!(round_trips, 1, "refused acquire of a known name");
+    let (extended, round_trips) = counted(proxy, held.extend(MINUTE)).await;
+    assert!(extended.unwrap());
+    assert_eq!(round_trips, 1, "extend");
+    assert_eq!(release(proxy, held).await, 1, "release");
+    let (taken, round_trips) = try_lock(proxy, provider, "job").await;
+    assert_eq!(round_trips, 1, "acquire of a known free name");
+    release(proxy, taken.expect("released, so free")).await;
+
+    // A restarted node does not know the row exists: its insert is refused, then it takes the
+    // row over. Two round trips, once per name for the node's life.
+    provider.clear_name_cache();
+    let (taken, round_trips) = try_lock(proxy, provider, "job").await;
+    let taken = taken.expect("released, so free");
+    assert_eq!(
+        round_trips, 2,
+        "first acquire of an existing name after a restart"
+    );
+    let restarted = provider.node();
+    let (refused, round_trips) = try_lock(proxy, &restarted, "job").await;
+    assert!(refused.is_none(), "held, so refused");
+    assert_eq!(round_trips, 2, "first refused acquire after a restart");
+    let (refused, round_trips) = try_lock(proxy, &restarted, "job").await;
+    assert!(refused.is_none(), "held, so refused");
+    assert_eq!(round_trips, 1, "then known again");
+    assert_eq!(release(proxy, taken).await, 1, "release");
+
+    assert_eq!(
+        proxy.connections(),
+        connections,
+        "one connection served every operation, with no reconnect"
+    );
+}
+
+/// A connection killed on the server fails the next operation (an error, so the task does not
+/// run), and the operation after it works on a fresh connection.
+pub async fn a_killed_connection_fails_one_operation_then_the_next_reconnects<B: SqlBackend>(
+    provider: &SqlLockProvider<B>,
+    kill_connections: impl Future<Output = u64>,
+) {
+    let warm = provider.try_lock(&config("job")).await.unwrap();
+    let warm = warm.into_handle().expect("a new name is free");
+    assert!(warm.unlock().await.unwrap());
+    assert!(
+        kill_connections.await > 0,
+        "the provider's connection was found"
+    );
+    let error = provider
+        .try_lock(&config("job"))
+        .await
+        .expect_err("the killed connection fails the statement, and the acquire fails closed");
+    assert!(
+        error.to_string().contains("acquire of lock \"job\" failed"),
+        "{error}"
+    );
+    let again = provider
+        .try_lock(&config("job"))
+        .await
+        .expect("the next acquire connects afresh");
+    let again = again.into_handle().expect("free, so taken");
+    assert!(again.unlock().await.unwrap());
+}
