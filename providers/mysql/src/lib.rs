@@ -39,31 +39,48 @@
 //! # The statements
 //!
 //! Server time (the default) uses the database clock, `UTC_TIMESTAMP(3)`. Every operation is
-//! one statement, outside any transaction of the caller. Acquire, including the first acquire
-//! of a new name, valid on MySQL 8 and MariaDB alike (no `VALUES()` function, no row alias):
+//! one statement, outside any transaction of the caller, valid on MySQL 8 and MariaDB alike (no
+//! `VALUES()` function, no row alias). Acquire of a name this node has not seen:
 //!
 //! ```sql
 //! INSERT INTO shedlock (name, lock_until, locked_at, locked_by)
 //!   VALUES (?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)), UTC_TIMESTAMP(3),
 //!           IF(LAST_INSERT_ID(1) > 0, ?, NULL))
-//! ON DUPLICATE KEY UPDATE
+//! ON DUPLICATE KEY UPDATE locked_by = IF(LAST_INSERT_ID(0) = 0, locked_by, NULL)
+//! ```
+//!
+//! Acquire of a name it has seen (the row exists):
+//!
+//! ```sql
+//! UPDATE shedlock SET
 //!   locked_by  = IF(lock_until <= UTC_TIMESTAMP(3), IF(LAST_INSERT_ID(1) > 0, ?, NULL),
 //!                   IF(LAST_INSERT_ID(0) = 0, locked_by, NULL)),
 //!   locked_at  = IF(lock_until <= UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), locked_at),
 //!   lock_until = IF(lock_until <= UTC_TIMESTAMP(3),
 //!                   TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)), lock_until)
+//! WHERE name = ?
 //! ```
 //!
 //! Whether it took the lock is read from the statement's insert id, which the server sets to
 //! the argument of the last `LAST_INSERT_ID(expr)` evaluated: 1 when the row was inserted or
-//! taken over, 0 when it was held and left alone. The affected-row count cannot tell: sqlx
-//! connects with `CLIENT_FOUND_ROWS`, under which "inserted" and "left unchanged" both count 1.
-//! With the fencing column, the take-over branch instead evaluates
+//! taken over, 0 when it was left alone. The affected-row count cannot tell: sqlx connects with
+//! `CLIENT_FOUND_ROWS`, under which "inserted" and "left unchanged" both count 1; but a
+//! take-over that matched no row means the row was deleted by hand, and the next statement
+//! inserts it again. With the fencing column, the take-over instead evaluates
 //! `fencing_token = IF(lock_until <= now, LAST_INSERT_ID(COALESCE(fencing_token, 0) + 1),
 //! fencing_token)`, so the insert id *is* the new token. Every assignment tests the old
 //! `lock_until`, which is assigned last, so the statement means the same whether assignments
 //! are evaluated left to right or simultaneously. (The session's `LAST_INSERT_ID()` is changed
-//! as a side effect.)
+//! as a side effect.) InnoDB locks the row for the statement either way, but a held row is
+//! assigned its own values, which it does not write, so a refused attempt commits nothing and
+//! holds the row lock only while its own statement runs, never across a log flush.
+//!
+//! Each statement is one wire round trip on a connection the provider opened itself from a URL:
+//! no health check is sent before or after it; a broken connection fails its statement (the
+//! operation fails closed) and the next operation connects afresh. A node's first attempt on a
+//! name whose row it has not seen since it started is two round trips (the insert is refused,
+//! the take-over follows), once per name. On a pool of yours, sqlx's pings add up to two
+//! round trips per operation.
 //!
 //! ```sql
 //! -- release (? = lock_at_least_for in microseconds):

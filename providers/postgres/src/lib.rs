@@ -31,16 +31,20 @@
 //!
 //! Server time (the default) uses the database clock, `timezone('utc', CURRENT_TIMESTAMP)`, so
 //! the nodes' clocks do not matter. Every operation is one statement, outside any transaction
-//! of the caller (each runs on its own pooled connection, in autocommit):
+//! of the caller, in autocommit:
 //!
 //! ```sql
-//! -- acquire, including the first acquire of a new name ($3 = lock_at_most_for in seconds):
+//! -- acquire of a name this node has not seen ($3 = lock_at_most_for in seconds):
 //! INSERT INTO shedlock AS lock_row (name, lock_until, locked_at, locked_by)
 //!   VALUES ($1, now + make_interval(secs => $3), now, $2)
-//!   ON CONFLICT (name) DO UPDATE SET lock_until = EXCLUDED.lock_until,
-//!     locked_at = EXCLUDED.locked_at, locked_by = EXCLUDED.locked_by
-//!   WHERE lock_row.lock_until <= now
-//!   RETURNING 0::int8                     -- or the new fencing token; no row: not acquired
+//!   ON CONFLICT (name) DO NOTHING
+//!   RETURNING 0::int8                     -- or the new fencing token; no row: not inserted
+//! -- acquire of a name it has seen (the row exists):
+//! WITH taken AS (UPDATE shedlock AS lock_row
+//!     SET lock_until = now + make_interval(secs => $3), locked_at = now, locked_by = $2
+//!     WHERE lock_row.name = $1 AND lock_row.lock_until <= now
+//!     RETURNING 0::int8)                  -- or the new fencing token
+//! SELECT (SELECT * FROM taken), EXISTS (SELECT 1 FROM shedlock WHERE name = $1)
 //! -- release ($3 = lock_at_least_for):
 //! UPDATE shedlock SET lock_until = GREATEST(now, locked_at + make_interval(secs => $3))
 //!   WHERE name = $1 AND locked_by = $2 AND lock_until > now
@@ -48,6 +52,27 @@
 //! UPDATE shedlock SET lock_until = now + make_interval(secs => $3)
 //!   WHERE name = $1 AND locked_by = $2 AND lock_until > now
 //! ```
+//!
+//! An acquire of a held lock neither waits nor writes: the `UPDATE` skips a row whose
+//! `lock_until` has not passed without locking it. (An `INSERT ... ON CONFLICT DO UPDATE ...
+//! WHERE` would lock the row even when its `WHERE` is false, so under contention every refused
+//! attempt would queue behind the others.) The `EXISTS` tells a held row from one deleted by
+//! hand, which the next statement inserts again.
+//!
+//! # What an operation costs
+//!
+//! A provider built from a URL opens its own connections (up to
+//! [`max_connections`](PostgresLockProviderBuilder::max_connections)) and sends each statement
+//! alone: acquire, release and extend are one wire round trip each, including the first acquire
+//! of a new name. The exception is a node's first attempt on a name whose row exists but that
+//! the node has not seen since it started: the insert is refused and the take-over follows, two
+//! round trips, once per name for the life of the node. No health check is sent: a broken
+//! connection fails the statement sent on it (an error, so the task does not run), and the next
+//! operation connects afresh. A connection idle for four minutes is closed rather than reused.
+//!
+//! On a pool of yours ([`PostgresLockProvider::builder`]) sqlx pings each connection when it
+//! goes back to the pool and, unless you turned `test_before_acquire` off, before handing it
+//! out: three round trips per operation instead of one.
 //!
 //! `locked_by` is `<holder>#<random>`, unique per acquisition, so a node whose lock expired and
 //! was taken over can neither release nor extend the new holder's lock. A Java node's rows
@@ -70,7 +95,7 @@
 //! # Fencing
 //!
 //! If the table has the fencing column (default name `fencing_token`, an integer), each
-//! acquisition increments it in the acquire statement and returns the new value as the lock's
+//! acquisition increments it in its acquire statement and returns the new value as the lock's
 //! fencing token. Without the column the table stays exactly ShedLock's and
 //! [`Capabilities::fencing`] is false. Tokens restart if a row is deleted by hand.
 //!

@@ -30,13 +30,19 @@
 //!
 //! # The statements
 //!
-//! Every operation is one statement, outside any transaction of the caller. `?4` is the time:
-//! the text `'now'` by default, so SQLite's own clock decides ([`TimeSource::Server`]: every
+//! Every operation is one statement, outside any transaction of the caller, on a connection
+//! the provider opened itself (for a URL) with no health check before or after it; a node's
+//! first attempt on a name whose row it has not seen since it started is two (the insert, then
+//! the take-over below). The take-over is an upsert: SQLite has no row locks (any write
+//! statement takes the database's write lock, matching or not), so a refused attempt costs the
+//! same as with a plain `UPDATE`, and a row deleted by hand comes back in the same statement.
+//! `?4` is the time: the text `'now'` by default, so SQLite's own clock decides ([`TimeSource::Server`]: every
 //! process sharing the file reads the same machine clock, and a node clock passed with
 //! `with_clock` decides nothing); or the node's UTC time with [`TimeSource::Client`].
 //!
 //! ```sql
-//! -- acquire, including the first acquire of a new name (?3 = '+60.000 seconds'):
+//! -- acquire of a name the node has seen (?3 = '+60.000 seconds'); for a name it has not,
+//! -- the same INSERT with ON CONFLICT (name) DO NOTHING:
 //! INSERT INTO shedlock (name, lock_until, locked_at, locked_by)
 //!   VALUES (?1, strftime('%Y-%m-%d %H:%M:%f', ?4, ?3), strftime('%Y-%m-%d %H:%M:%f', ?4), ?2)
 //!   ON CONFLICT (name) DO UPDATE SET lock_until = excluded.lock_until,
