@@ -18,6 +18,16 @@
 //! - **fencing tokens** are the revision of the acquiring put: etcd raises its revision with
 //!   every write, so tokens strictly increase per name (and across names).
 //!
+//! Each operation is its minimum of gRPC calls: an acquire is two (a lease, then the
+//! transaction: a key can only be put on a lease that already exists), a release one
+//! transaction, and a release within `lock_at_least_for` or an extend two (a lease of the new
+//! TTL, then the owner-checked move; etcd cannot change a lease's TTL, and a keep-alive of the
+//! current lease alone would not tell whether the key on it is still ours). Leases that a
+//! transaction leaves without a key (after a release, a move, or a refused acquire) are kept, a
+//! few per TTL, and the next operation needing that TTL restarts one with a keep-alive instead
+//! of granting a new one: a lock cycle sends no revoke, and keyless leases never pile up (a
+//! spare nobody reuses ends at its TTL, as every lease does).
+//!
 //! Leases count whole seconds, so every duration is rounded up to a second, and etcd raises a
 //! lease below its minimum TTL (2 s with default settings) to that minimum and revokes expired
 //! leases on a 500 ms tick: a lock is never shorter than asked, but the shortest locks may be
@@ -68,8 +78,9 @@
 mod credentials;
 mod storage;
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -296,6 +307,7 @@ impl EtcdLockProviderBuilder {
                 operation_timeout: self.operation_timeout,
                 time_precision: DEFAULT_TIME_PRECISION,
                 endpoint,
+                spare_leases: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -327,6 +339,41 @@ struct Inner {
     time_precision: Duration,
     /// Where the client goes, with any password masked.
     endpoint: String,
+    /// Leases of ours that carry no key, by granted TTL in seconds, for the next operation that
+    /// needs a lease of that TTL: see [`Inner::recycle`].
+    spare_leases: Mutex<HashMap<i64, Vec<Lease>>>,
+}
+
+/// At most this many TTLs keep spare leases, and at most [`SPARES_PER_TTL`] each (enough for
+/// a few locks of one TTL held at once, each extended now and then); a spare past them is
+/// revoked instead, so keyless leases never pile up.
+const MAX_SPARE_TTLS: usize = 32;
+const SPARES_PER_TTL: usize = 4;
+
+/// A spare lease is only reused while this much of its life is surely left, so that the
+/// keep-alive reaches etcd before the lease ends.
+const SPARE_MARGIN: Duration = Duration::from_secs(1);
+
+/// A lease this provider granted.
+#[derive(Debug, Clone, Copy)]
+struct Lease {
+    id: i64,
+    /// The TTL asked for, in seconds: what a keep-alive restarts it at (etcd may have raised
+    /// it to its minimum, the same for every lease asked with this TTL).
+    ttl: i64,
+    /// Before this the lease has surely not ended: its TTL counted from when the grant or
+    /// keep-alive was sent, which is no later than when etcd applied it.
+    alive_until: Instant,
+}
+
+impl Lease {
+    fn new(id: i64, ttl: i64, sent: Instant) -> Self {
+        Self {
+            id,
+            ttl,
+            alive_until: sent + Duration::from_secs(ttl.unsigned_abs()),
+        }
+    }
 }
 
 impl fmt::Debug for EtcdLockProvider {
@@ -428,11 +475,74 @@ impl Inner {
         ))
     }
 
-    /// Revokes leases in the background: leases that no longer carry our key (after it moved or
-    /// was deleted), or that carry a key of an attempt whose answer never came. Each lease is
+    /// A lease of `ttl` seconds for a key to be put on: a spare one restarted by one keep-alive,
+    /// else a new grant. Either is one request.
+    async fn lease(&self, operation: Operation, name: &str, ttl: i64) -> Result<Lease, LockError> {
+        let mut client = self.client.clone();
+        let spare = self.spare_leases.lock().map_or(None, |mut spares| {
+            // The freshest is last; any before it that are too old are left to end.
+            let spare = spares.get_mut(&ttl)?.pop();
+            spare.filter(|spare| spare.alive_until > Instant::now() + SPARE_MARGIN)
+        });
+        if let Some(spare) = spare {
+            let sent = Instant::now();
+            // An error leaves a keyless lease that ends at its TTL; nothing to clean up.
+            if self
+                .call(
+                    operation,
+                    name,
+                    storage::refresh_lease(&mut client, spare.id),
+                )
+                .await?
+            {
+                return Ok(Lease::new(spare.id, ttl, sent));
+            }
+        }
+        let sent = Instant::now();
+        let id = self
+            .call(operation, name, storage::grant_lease(&mut client, ttl))
+            .await?;
+        Ok(Lease::new(id, ttl, sent))
+    }
+
+    /// Keeps leases that surely carry no key (a transaction just deleted our key, moved it off
+    /// them, or never put it) for the next acquire, extend or release of the same TTL, instead
+    /// of revoking them: a lock cycle then costs no revoke, and keyless leases do not pile up,
+    /// one spare per TTL at most. A lease too close to its end is left to end by itself (etcd
+    /// expires it); one that finds its TTL's place taken is revoked in the background.
+    fn recycle(self: &Arc<Self>, leases: Vec<Lease>) {
+        let mut surplus = Vec::new();
+        match self.spare_leases.lock() {
+            Ok(mut spares) => {
+                let soon = Instant::now() + SPARE_MARGIN;
+                spares.retain(|_, kept| {
+                    kept.retain(|spare| spare.alive_until > soon);
+                    !kept.is_empty()
+                });
+                for lease in leases.into_iter().filter(|lease| lease.alive_until > soon) {
+                    if !spares.contains_key(&lease.ttl) && spares.len() >= MAX_SPARE_TTLS {
+                        surplus.push(lease);
+                        continue;
+                    }
+                    let kept = spares.entry(lease.ttl).or_default();
+                    kept.push(lease);
+                    kept.sort_by_key(|spare| spare.alive_until);
+                    if kept.len() > SPARES_PER_TTL {
+                        surplus.push(kept.remove(0));
+                    }
+                }
+            }
+            Err(_) => surplus = leases,
+        }
+        self.revoke_in_background(surplus, "a spare lease of that TTL is kept already");
+    }
+
+    /// Revokes leases in the background: spares beyond what is kept, leases of an acquisition
+    /// found no longer ours (what is on them now is not known), or leases that may carry the key
+    /// of an attempt whose answer never came. Each lease is
     /// this provider's own, so revoking it can only delete our own key. A revoke that fails
     /// changes nothing: the lease ends at its TTL anyway.
-    fn revoke_in_background(self: &Arc<Self>, leases: Vec<i64>, why: &'static str) {
+    fn revoke_in_background(self: &Arc<Self>, leases: Vec<Lease>, why: &'static str) {
         if leases.is_empty() {
             return;
         }
@@ -441,7 +551,7 @@ impl Inner {
         };
         let inner = self.clone();
         runtime.spawn(async move {
-            for lease in leases {
+            for Lease { id: lease, .. } in leases {
                 let mut client = inner.client.clone();
                 let outcome = tokio::time::timeout(
                     inner.operation_timeout,
@@ -488,18 +598,12 @@ impl LockProvider for EtcdLockProvider {
         let ttl = lease_secs(Operation::Acquire, name, config.lock_at_most_for())?;
         let value = storage::lock_value(&inner.holder);
         let mut client = inner.client.clone();
-        let lease = inner
-            .call(
-                Operation::Acquire,
-                name,
-                storage::grant_lease(&mut client, ttl),
-            )
-            .await?;
+        let lease = inner.lease(Operation::Acquire, name, ttl).await?;
         let outcome = inner
             .call(
                 Operation::Acquire,
                 name,
-                storage::acquire(&mut client, &key, &value, lease),
+                storage::acquire(&mut client, &key, &value, lease.id),
             )
             .await;
         let acquired_at = Instant::now();
@@ -520,7 +624,7 @@ impl LockProvider for EtcdLockProvider {
                 })))
             }
             Ok(AcquireOutcome::Held { value }) => {
-                inner.revoke_in_background(vec![lease], "lock not acquired");
+                inner.recycle(vec![lease]);
                 Ok(Acquisition::NotAcquired(Some(LockHolder {
                     locked_by: value.as_deref().and_then(storage::holder_of),
                     held_until: None,
@@ -561,8 +665,8 @@ struct HandleState {
     /// Released, or found lost: this acquisition is over and nothing more is sent.
     finished: bool,
     /// The leases our key may be attached to: one, unless a move to a new lease got no answer,
-    /// in which case the key is on one of them and all are revoked once it moves again.
-    leases: Vec<i64>,
+    /// in which case the key is on one of them and the others are freed once it moves again.
+    leases: Vec<Lease>,
 }
 
 impl fmt::Debug for EtcdLockHandle {
@@ -578,7 +682,7 @@ impl fmt::Debug for EtcdLockHandle {
 
 impl EtcdLockHandle {
     /// Moves our key onto a new lease of `ttl` seconds if it is still ours. `Ok(true)`: moved,
-    /// and the old leases are revoked. `Ok(false)`: not ours; nothing changed.
+    /// and the old leases are kept as spares. `Ok(false)`: not ours; nothing changed.
     async fn move_to_new_lease(
         &self,
         operation: Operation,
@@ -587,29 +691,26 @@ impl EtcdLockHandle {
     ) -> Result<bool, LockError> {
         let inner = &self.inner;
         let mut client = inner.client.clone();
-        let lease = inner
-            .call(
-                operation,
-                &self.name,
-                storage::grant_lease(&mut client, ttl),
-            )
-            .await?;
+        let lease = inner.lease(operation, &self.name, ttl).await?;
         let moved = inner
             .call(
                 operation,
                 &self.name,
-                storage::move_to_lease(&mut client, &self.key, &self.value, lease),
+                storage::move_to_lease(&mut client, &self.key, &self.value, lease.id),
             )
             .await;
         match moved {
             Ok(true) => {
                 let old = std::mem::replace(&mut state.leases, vec![lease]);
-                inner.revoke_in_background(old, "lock moved to a new lease");
+                inner.recycle(old);
                 Ok(true)
             }
             Ok(false) => {
-                let all = std::mem::take(&mut state.leases);
-                inner.revoke_in_background([all, vec![lease]].concat(), "lock no longer ours");
+                // Whatever is on our old leases now is not ours to reuse (a key put there by
+                // hand, say): end them. The new one never got the key.
+                let old = std::mem::take(&mut state.leases);
+                inner.revoke_in_background(old, "lock no longer ours");
+                inner.recycle(vec![lease]);
                 state.finished = true;
                 Ok(false)
             }
@@ -662,7 +763,11 @@ impl LockHandle for EtcdLockHandle {
             )
             .await?;
         let leases = std::mem::take(&mut state.leases);
-        inner.revoke_in_background(leases, "lock released");
+        if deleted {
+            inner.recycle(leases);
+        } else {
+            inner.revoke_in_background(leases, "lock no longer ours");
+        }
         state.finished = true;
         Ok(deleted)
     }

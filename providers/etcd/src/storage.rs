@@ -60,6 +60,25 @@ pub(crate) async fn grant_lease(
     Ok(client.lease_grant(ttl_secs, None).await?.id())
 }
 
+/// One `LeaseKeepAlive` exchange: restarts `lease` at the TTL it was granted with. `false` when
+/// the lease has already ended (etcd answers a TTL of 0), so the caller grants a new one.
+pub(crate) async fn refresh_lease(
+    client: &mut Client,
+    lease: i64,
+) -> Result<bool, etcd_client::Error> {
+    match client.lease_keep_alive(lease).await {
+        // Dropping the answer stream before the sender resets the call rather than closing
+        // it, so etcd has nothing more to send: one request, one answer.
+        Ok((keeper, answers)) => {
+            drop(answers);
+            drop(keeper);
+            Ok(true)
+        }
+        Err(etcd_client::Error::LeaseKeepAliveError(_)) => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
 /// `LeaseRevoke(id)`: ends a lease and deletes any key still attached to it. A lease holds at
 /// most one key of ours, so this can only ever delete our own acquisition.
 pub(crate) async fn revoke_lease(

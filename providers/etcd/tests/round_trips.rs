@@ -1,0 +1,277 @@
+//! What each lock operation costs on the wire against a real etcd (`SHEDLOCK_TEST_ETCD_URL`):
+//! gRPC calls, counted exactly, and TCP round trips through the kit's `CountingProxy`.
+//!
+//! The path is provider -> call counter (this file) -> `CountingProxy` -> etcd. Round trips
+//! alone are not a stable count over HTTP/2: etcd's gRPC server answers a request's DATA with
+//! a flow-control (BDP) PING, the client acknowledges it, and whether that PING reaches the
+//! proxy in the same read as the answer or before it decides whether one call shows as one
+//! round trip or two. Keep-alive pings play no part (the provider's client sets none, and the
+//! server's come every two hours). So the exact assertion is on calls, the requests the
+//! client opens (HTTP/2 HEADERS frames), and round trips are held to one or two per call.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use shedlock_conformance::CountingProxy;
+use shedlock_core::{Acquisition, LockConfiguration, LockError, LockHandle, LockProvider};
+use shedlock_etcd::EtcdLockProvider;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+fn etcd_url() -> String {
+    std::env::var("SHEDLOCK_TEST_ETCD_URL").unwrap_or_else(|_| {
+        panic!(
+            "SHEDLOCK_TEST_ETCD_URL is not set: point it at an etcd server, e.g. \
+             SHEDLOCK_TEST_ETCD_URL=http://127.0.0.1:2379 (ci/start-backends.sh starts one)"
+        )
+    })
+}
+
+/// What one operation cost.
+#[derive(Debug, PartialEq, Eq)]
+struct Cost {
+    /// gRPC calls made before the operation returned.
+    calls: u64,
+    /// gRPC calls it left running in the background (revokes), counted once the wire is quiet.
+    background_calls: u64,
+    /// TCP round trips before the operation returned.
+    round_trips: u64,
+}
+
+/// Counts the gRPC calls crossing a connection: HTTP/2 HEADERS frames sent by the client (a
+/// client sends one per request and no trailers), in front of a [`CountingProxy`].
+struct Wire {
+    calls: Arc<AtomicU64>,
+    proxy: CountingProxy,
+    url: String,
+}
+
+impl Wire {
+    async fn start() -> Self {
+        let upstream = etcd_url();
+        let proxy = CountingProxy::start(upstream.trim_start_matches("http://"))
+            .await
+            .unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let calls = Arc::new(AtomicU64::new(0));
+        let counted = calls.clone();
+        let target = proxy.local_addr();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let server = TcpStream::connect(target).await.unwrap();
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut server_read, mut server_write) = server.into_split();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+                });
+                let counted = counted.clone();
+                tokio::spawn(async move {
+                    let mut frames = FrameReader::default();
+                    let mut buffer = vec![0u8; 64 * 1024];
+                    while let Ok(read) = client_read.read(&mut buffer).await {
+                        if read == 0 {
+                            break;
+                        }
+                        // Counted before forwarding, so an answered call is always counted.
+                        counted.fetch_add(frames.headers_in(&buffer[..read]), Ordering::SeqCst);
+                        if server_write.write_all(&buffer[..read]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        Self { calls, proxy, url }
+    }
+
+    async fn provider(&self, env: &str) -> EtcdLockProvider {
+        EtcdLockProvider::builder()
+            .env(env)
+            .connect(&self.url)
+            .await
+            .unwrap()
+    }
+
+    fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    /// Waits until no call has crossed for half a second, and returns the calls so far.
+    async fn quiet_calls(&self) -> u64 {
+        let mut last = self.calls();
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let now = self.calls();
+            if now == last {
+                return now;
+            }
+            last = now;
+        }
+    }
+
+    /// Runs `operation` on a quiet wire and returns its result and what it cost.
+    async fn measure<T>(&self, operation: impl Future<Output = T>) -> (T, Cost) {
+        let before = self.quiet_calls().await;
+        let round_trips = self.proxy.round_trips();
+        let result = operation.await;
+        let calls = self.calls() - before;
+        let round_trips = self.proxy.round_trips() - round_trips;
+        let background_calls = self.quiet_calls().await - before - calls;
+        let cost = Cost {
+            calls,
+            background_calls,
+            round_trips,
+        };
+        assert!(
+            (cost.calls..=2 * cost.calls).contains(&cost.round_trips),
+            "each call is one round trip, or two with the server's flow-control ping: {cost:?}"
+        );
+        (result, cost)
+    }
+}
+
+/// Splits the client's byte stream into HTTP/2 frames across reads.
+#[derive(Default)]
+struct FrameReader {
+    pending: Vec<u8>,
+    preface_skipped: bool,
+}
+
+impl FrameReader {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    const HEADERS: u8 = 0x1;
+
+    /// The HEADERS frames completed by `bytes`.
+    fn headers_in(&mut self, bytes: &[u8]) -> u64 {
+        self.pending.extend_from_slice(bytes);
+        if !self.preface_skipped {
+            if self.pending.len() < Self::PREFACE.len() {
+                return 0;
+            }
+            assert!(self.pending.starts_with(Self::PREFACE), "not HTTP/2");
+            self.pending.drain(..Self::PREFACE.len());
+            self.preface_skipped = true;
+        }
+        let mut headers = 0;
+        while self.pending.len() >= 9 {
+            let length = usize::from(self.pending[0]) << 16
+                | usize::from(self.pending[1]) << 8
+                | usize::from(self.pending[2]);
+            if self.pending.len() < 9 + length {
+                break;
+            }
+            if self.pending[3] == Self::HEADERS {
+                headers += 1;
+            }
+            self.pending.drain(..9 + length);
+        }
+        headers
+    }
+}
+
+fn config(name: &str, at_least: Duration) -> LockConfiguration {
+    LockConfiguration::new(name, Duration::from_secs(10), at_least).unwrap()
+}
+
+fn acquired(acquisition: Result<Acquisition, LockError>) -> Box<dyn LockHandle> {
+    match acquisition.unwrap() {
+        Acquisition::Acquired(handle) => handle,
+        Acquisition::NotAcquired(holder) => panic!("not acquired: held by {holder:?}"),
+    }
+}
+
+fn calls(calls: u64) -> Cost {
+    Cost {
+        calls,
+        background_calls: 0,
+        round_trips: 0,
+    }
+}
+
+/// Compares calls only: round trips are checked against calls by [`Wire::measure`].
+fn assert_calls(cost: Cost, expected: u64, what: &str) {
+    assert_eq!(
+        Cost {
+            round_trips: 0,
+            ..cost
+        },
+        calls(expected),
+        "{what}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_operation_is_its_minimum_of_grpc_calls() {
+    let wire = Wire::start().await;
+    let env = format!("wire-{}", uuid::Uuid::new_v4().simple());
+    let holder = wire.provider(&env).await;
+    let contender = wire.provider(&env).await;
+
+    // A fresh provider has no lease to reuse: it grants one.
+    let (handle, cost) = wire
+        .measure(holder.try_lock(&config("first", Duration::ZERO)))
+        .await;
+    assert_calls(cost, 2, "first acquire: lease grant + transaction");
+    let handle = acquired(handle);
+    let (released, cost) = wire.measure(handle.unlock()).await;
+    assert!(released.unwrap());
+    assert_calls(
+        cost,
+        1,
+        "release: one transaction, and no revoke (the lease is kept for reuse)",
+    );
+
+    let (handle, cost) = wire
+        .measure(holder.try_lock(&config("job", Duration::ZERO)))
+        .await;
+    assert_calls(
+        cost,
+        2,
+        "acquire of a new name: the spare lease restarted by a keep-alive + transaction",
+    );
+    let handle = acquired(handle);
+
+    // The contender warms up on its own name first, so it has a spare lease too.
+    let warm_up = acquired(contender.try_lock(&config("other", Duration::ZERO)).await);
+    assert!(warm_up.unlock().await.unwrap());
+    let (refused, cost) = wire
+        .measure(contender.try_lock(&config("job", Duration::ZERO)))
+        .await;
+    assert!(matches!(refused.unwrap(), Acquisition::NotAcquired(_)));
+    assert_calls(
+        cost,
+        2,
+        "refused acquire: lease + transaction, and no revoke (the unused lease is kept)",
+    );
+
+    let (extended, cost) = wire.measure(handle.extend(Duration::from_secs(10))).await;
+    assert!(extended.unwrap());
+    assert_calls(
+        cost,
+        2,
+        "extend: a lease of the new TTL + the owner-checked move",
+    );
+
+    let (released, cost) = wire.measure(handle.unlock()).await;
+    assert!(released.unwrap());
+    assert_calls(cost, 1, "release: one owner-checked transaction");
+
+    let (handle, cost) = wire
+        .measure(holder.try_lock(&config("job", Duration::ZERO)))
+        .await;
+    assert_calls(cost, 2, "acquire of a free known name: lease + transaction");
+    assert!(acquired(handle).unlock().await.unwrap());
+
+    let at_least = config("kept", Duration::from_secs(5));
+    let handle = acquired(holder.try_lock(&at_least).await);
+    let (released, cost) = wire.measure(handle.unlock()).await;
+    assert!(released.unwrap());
+    assert_calls(
+        cost,
+        2,
+        "release within lock_at_least_for: a lease of the rest + the owner-checked move",
+    );
+}
