@@ -43,6 +43,7 @@ pub mod rules;
 mod runner;
 mod timing;
 mod trace;
+mod wire;
 
 pub use async_trait::async_trait;
 pub use checks::{
@@ -68,3 +69,4 @@ pub use runner::{run, run_with_args};
 pub use shedlock_core;
 pub use shedlock_core::{Clock, LockError};
 pub use timing::Timing;
+pub use wire::CountingProxy;

@@ -3,12 +3,12 @@
 
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use shedlock_core::{LockProvider, SystemClock};
 
-use crate::checks::Check;
+use crate::checks::{COARSE_UNIT, Check};
 use crate::failure::Verdict;
 use crate::harness::{ConformanceHarness, SetupError};
 use crate::names::NameSpace;
@@ -17,9 +17,6 @@ use crate::timing::Timing;
 
 /// The test that carries a harness setup failure, so the cause is reported once.
 const SETUP_TRIAL: &str = "harness_setup";
-
-/// The time unit from which a provider counts as coarse-grained: its checks mostly wait.
-const COARSE_UNIT: Duration = Duration::from_millis(500);
 
 /// Runs the whole kit as a test binary: the body of `fn main` in a provider's
 /// `tests/conformance.rs` (a `[[test]]` target with `harness = false`).

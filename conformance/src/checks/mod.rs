@@ -177,6 +177,10 @@ impl Check {
     }
 }
 
+/// The time unit from which a provider counts as coarse-grained (whole-second leases): its
+/// checks mostly wait, so waiting side by side costs nothing.
+pub(crate) const COARSE_UNIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// How many times a timing-sensitive scenario is retried when the machine stalled so long
 /// that an observation proved nothing either way.
 const ATTEMPTS: u32 = 3;
