@@ -31,9 +31,10 @@ const MAX_OPS: usize = 12;
 const MAX_SHRINK_RUNS: u32 = 48;
 /// Sequences tried by default where the kit's unit is at most [`FINE_UNIT_MAX`], and where it
 /// is longer. A sequence spends about a unit in advances, plus its requests (tens of ms each on
-/// etcd), so either keeps the check near 25 s on this project's backends.
+/// etcd), so either keeps the check around 20 s on this project's backends; the number of
+/// advances varies, so a run may take half as long again.
 const FINE_CASES: u32 = 250;
-const COARSE_CASES: u32 = 16;
+const COARSE_CASES: u32 = 12;
 const FINE_UNIT_MAX: Duration = Duration::from_millis(200);
 /// Set this to a number to replay the same random sequences.
 pub const SEED_VARIABLE: &str = "SHEDLOCK_CONFORMANCE_SEED";
@@ -392,8 +393,9 @@ impl<N: LockProvider> Case<'_, N> {
                     index,
                     op,
                     format!(
-                        "{operation} answered false at {}, but the lock was surely held by this acquisition until {}",
+                        "{operation} answered false at {}, but the hold of {} keeps the lock for this acquisition until {} at the earliest",
                         self.trace.at(timed.answered),
+                        holding.describe_bound(&self.trace),
                         self.trace.at(holding.expiry_earliest)
                     ),
                 ))
@@ -684,8 +686,8 @@ fn from_env<T: FromStr>(
 ///
 /// Two environment variables tune the search:
 /// - `SHEDLOCK_CONFORMANCE_MODEL_CASES` ([`CASES_VARIABLE`]): how many sequences to try.
-///   Unset: 250, or 16 where the provider's precision makes the kit's unit longer than 200 ms
-///   (etcd's whole-second leases): about 25 s either way on this project's backends.
+///   Unset: 250, or 12 where the provider's precision makes the kit's unit longer than 200 ms
+///   (etcd's whole-second leases): around 20 s either way on this project's backends.
 /// - `SHEDLOCK_CONFORMANCE_SEED` ([`SEED_VARIABLE`]): the random seed. Unset: a fresh one.
 ///
 /// [`ModelSettings`] passed to [`check_model_with`] take precedence over both. A variable set to
