@@ -31,6 +31,7 @@ mod credentials;
 mod duration;
 mod error;
 mod executor;
+mod identity;
 mod provider;
 mod storage;
 

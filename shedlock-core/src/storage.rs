@@ -7,9 +7,11 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::fmt;
+use std::pin::pin;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -17,6 +19,7 @@ use async_trait::async_trait;
 use crate::clock::{Clock, SystemClock};
 use crate::configuration::LockConfiguration;
 use crate::error::{LockError, Operation};
+use crate::identity::AcquisitionIds;
 use crate::provider::{
     Acquisition, Capabilities, LockHandle, LockHolder, LockProvider, TimeSource,
 };
@@ -60,8 +63,9 @@ impl NodeTime {
 pub struct LockRecord<'a> {
     /// The lock's name.
     pub name: &'a str,
-    /// This acquisition's identity, unique per acquisition: `<holder>#<random>`. Release and
-    /// extend match on it, so they only ever touch this acquisition.
+    /// This acquisition's identity, unique per acquisition across processes and hosts:
+    /// `<holder>#<id>`, the id being 32 lowercase hex digits. Release and extend match on it,
+    /// so they only ever touch this acquisition.
     pub locked_by: &'a str,
     /// `lock_until = now + lock_at_most_for`.
     pub lock_at_most_for: Duration,
@@ -303,11 +307,13 @@ pub trait LockStorage: Send + Sync + fmt::Debug {
 
 /// Names known to have a record, so a new acquisition skips the insert. Bounded: the oldest
 /// name is forgotten first, which only costs one extra insert attempt later.
+///
+/// The set and the eviction order share each name, so remembering one costs one allocation.
 #[derive(Debug)]
 struct NameCache {
     capacity: usize,
-    names: HashSet<String>,
-    order: VecDeque<String>,
+    names: HashSet<Arc<str>>,
+    order: VecDeque<Arc<str>>,
 }
 
 impl NameCache {
@@ -335,13 +341,14 @@ impl NameCache {
                 None => break,
             }
         }
-        self.names.insert(name.to_owned());
-        self.order.push_back(name.to_owned());
+        let name: Arc<str> = Arc::from(name);
+        self.names.insert(name.clone());
+        self.order.push_back(name);
     }
 
     fn remove(&mut self, name: &str) {
         if self.names.remove(name) {
-            self.order.retain(|cached| cached != name);
+            self.order.retain(|cached| &**cached != name);
         }
     }
 
@@ -410,7 +417,9 @@ impl StorageBasedLockProvider {
     }
 
     /// The readable part of `locked_by` (default: the host name). Each acquisition appends
-    /// `#<random>` to it, so two processes on one host never release each other's locks.
+    /// `#<id>`, 32 lowercase hex digits unique to that acquisition across processes and hosts
+    /// (the same length as a simple-format UUID), so two processes on one host never release
+    /// each other's locks.
     pub fn with_holder(mut self, holder: impl Into<String>) -> Self {
         self.holder = holder.into();
         self
@@ -451,31 +460,53 @@ impl StorageBasedLockProvider {
         self.known_names.lock().unwrap().remove(name);
     }
 
-    fn outcome(
-        &self,
-        record: &LockRecord<'_>,
-        time_source: TimeSource,
-        outcome: RecordOutcome,
-    ) -> Acquisition {
-        let fencing_token = match outcome {
-            RecordOutcome::Acquired { fencing_token } => fencing_token,
-            RecordOutcome::NotAcquired(holder) => return Acquisition::NotAcquired(holder),
-            RecordOutcome::Missing => return Acquisition::NotAcquired(None),
-        };
-        Acquisition::Acquired(Box::new(StorageLock {
-            storage: self.storage.clone(),
-            clock: self.clock.clone(),
-            operation_timeout: self.operation_timeout,
-            time_source,
-            held: HeldRecord {
-                name: record.name.to_owned(),
-                locked_by: record.locked_by.to_owned(),
-                locked_at: record.now,
-                lock_at_least_for: record.lock_at_least_for,
-                fencing_token,
-            },
-            released: AtomicBool::new(false),
-        }))
+    /// Writes `record` as the holder: an insert for a name not known to exist, else the
+    /// conditional update, and an insert again if the update finds the record deleted.
+    async fn write_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
+        let storage = &*self.storage;
+        let (timeout, name) = (self.operation_timeout, record.name);
+        if !storage.update_creates_missing_record() && !self.is_known(name) {
+            let inserted = within(
+                storage,
+                timeout,
+                Operation::Acquire,
+                name,
+                storage.insert_record(record),
+            )
+            .await?;
+            self.remember(name);
+            if let RecordOutcome::Acquired { .. } = inserted {
+                return Ok(inserted);
+            }
+        }
+        let updated = within(
+            storage,
+            timeout,
+            Operation::Acquire,
+            name,
+            storage.update_record(record),
+        )
+        .await;
+        match updated {
+            Ok(RecordOutcome::Missing) => {
+                self.forget(name);
+                let inserted = within(
+                    storage,
+                    timeout,
+                    Operation::Acquire,
+                    name,
+                    storage.insert_record(record),
+                )
+                .await?;
+                self.remember(name);
+                Ok(inserted)
+            }
+            Ok(outcome) => Ok(outcome),
+            Err(error) => {
+                self.forget(name);
+                Err(error)
+            }
+        }
     }
 }
 
@@ -486,6 +517,15 @@ async fn within<T>(
     name: &str,
     future: impl Future<Output = Result<T, LockError>>,
 ) -> Result<T, LockError> {
+    let mut future = pin!(future);
+    // An in-process storage answers on its first poll; arming a timer for it (and reading the
+    // clock to set it) would cost more than the operation itself. A poll cannot be interrupted
+    // anyway, so the limit counts from the moment the operation first has to wait.
+    if let Poll::Ready(result) =
+        std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await
+    {
+        return result;
+    }
     tokio::time::timeout(timeout, future)
         .await
         .unwrap_or_else(|_| {
@@ -501,63 +541,37 @@ async fn within<T>(
 #[async_trait]
 impl LockProvider for StorageBasedLockProvider {
     async fn try_lock(&self, config: &LockConfiguration) -> Result<Acquisition, LockError> {
-        let storage = &*self.storage;
         let name = config.name();
-        storage.check_name(name)?;
-        let locked_by = format!("{}#{}", self.holder, uuid::Uuid::new_v4().simple());
-        let time_source = storage.capabilities().time_source;
+        self.storage.check_name(name)?;
+        let time_source = self.storage.capabilities().time_source;
+        let locked_by = AcquisitionIds::process().locked_by(&self.holder);
+        let now = NodeTime::for_storage(time_source, &*self.clock);
         let record = LockRecord {
             name,
             locked_by: &locked_by,
             lock_at_most_for: config.lock_at_most_for(),
             lock_at_least_for: config.lock_at_least_for(),
-            now: NodeTime::for_storage(time_source, &*self.clock),
+            now,
         };
-        let timeout = self.operation_timeout;
-        if !storage.update_creates_missing_record() && !self.is_known(name) {
-            let inserted = within(
-                storage,
-                timeout,
-                Operation::Acquire,
-                name,
-                storage.insert_record(&record),
-            )
-            .await?;
-            self.remember(name);
-            if let RecordOutcome::Acquired { .. } = inserted {
-                return Ok(self.outcome(&record, time_source, inserted));
-            }
-        }
-        let updated = within(
-            storage,
-            timeout,
-            Operation::Acquire,
-            name,
-            storage.update_record(&record),
-        )
-        .await;
-        match updated {
-            Ok(outcome @ (RecordOutcome::Acquired { .. } | RecordOutcome::NotAcquired(_))) => {
-                Ok(self.outcome(&record, time_source, outcome))
-            }
-            Ok(RecordOutcome::Missing) => {
-                self.forget(name);
-                let inserted = within(
-                    storage,
-                    timeout,
-                    Operation::Acquire,
-                    name,
-                    storage.insert_record(&record),
-                )
-                .await?;
-                self.remember(name);
-                Ok(self.outcome(&record, time_source, inserted))
-            }
-            Err(error) => {
-                self.forget(name);
-                Err(error)
-            }
-        }
+        let fencing_token = match self.write_record(&record).await? {
+            RecordOutcome::Acquired { fencing_token } => fencing_token,
+            RecordOutcome::NotAcquired(holder) => return Ok(Acquisition::NotAcquired(holder)),
+            RecordOutcome::Missing => return Ok(Acquisition::NotAcquired(None)),
+        };
+        Ok(Acquisition::Acquired(Box::new(StorageLock {
+            storage: self.storage.clone(),
+            clock: self.clock.clone(),
+            operation_timeout: self.operation_timeout,
+            time_source,
+            held: HeldRecord {
+                name: name.to_owned(),
+                locked_by,
+                locked_at: now,
+                lock_at_least_for: config.lock_at_least_for(),
+                fencing_token,
+            },
+            released: AtomicBool::new(false),
+        })))
     }
 
     fn capabilities(&self) -> Capabilities {

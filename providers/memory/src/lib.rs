@@ -24,6 +24,7 @@
 
 mod storage;
 
+use std::pin::Pin;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -92,8 +93,18 @@ impl Default for MemoryLockProvider {
 
 #[async_trait]
 impl LockProvider for MemoryLockProvider {
-    async fn try_lock(&self, config: &LockConfiguration) -> Result<Acquisition, LockError> {
-        self.inner.try_lock(config).await
+    // Written out as `async_trait` expands it, to hand back the inner provider's boxed future
+    // rather than box a second future around it: one allocation less per acquisition.
+    fn try_lock<'node, 'config, 'async_trait>(
+        &'node self,
+        config: &'config LockConfiguration,
+    ) -> Pin<Box<dyn Future<Output = Result<Acquisition, LockError>> + Send + 'async_trait>>
+    where
+        'node: 'async_trait,
+        'config: 'async_trait,
+        Self: 'async_trait,
+    {
+        self.inner.try_lock(config)
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -83,18 +83,20 @@ fn describe(record: &Record) -> LockHolder {
     }
 }
 
+impl Record {
+    /// Makes `record` the holder. The record is overwritten in place, reusing its `locked_by`
+    /// buffer: a name taken over and over allocates nothing here.
+    fn hold(&mut self, record: &LockRecord<'_>, now: SystemTime) {
+        self.lock_until = now + record.lock_at_most_for;
+        self.locked_at = now;
+        self.locked_by.clear();
+        self.locked_by.push_str(record.locked_by);
+    }
+}
+
 impl Records {
-    /// Writes `record` as the holder of its name and issues the next fencing token.
-    fn take(&mut self, record: &LockRecord<'_>, now: SystemTime) -> RecordOutcome {
+    fn next_fencing_token(&mut self) -> RecordOutcome {
         self.last_fencing_token += 1;
-        self.by_name.insert(
-            record.name.to_owned(),
-            Record {
-                lock_until: now + record.lock_at_most_for,
-                locked_at: now,
-                locked_by: record.locked_by.to_owned(),
-            },
-        );
         RecordOutcome::Acquired {
             fencing_token: Some(self.last_fencing_token),
         }
@@ -119,18 +121,29 @@ impl LockStorage for MemoryLockStore {
         if let Some(existing) = records.by_name.get(record.name) {
             return Ok(RecordOutcome::NotAcquired(Some(describe(existing))));
         }
-        Ok(records.take(record, now))
+        records.by_name.insert(
+            record.name.to_owned(),
+            Record {
+                lock_until: now + record.lock_at_most_for,
+                locked_at: now,
+                locked_by: record.locked_by.to_owned(),
+            },
+        );
+        Ok(records.next_fencing_token())
     }
 
     async fn update_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
         let now = self.clock.now();
         let mut records = self.records.lock().unwrap();
-        match records.by_name.get(record.name) {
+        match records.by_name.get_mut(record.name) {
             None => Ok(RecordOutcome::Missing),
             Some(existing) if existing.lock_until > now => {
                 Ok(RecordOutcome::NotAcquired(Some(describe(existing))))
             }
-            Some(_) => Ok(records.take(record, now)),
+            Some(expired) => {
+                expired.hold(record, now);
+                Ok(records.next_fencing_token())
+            }
         }
     }
 
