@@ -168,6 +168,32 @@ async fn provider_round(
     (times, winners)
 }
 
+/// One round of `SELECT 1` sent on every connection at the same moment.
+async fn select_round(connections: &[Arc<tokio::sync::Mutex<PgConnection>>]) -> Vec<Duration> {
+    let barrier = Arc::new(Barrier::new(connections.len()));
+    let tasks: Vec<_> = connections
+        .iter()
+        .map(|connection| {
+            let (connection, barrier) = (connection.clone(), barrier.clone());
+            tokio::spawn(async move {
+                let mut connection = connection.lock().await;
+                barrier.wait().await;
+                let start = Instant::now();
+                let _: i32 = sqlx::query_scalar("SELECT 1")
+                    .fetch_one(&mut *connection)
+                    .await
+                    .unwrap();
+                start.elapsed()
+            })
+        })
+        .collect();
+    let mut times = Vec::with_capacity(connections.len());
+    for task in tasks {
+        times.push(task.await.unwrap());
+    }
+    times
+}
+
 async fn upsert_round(
     connections: &[Arc<tokio::sync::Mutex<PgConnection>>],
 ) -> (Vec<Duration>, usize) {
@@ -220,6 +246,7 @@ fn contention(c: &mut Criterion, rt: &Runtime) {
         .collect();
     let admin = tokio::sync::Mutex::new(rt.block_on(PgConnection::connect(&url())).unwrap());
     let (contended, uncontended) = (Mutex::new(Vec::new()), Mutex::new(Vec::new()));
+    let (held_contended, select_floor) = (Mutex::new(Vec::new()), Mutex::new(Vec::new()));
     let (old_contended, old_uncontended) = (Mutex::new(Vec::new()), Mutex::new(Vec::new()));
     let mut group = c.benchmark_group("contention");
     group.sample_size(20);
@@ -236,6 +263,44 @@ fn contention(c: &mut Criterion, rt: &Runtime) {
                     }
                     total += times.iter().sum::<Duration>() / times.len() as u32;
                     contended.lock().unwrap().extend(times);
+                }
+                total
+            }
+        })
+    });
+    // The case a refused acquire is about: the lock is already held (a job is running) and
+    // every other node's tick tries it at once. None may wait on the holder's row.
+    group.bench_function("provider_31_nodes_held_name", |b| {
+        b.to_async(rt).iter_custom(|rounds| {
+            let (nodes, refused) = (&nodes, &held_contended);
+            async move {
+                let holder = acquire(&nodes[0]).await.expect("free between rounds");
+                let mut total = Duration::ZERO;
+                for _ in 0..rounds {
+                    let (times, winners) = provider_round(&nodes[1..]).await;
+                    assert!(
+                        winners.is_empty(),
+                        "the lock is held: every attempt is refused"
+                    );
+                    total += times.iter().sum::<Duration>() / times.len() as u32;
+                    refused.lock().unwrap().extend(times);
+                }
+                assert!(holder.unlock().await.unwrap());
+                total
+            }
+        })
+    });
+    // The floor for any statement 31 clients send at once on this machine: what is left of a
+    // refused attempt's ratio beyond it is the lock's, not the scheduler's.
+    group.bench_function("select_1_31_connections", |b| {
+        b.to_async(rt).iter_custom(|rounds| {
+            let (connections, floor) = (&connections[1..], &select_floor);
+            async move {
+                let mut total = Duration::ZERO;
+                for _ in 0..rounds {
+                    let times = select_round(connections).await;
+                    total += times.iter().sum::<Duration>() / times.len() as u32;
+                    floor.lock().unwrap().extend(times);
                 }
                 total
             }
@@ -300,6 +365,16 @@ fn contention(c: &mut Criterion, rt: &Runtime) {
     });
     group.finish();
     report("provider, 32 nodes", &contended, &uncontended);
+    report(
+        "provider, 31 nodes refused by a held lock",
+        &held_contended,
+        &uncontended,
+    );
+    report(
+        "SELECT 1 on 31 connections at once (the machine's floor)",
+        &select_floor,
+        &uncontended,
+    );
     report(
         "old upsert, 32 connections",
         &old_contended,
