@@ -9,9 +9,9 @@ use crate::failure::{CheckFailure, Rule, Verdict};
 use crate::harness::ConformanceHarness;
 use crate::names::NameSpace;
 use crate::timing::Timing;
-use crate::trace::{HeldLock, HeldProbe, Timed, Trace, config};
+use crate::trace::{HeldLock, Timed, Trace, config};
 
-use super::{Attempt, node, timing_of, until_conclusive};
+use super::{Attempt, node, probe_at, timing_of, until_conclusive};
 
 /// Extend: the holder extends past the original at-most, and others stay out until the new
 /// expiry, counted from the extend with the extend's own duration, probed right after the
@@ -70,13 +70,10 @@ pub async fn check_extend<H: ConformanceHarness>(
                 timing.surely_over_by(&taken, at_most),
                 timing.late_probe_at(surely_held_until, &extend),
             ];
-            for time in probe_times {
-                trace.sleep_until(time).await;
-                if trace.probe_while_held("B", &b, &held).await? != HeldProbe::Refused {
-                    return Ok(Attempt::Inconclusive(
-                        "a probe came too late to prove anything",
-                    ));
-                }
+            if let late @ Attempt::Inconclusive(_) =
+                probe_at(&trace, "B", &b, &held, probe_times).await?
+            {
+                return Ok(late);
             }
             drop(taken.value);
             trace.note("node A vanishes: its handle is dropped without unlock");
@@ -138,13 +135,11 @@ pub async fn check_extend<H: ConformanceHarness>(
                 rule: Rule::AT_LEAST,
                 why: &why,
             };
-            trace
-                .sleep_until(timing.late_probe_at(surely_held_until, &released))
-                .await;
-            if trace.probe_while_held("B", &b, &held).await? != HeldProbe::Refused {
-                return Ok(Attempt::Inconclusive(
-                    "the probe came too late to prove anything",
-                ));
+            let probe_time = timing.late_probe_at(surely_held_until, &released);
+            if let late @ Attempt::Inconclusive(_) =
+                probe_at(&trace, "B", &b, &held, [probe_time]).await?
+            {
+                return Ok(late);
             }
             let surely_free = timing.surely_over_by(&taken, at_least);
             trace.sleep_until(surely_free).await;

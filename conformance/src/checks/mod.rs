@@ -19,7 +19,9 @@ use crate::failure::{CheckFailure, Rule, Verdict};
 use crate::harness::ConformanceHarness;
 use crate::names::NameSpace;
 use crate::timing::Timing;
-use crate::trace::Trace;
+use crate::trace::{HeldLock, HeldProbe, Trace};
+use shedlock_core::LockProvider;
+use tokio::time::Instant;
 
 pub use basics::check_acquire_skip_release;
 pub use concurrency::{check_fencing_tokens_increase, check_mutual_exclusion};
@@ -225,6 +227,36 @@ enum Attempt {
     /// The machine stalled so that an observation proved nothing either way; why, for the
     /// timeline.
     Inconclusive(&'static str),
+}
+
+/// Why an attempt proved nothing: a probe was answered after the moment it had to beat.
+pub(crate) const PROBED_TOO_LATE: &str = "a probe was answered too late to prove anything";
+
+/// Probes `held` from `node` at each of `times`: a probe answered by its deadline must be
+/// refused. [`Attempt::Proven`] when every probe was answered by the deadline (the last one is
+/// the one that matters: it catches a lock that frees itself a little early).
+async fn probe_at(
+    trace: &Trace,
+    node: &str,
+    provider: &dyn LockProvider,
+    held: &HeldLock<'_>,
+    times: impl IntoIterator<Item = Instant>,
+) -> Result<Attempt, CheckFailure> {
+    // On a coarse-precision backend the tolerance eats into the window; a probe time past the
+    // deadline could prove nothing, so it is not sent.
+    for time in times
+        .into_iter()
+        .filter(|time| *time < held.surely_held_until)
+    {
+        trace.sleep_until(time).await;
+        // A late probe that got the lock now holds it (its handle is gone) until its own
+        // at-most: the rest of the attempt would be refused for that reason, not the
+        // provider's. The caller starts over on a fresh name.
+        if trace.probe_while_held(node, provider, held).await? != HeldProbe::Refused {
+            return Ok(Attempt::Inconclusive(PROBED_TOO_LATE));
+        }
+    }
+    Ok(Attempt::Proven)
 }
 
 /// Runs `scenario` (given the attempt number, from 1) until an attempt proves something, at

@@ -14,10 +14,9 @@ use crate::names::NameSpace;
 use crate::timing::Timing;
 use crate::trace::{HeldLock, HeldProbe, Trace, config};
 
-use super::{Attempt, COARSE_UNIT, node, node_with_clock, timing_of, until_conclusive};
-
-/// Why an attempt proved nothing.
-const TOO_LATE: &str = "a probe came too late to prove anything";
+use super::{
+    Attempt, COARSE_UNIT, PROBED_TOO_LATE, node, node_with_clock, timing_of, until_conclusive,
+};
 
 /// A node whose wall clock is off by a fixed amount.
 struct SkewedNode<N> {
@@ -186,7 +185,7 @@ async fn exclusion_across_clocks<N: LockProvider>(
                 .map(|node| trace.probe_while_held(&node.label, &node.node, &held));
             for probe in futures_util::future::join_all(probes).await {
                 if probe? != HeldProbe::Refused {
-                    return Ok(Attempt::Inconclusive(TOO_LATE));
+                    return Ok(Attempt::Inconclusive(PROBED_TOO_LATE));
                 }
             }
         }
@@ -385,7 +384,7 @@ async fn operations_while_probed<N: LockProvider>(
         why: &why,
     };
     if trace.probe_while_held("N", normal, &probe).await? != HeldProbe::Refused {
-        return Ok(Attempt::Inconclusive(TOO_LATE));
+        return Ok(Attempt::Inconclusive(PROBED_TOO_LATE));
     }
     if normal.capabilities().extend {
         let extended = trace.extend(&node.label, &*theirs.value, at_most).await?;
@@ -411,7 +410,7 @@ async fn operations_while_probed<N: LockProvider>(
             ..probe
         };
         if trace.probe_while_held("N", normal, &extended_probe).await? != HeldProbe::Refused {
-            return Ok(Attempt::Inconclusive(TOO_LATE));
+            return Ok(Attempt::Inconclusive(PROBED_TOO_LATE));
         }
     }
     trace
@@ -433,7 +432,7 @@ async fn operations_while_probed<N: LockProvider>(
     probe.surely_held_until = timing.surely_held_until(&theirs, at_least - skew);
     probe.why = &why;
     if trace.probe_while_held("N", normal, &probe).await? != HeldProbe::Refused {
-        return Ok(Attempt::Inconclusive(TOO_LATE));
+        return Ok(Attempt::Inconclusive(PROBED_TOO_LATE));
     }
     let surely_free = timing.surely_over_by(&theirs, at_least) + skew;
     trace.sleep_until(surely_free).await;

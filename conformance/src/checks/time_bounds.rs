@@ -10,9 +10,9 @@ use tokio::time::Instant;
 use crate::failure::{CheckFailure, Rule, Verdict};
 use crate::harness::ConformanceHarness;
 use crate::names::NameSpace;
-use crate::trace::{HeldLock, HeldProbe, Trace, config};
+use crate::trace::{HeldLock, Trace, config};
 
-use super::{Attempt, node, timing_of, until_conclusive};
+use super::{Attempt, node, probe_at, timing_of, until_conclusive};
 
 /// At-most expiry: a holder that vanishes (its handle dropped, never released) keeps others
 /// out until `lock_at_most_for` has passed, not before, and not much after.
@@ -61,10 +61,10 @@ pub async fn check_at_most_expiry<H: ConformanceHarness>(
                 rule: Rule::AT_MOST,
                 why: &why,
             };
-            if !probe_at(&trace, "B", &b, &held, probe_times).await? {
-                return Ok(Attempt::Inconclusive(
-                    "a probe was answered too late to prove anything",
-                ));
+            if let late @ Attempt::Inconclusive(_) =
+                probe_at(&trace, "B", &b, &held, probe_times).await?
+            {
+                return Ok(late);
             }
             trace.sleep_until(surely_expired).await;
             trace
@@ -162,10 +162,10 @@ pub async fn check_at_least_hold<H: ConformanceHarness>(
                     released.answered,
                     timing.late_probe_at(surely_held_until, &released),
                 ];
-                if !probe_at(&trace, "B", &b, &held, probe_times).await? {
-                    return Ok(Attempt::Inconclusive(
-                        "a probe was answered too late to prove anything",
-                    ));
+                if let late @ Attempt::Inconclusive(_) =
+                    probe_at(&trace, "B", &b, &held, probe_times).await?
+                {
+                    return Ok(late);
                 }
                 let surely_free = timing.surely_over_by(&taken, at_least);
                 trace.sleep_until(surely_free).await;
@@ -217,35 +217,6 @@ impl RecordPath {
             RecordPath::TakeOver => "on a name whose free record the acquisition took over",
         }
     }
-}
-
-/// Probes `held` from `node` at each of `times`: a probe answered by its deadline must be
-/// refused. Answers whether the probes proved everything they were meant to: every probe was
-/// answered by the deadline (the last one is the one that matters: it catches a lock that
-/// frees itself a little early).
-async fn probe_at(
-    trace: &Trace,
-    node: &str,
-    provider: &dyn LockProvider,
-    held: &HeldLock<'_>,
-    times: impl IntoIterator<Item = Instant>,
-) -> Result<bool, CheckFailure> {
-    // On a coarse-precision backend the tolerance eats into the window; a probe time past the
-    // deadline could prove nothing, so it is not sent.
-    for time in times
-        .into_iter()
-        .filter(|time| *time < held.surely_held_until)
-    {
-        trace.sleep_until(time).await;
-        match trace.probe_while_held(node, provider, held).await? {
-            HeldProbe::Refused => {}
-            // A late probe that got the lock now holds it (its handle is gone) until its own
-            // at-most: the rest of this attempt would be refused for that reason, not the
-            // provider's. Start over on a fresh name.
-            HeldProbe::TooLate { .. } => return Ok(false),
-        }
-    }
-    Ok(true)
 }
 
 /// A handle whose acquisition is over answers `false` and changes nothing, even while the lock
@@ -323,10 +294,10 @@ pub async fn check_stale_handle_answers<H: ConformanceHarness>(
                     why: &why,
                 };
                 let probe_times = [answered, timing.late_probe_at(surely_held_until, &taken)];
-                if !probe_at(&trace, "B", &b, &held, probe_times).await? {
-                    return Ok(Attempt::Inconclusive(
-                        "a probe was answered too late to prove anything",
-                    ));
+                if let late @ Attempt::Inconclusive(_) =
+                    probe_at(&trace, "B", &b, &held, probe_times).await?
+                {
+                    return Ok(late);
                 }
                 let surely_free = timing.surely_over_by(&taken, at_least);
                 trace.sleep_until(surely_free).await;
