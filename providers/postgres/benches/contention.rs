@@ -29,7 +29,9 @@ const TAKE_OVER: &str = "WITH taken AS (UPDATE \"shedlock_bench_contention\" AS 
      \"lock_until\" = timezone('utc', CURRENT_TIMESTAMP) + make_interval(secs => $3), \
      \"locked_at\" = timezone('utc', CURRENT_TIMESTAMP), \"locked_by\" = $2, \
      \"fencing_token\" = COALESCE(lock_row.\"fencing_token\", 0) + 1 \
-     WHERE lock_row.\"name\" = $1 AND lock_row.\"lock_until\" <= timezone('utc', CURRENT_TIMESTAMP) \
+     WHERE lock_row.\"name\" = (SELECT \"name\" FROM \"shedlock_bench_contention\" WHERE \"name\" = $1 \
+     AND \"lock_until\" <= timezone('utc', CURRENT_TIMESTAMP) FOR UPDATE SKIP LOCKED) \
+     AND lock_row.\"lock_until\" <= timezone('utc', CURRENT_TIMESTAMP) \
      RETURNING lock_row.\"fencing_token\"::int8) SELECT (SELECT * FROM taken), \
      EXISTS (SELECT 1 FROM \"shedlock_bench_contention\" WHERE \"name\" = $1)";
 const RELEASE: &str = "UPDATE \"shedlock_bench_contention\" SET \"lock_until\" = \

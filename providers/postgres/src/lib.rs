@@ -42,7 +42,9 @@
 //! -- acquire of a name it has seen (the row exists):
 //! WITH taken AS (UPDATE shedlock AS lock_row
 //!     SET lock_until = now + make_interval(secs => $3), locked_at = now, locked_by = $2
-//!     WHERE lock_row.name = $1 AND lock_row.lock_until <= now
+//!     WHERE lock_row.name = (SELECT name FROM shedlock
+//!                            WHERE name = $1 AND lock_until <= now FOR UPDATE SKIP LOCKED)
+//!       AND lock_row.lock_until <= now
 //!     RETURNING 0::int8)                  -- or the new fencing token
 //! SELECT (SELECT * FROM taken), EXISTS (SELECT 1 FROM shedlock WHERE name = $1)
 //! -- release ($3 = lock_at_least_for):
@@ -53,11 +55,17 @@
 //!   WHERE name = $1 AND locked_by = $2 AND lock_until > now
 //! ```
 //!
-//! An acquire of a held lock neither waits nor writes: the `UPDATE` skips a row whose
-//! `lock_until` has not passed without locking it. (An `INSERT ... ON CONFLICT DO UPDATE ...
-//! WHERE` would lock the row even when its `WHERE` is false, so under contention every refused
-//! attempt would queue behind the others.) The `EXISTS` tells a held row from one deleted by
-//! hand, which the next statement inserts again.
+//! An acquire never waits for another transaction:
+//! - on a held lock it neither waits nor writes: the `UPDATE` skips a row whose `lock_until`
+//!   has not passed without locking it. (An `INSERT ... ON CONFLICT DO UPDATE ... WHERE` would
+//!   lock the row even when its `WHERE` is false, so under contention every refused attempt
+//!   would queue behind the others.)
+//! - on an expired lock that another node is taking over at this moment, `SKIP LOCKED` answers
+//!   "not acquired" at once instead of waiting for that node's commit. Whoever holds the row
+//!   lock is changing the lock; if its transaction fails, the lock is free for the next tick.
+//!
+//! The `EXISTS` tells a held row from one deleted by hand, which the next statement inserts
+//! again.
 //!
 //! # What an operation costs
 //!

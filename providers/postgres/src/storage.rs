@@ -84,15 +84,22 @@ fn prepare_statements(
          VALUES ($1, {now} + make_interval(secs => $3), {now}, $2{fence_insert_val})"
     );
     let insert = format!("{values} ON CONFLICT ({name}) DO NOTHING RETURNING {returning}");
-    // A plain UPDATE skips a row whose committed version fails its WHERE without locking it,
-    // so an attempt on a held lock neither waits nor writes. (An upsert would lock the row,
-    // and the lock dirties it, so each refused attempt would commit a WAL flush while the
-    // others queue behind it.) The EXISTS, read from the same snapshot, tells a held row from
-    // a missing one in the same round trip.
+    // No attempt may wait on another transaction's row lock:
+    // - a plain UPDATE skips a row whose committed version fails its WHERE without locking
+    //   it, so an attempt on a held lock neither waits nor writes (an upsert would lock the
+    //   row, and the lock dirties it, so each refused attempt would commit a WAL flush while
+    //   the others queue behind it);
+    // - an expired row that another node is taking over right now is locked by that node's
+    //   UPDATE until it commits; a plain UPDATE would wait for that commit and then find the
+    //   row held. `FOR UPDATE SKIP LOCKED` answers "not acquired" at once instead: whoever
+    //   holds the row lock is changing the lock, and a node that misses a lock skips the run.
+    // The EXISTS, read from the same snapshot, tells a held row from a missing one in the
+    // same round trip.
     let take_over = format!(
         "WITH taken AS (UPDATE {t} AS lock_row SET {until} = {now} + make_interval(secs => $3), \
          {at} = {now}, {by} = $2{fence_update} \
-         WHERE lock_row.{name} = $1 AND lock_row.{until} <= {now} RETURNING {returning}) \
+         WHERE lock_row.{name} = (SELECT {name} FROM {t} WHERE {name} = $1 AND {until} <= {now} \
+         FOR UPDATE SKIP LOCKED) AND lock_row.{until} <= {now} RETURNING {returning}) \
          SELECT (SELECT * FROM taken), EXISTS (SELECT 1 FROM {t} WHERE {name} = $1)"
     );
     let release = format!(

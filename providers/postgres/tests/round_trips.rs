@@ -68,3 +68,55 @@ async fn a_killed_connection_fails_one_operation_then_the_next_reconnects() {
         .await;
     drop_table(&table).await;
 }
+
+/// A transaction that is changing an expired lock's row (another node taking it over, say)
+/// holds that row's lock until it commits. A node that tries the lock meanwhile must be told
+/// "not acquired" at once instead of queueing behind it: under contention every loser would
+/// otherwise wait for the winner's commit. Once that transaction is gone, the lock is there to
+/// take.
+#[tokio::test]
+async fn an_acquire_never_waits_for_another_transaction_holding_the_row() {
+    use shedlock_core::{Acquisition, LockConfiguration, LockProvider};
+    use std::time::Duration;
+
+    let table = unique("pg_row_lock");
+    let provider = PostgresLockProvider::builder_from_url(url())
+        .table_name(&table)
+        .create_table_if_missing(true)
+        .operation_timeout(Duration::from_secs(3))
+        .build()
+        .await
+        .unwrap();
+    let config = LockConfiguration::new("job", Duration::from_secs(60), Duration::ZERO).unwrap();
+    let Acquisition::Acquired(first) = provider.try_lock(&config).await.unwrap() else {
+        panic!("a new name is free");
+    };
+    assert!(first.unlock().await.unwrap());
+
+    let mut other = <sqlx::PgConnection as sqlx::Connection>::connect(&url())
+        .await
+        .unwrap();
+    let mut transaction = sqlx::Connection::begin(&mut other).await.unwrap();
+    let locked = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE {table} SET locked_by = 'someone-else#1' WHERE name = 'job'"
+    )))
+    .execute(&mut *transaction)
+    .await
+    .unwrap();
+    assert_eq!(locked.rows_affected(), 1);
+
+    match provider.try_lock(&config).await {
+        Ok(Acquisition::NotAcquired(_)) => {}
+        Ok(Acquisition::Acquired(_)) => panic!("acquired a row another transaction is changing"),
+        Err(error) => panic!("the acquire waited for the other transaction: {error}"),
+    }
+
+    transaction.rollback().await.unwrap();
+    match provider.try_lock(&config).await.unwrap() {
+        Acquisition::Acquired(handle) => assert!(handle.unlock().await.unwrap()),
+        Acquisition::NotAcquired(holder) => {
+            panic!("the free lock was refused once the transaction ended: {holder:?}")
+        }
+    }
+    drop_table(&table).await;
+}
