@@ -312,7 +312,7 @@ pub trait LockStorage: Send + Sync + fmt::Debug {
 #[derive(Debug)]
 struct NameCache {
     capacity: usize,
-    names: HashSet<Arc<str>>,
+    names: HashSet<Arc<str>, foldhash::fast::RandomState>,
     order: VecDeque<Arc<str>>,
 }
 
@@ -320,7 +320,7 @@ impl NameCache {
     fn new(capacity: usize) -> Self {
         Self {
             capacity,
-            names: HashSet::new(),
+            names: HashSet::default(),
             order: VecDeque::new(),
         }
     }
@@ -526,7 +526,9 @@ async fn within<T>(
     {
         return result;
     }
-    tokio::time::timeout(timeout, future)
+    // Boxed so the timer's state is allocated only by an operation that waits, instead of
+    // enlarging (and so copying) every acquisition's future.
+    Box::pin(tokio::time::timeout(timeout, future))
         .await
         .unwrap_or_else(|_| {
             Err(LockError::Timeout {

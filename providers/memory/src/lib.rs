@@ -78,11 +78,6 @@ impl MemoryLockProvider {
     pub fn new() -> Self {
         MemoryLockStore::new().node()
     }
-
-    /// Forgets which lock names this node has seen, as a restarted node would.
-    pub fn clear_name_cache(&self) {
-        self.inner.clear_name_cache();
-    }
 }
 
 impl Default for MemoryLockProvider {

@@ -26,11 +26,6 @@ impl ConformanceHarness for MemoryHarness {
         Ok(self.store.node_with("conformance-node", clock))
     }
 
-    fn clear_name_cache(&self, node: &MemoryLockProvider) -> Support<()> {
-        node.clear_name_cache();
-        Support::Supported(())
-    }
-
     async fn write_record(&self, record: &PlantedRecord) -> Result<Support<()>, SetupError> {
         // The store's clock is monotonic but anchored to the wall clock at creation, so a
         // wall-clock instant an hour away is an hour away for the store too.
