@@ -25,15 +25,17 @@ const NAME: &str = "contended";
 
 /// The statements the provider sends for a known name (take-over, release) on [`TABLE`] with
 /// its fencing column, written out so a dedicated connection sends exactly them.
-const TAKE_OVER: &str = "WITH taken AS (UPDATE \"shedlock_bench_contention\" AS lock_row SET \
+const TAKE_OVER: &str = "WITH current AS MATERIALIZED (SELECT \"lock_until\" <= \
+     timezone('utc', CURRENT_TIMESTAMP) AS free FROM \"shedlock_bench_contention\" \
+     WHERE \"name\" = $1), taken AS (UPDATE \"shedlock_bench_contention\" AS lock_row SET \
      \"lock_until\" = timezone('utc', CURRENT_TIMESTAMP) + make_interval(secs => $3), \
      \"locked_at\" = timezone('utc', CURRENT_TIMESTAMP), \"locked_by\" = $2, \
      \"fencing_token\" = COALESCE(lock_row.\"fencing_token\", 0) + 1 \
-     WHERE lock_row.\"name\" = (SELECT \"name\" FROM \"shedlock_bench_contention\" WHERE \"name\" = $1 \
+     WHERE (SELECT free FROM current) AND lock_row.\"name\" = (SELECT \"name\" FROM \"shedlock_bench_contention\" WHERE \"name\" = $1 \
      AND \"lock_until\" <= timezone('utc', CURRENT_TIMESTAMP) FOR UPDATE SKIP LOCKED) \
      AND lock_row.\"lock_until\" <= timezone('utc', CURRENT_TIMESTAMP) \
      RETURNING lock_row.\"fencing_token\"::int8) SELECT (SELECT * FROM taken), \
-     EXISTS (SELECT 1 FROM \"shedlock_bench_contention\" WHERE \"name\" = $1)";
+     EXISTS (SELECT 1 FROM current)";
 const RELEASE: &str = "UPDATE \"shedlock_bench_contention\" SET \"lock_until\" = \
      GREATEST(timezone('utc', CURRENT_TIMESTAMP), \"locked_at\" + make_interval(secs => $3)) \
      WHERE \"name\" = $1 AND \"locked_by\" = $2 AND \"lock_until\" > timezone('utc', CURRENT_TIMESTAMP)";
