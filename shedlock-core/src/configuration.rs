@@ -66,19 +66,7 @@ impl LockConfiguration {
         lock_at_least_for: Duration,
     ) -> Result<Self, ConfigurationError> {
         let name = name.into();
-        if name.is_empty() {
-            return Err(ConfigurationError::EmptyName);
-        }
-        if lock_at_most_for.is_zero() {
-            return Err(ConfigurationError::ZeroLockAtMostFor { name });
-        }
-        if lock_at_least_for > lock_at_most_for {
-            return Err(ConfigurationError::LockAtLeastExceedsAtMost {
-                name,
-                lock_at_least_for,
-                lock_at_most_for,
-            });
-        }
+        check_rules(&name, lock_at_most_for, lock_at_least_for)?;
         Ok(Self {
             name,
             lock_at_most_for,
@@ -122,6 +110,30 @@ impl LockConfiguration {
     }
 }
 
+/// The rules of [`LockConfiguration::new`], in the order they are reported.
+fn check_rules(
+    name: &str,
+    lock_at_most_for: Duration,
+    lock_at_least_for: Duration,
+) -> Result<(), ConfigurationError> {
+    if name.is_empty() {
+        return Err(ConfigurationError::EmptyName);
+    }
+    if lock_at_most_for.is_zero() {
+        return Err(ConfigurationError::ZeroLockAtMostFor {
+            name: name.to_owned(),
+        });
+    }
+    if lock_at_least_for > lock_at_most_for {
+        return Err(ConfigurationError::LockAtLeastExceedsAtMost {
+            name: name.to_owned(),
+            lock_at_least_for,
+            lock_at_most_for,
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,6 +172,89 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "lock \"report\": lock_at_least_for (2s) must not exceed lock_at_most_for (1s)"
+        );
+    }
+
+    const NS: Duration = Duration::from_nanos(1);
+
+    #[test]
+    fn at_least_may_equal_at_most_but_not_exceed_it_by_a_nanosecond() {
+        let config = LockConfiguration::new("report", S, S).unwrap();
+        assert_eq!(config.lock_at_least_for(), config.lock_at_most_for());
+        assert_eq!(
+            LockConfiguration::new("report", S, S + NS),
+            Err(ConfigurationError::LockAtLeastExceedsAtMost {
+                name: "report".to_owned(),
+                lock_at_least_for: S + NS,
+                lock_at_most_for: S,
+            })
+        );
+    }
+
+    #[test]
+    fn the_shortest_hold_is_one_nanosecond() {
+        let config = LockConfiguration::new("report", NS, Duration::ZERO).unwrap();
+        assert_eq!(config.lock_at_most_for(), NS);
+        assert_eq!(
+            LockConfiguration::new("report", Duration::ZERO, Duration::ZERO),
+            Err(ConfigurationError::ZeroLockAtMostFor {
+                name: "report".to_owned()
+            })
+        );
+    }
+
+    #[test]
+    fn a_one_character_name_is_enough() {
+        assert_eq!(LockConfiguration::new("r", S, S).unwrap().name(), "r");
+    }
+
+    #[test]
+    fn the_empty_name_is_reported_before_the_durations() {
+        assert_eq!(
+            LockConfiguration::new("", Duration::ZERO, 2 * S),
+            Err(ConfigurationError::EmptyName)
+        );
+        assert_eq!(
+            LockConfiguration::parse("", "0", "2s"),
+            Err(ConfigurationError::EmptyName)
+        );
+    }
+
+    #[test]
+    fn text_durations_follow_the_same_rules() {
+        assert_eq!(
+            LockConfiguration::parse("report", "0", "0"),
+            Err(ConfigurationError::ZeroLockAtMostFor {
+                name: "report".to_owned()
+            })
+        );
+        assert_eq!(
+            LockConfiguration::parse("report", "PT1S", "1.000000001s")
+                .unwrap_err()
+                .to_string(),
+            "lock \"report\": lock_at_least_for (1.000000001s) must not exceed lock_at_most_for (1s)"
+        );
+        let config = LockConfiguration::parse("report", "PT1S", "1000").unwrap();
+        assert_eq!(config.lock_at_least_for(), S);
+    }
+
+    #[test]
+    fn text_errors_name_the_field_that_does_not_parse() {
+        let err = LockConfiguration::parse("report", "PT1M", "P1M").unwrap_err();
+        let ConfigurationError::InvalidDuration {
+            name,
+            field,
+            source,
+        } = &err
+        else {
+            panic!("expected InvalidDuration, got {err:?}");
+        };
+        assert_eq!((name.as_str(), *field), ("report", "lock_at_least_for"));
+        assert_eq!(source.input, "P1M");
+        assert!(
+            err.to_string()
+                .starts_with("lock \"report\": lock_at_least_for: invalid duration \"P1M\": "),
+            "{err}"
         );
     }
 

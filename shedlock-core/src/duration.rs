@@ -25,6 +25,11 @@ pub struct DurationParseError {
 /// - a plain integer, taken as milliseconds: `30000`.
 ///
 /// Negative values are rejected: a lock cannot be held for less than nothing.
+///
+/// A fraction (`PT0.5S`, `1.5s`, `0.25ms`) has at most nine decimal places, as in Java's
+/// `Duration.parse`, and must come to a whole number of nanoseconds: `0.0000001ms` is refused,
+/// never rounded or truncated. In ISO-8601 only seconds may have a fraction, and an `M` before
+/// the `T` (`P1M`) means months, refused like years and weeks: one minute is `PT1M`.
 pub fn parse_duration(input: &str) -> Result<Duration, DurationParseError> {
     let error = |reason: &str| DurationParseError {
         input: input.to_owned(),
@@ -38,6 +43,9 @@ pub fn parse_duration(input: &str) -> Result<Duration, DurationParseError> {
         return Err(error("it is negative"));
     }
     let text = text.strip_prefix('+').unwrap_or(text);
+    if text.is_empty() {
+        return Err(error("no number follows the '+'"));
+    }
     if text.bytes().all(|b| b.is_ascii_digit()) {
         let millis: u64 = text.parse().map_err(|_| error("it is too large"))?;
         return Ok(Duration::from_millis(millis));
@@ -74,8 +82,10 @@ fn split_parts(text: &str) -> Result<Vec<(&str, &str)>, String> {
     Ok(parts)
 }
 
-/// Converts `number` (decimal allowed) times `unit_nanos` to a duration, without overflow or rounding up.
-fn scaled(number: &str, unit_nanos: u128) -> Result<Duration, String> {
+/// Converts `number` (decimal allowed) `unit`s, each `unit_nanos` long, to a duration, exactly:
+/// never rounded, truncated or wrapped.
+fn scaled(number: &str, unit: &str, unit_nanos: u128) -> Result<Duration, String> {
+    let too_large = || format!("\"{number}{unit}\" is too large");
     let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
     if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
         return Err(format!("{number:?} is not a number"));
@@ -83,30 +93,35 @@ fn scaled(number: &str, unit_nanos: u128) -> Result<Duration, String> {
     let whole: u128 = if whole.is_empty() {
         0
     } else {
-        whole
-            .parse()
-            .map_err(|_| format!("{number:?} is too large"))?
+        whole.parse().map_err(|_| too_large())?
     };
-    let mut nanos = whole
-        .checked_mul(unit_nanos)
-        .ok_or_else(|| format!("{number:?} is too large"))?;
+    let mut nanos = whole.checked_mul(unit_nanos).ok_or_else(too_large)?;
     if !fraction.is_empty() {
-        if fraction.len() > 9 {
-            return Err(format!("{number:?} has more than 9 decimal places"));
+        if fraction.len() > MAX_DECIMAL_PLACES {
+            return Err(format!(
+                "\"{number}{unit}\" has {} decimal places; at most {MAX_DECIMAL_PLACES} are accepted",
+                fraction.len()
+            ));
         }
         let digits: u128 = fraction
             .parse()
             .map_err(|_| format!("{number:?} is not a number"))?;
         let scale = 10u128.pow(fraction.len() as u32);
         if !(digits * unit_nanos).is_multiple_of(scale) {
-            return Err(format!("{number:?} is finer than a nanosecond"));
+            return Err(format!(
+                "\"{number}{unit}\" is finer than a nanosecond, the smallest duration; it is not rounded"
+            ));
         }
-        nanos += digits * unit_nanos / scale;
+        nanos = nanos
+            .checked_add(digits * unit_nanos / scale)
+            .ok_or_else(too_large)?;
     }
-    let secs =
-        u64::try_from(nanos / 1_000_000_000).map_err(|_| format!("{number:?} is too large"))?;
+    let secs = u64::try_from(nanos / 1_000_000_000).map_err(|_| too_large())?;
     Ok(Duration::new(secs, (nanos % 1_000_000_000) as u32))
 }
+
+/// The most decimal places a fraction may have, as in Java's `Duration.parse`.
+const MAX_DECIMAL_PLACES: usize = 9;
 
 const NANOS_PER_MILLI: u128 = 1_000_000;
 const NANOS_PER_SECOND: u128 = 1_000 * NANOS_PER_MILLI;
@@ -145,9 +160,19 @@ fn parse_iso(iso: &str) -> Result<Duration, String> {
     for (number, unit, in_date) in ranked {
         let (rank, nanos) = match (in_date, unit) {
             (true, "D") => (1, NANOS_PER_DAY),
-            (true, "W" | "Y" | "M") => {
+            (true, "M") => {
                 return Err(format!(
-                    "'{unit}' in the date part has no fixed length; use days ('D') or time parts after 'T'"
+                    "'{number}M' before the 'T' means months, which have no fixed length; use days ('D'), or write minutes after the 'T' (\"PT{number}M\")"
+                ));
+            }
+            (true, "Y") => {
+                return Err(format!(
+                    "'{number}Y' means years, which have no fixed length; use days ('D')"
+                ));
+            }
+            (true, "W") => {
+                return Err(format!(
+                    "'{number}W' means weeks, which are not accepted (as in Java's Duration.parse); use days ('D')"
                 ));
             }
             (false, "H") => (2, NANOS_PER_HOUR),
@@ -164,7 +189,7 @@ fn parse_iso(iso: &str) -> Result<Duration, String> {
             ));
         }
         last_rank = rank;
-        durations.push(scaled(number, nanos));
+        durations.push(scaled(number, unit, nanos));
     }
     sum(durations)
 }
@@ -185,7 +210,7 @@ fn parse_human(text: &str) -> Result<Duration, String> {
             return Err(format!("unit {unit:?} is repeated or out of order"));
         }
         last_rank = rank;
-        durations.push(scaled(number, nanos));
+        durations.push(scaled(number, unit, nanos));
     }
     sum(durations)
 }
@@ -261,8 +286,123 @@ mod tests {
         }
     }
 
+    fn reason(input: &str) -> String {
+        parse_duration(input).expect_err(input).reason
+    }
+
+    #[test]
+    fn a_lone_decimal_point_is_not_zero() {
+        for bad in [".s", "PT.S", "pt.s", ".ms", "1h.m"] {
+            assert_eq!(reason(bad), r#""." is not a number"#, "{bad}");
+        }
+        assert_eq!(
+            parse_duration(".s").unwrap_err().to_string(),
+            r#"invalid duration ".s": "." is not a number (expected ISO-8601 like "PT30S", human like "1h30m", or milliseconds like "30000")"#
+        );
+    }
+
+    #[test]
+    fn nine_decimal_places_are_accepted() {
+        assert_eq!(
+            parse_duration("0.123456789s").unwrap(),
+            Duration::from_nanos(123_456_789)
+        );
+        assert_eq!(
+            parse_duration("PT0.123456789S").unwrap(),
+            Duration::from_nanos(123_456_789)
+        );
+        assert_eq!(parse_duration("1.000000001s").unwrap(), Duration::new(1, 1));
+        assert_eq!(parse_duration("1.5h").unwrap(), Duration::from_secs(5_400));
+    }
+
+    #[test]
+    fn more_than_nine_decimal_places_are_refused_even_when_exact() {
+        assert_eq!(
+            reason("0.1000000000s"),
+            r#""0.1000000000s" has 10 decimal places; at most 9 are accepted"#
+        );
+        assert_eq!(
+            reason("PT0.10000000000S"),
+            r#""0.10000000000S" has 11 decimal places; at most 9 are accepted"#
+        );
+    }
+
+    #[test]
+    fn finer_than_a_nanosecond_is_refused_not_rounded() {
+        assert_eq!(
+            reason("0.0000001ms"),
+            r#""0.0000001ms" is finer than a nanosecond, the smallest duration; it is not rounded"#
+        );
+        assert!(reason("1.0000000005s").contains("decimal places"));
+        assert!(reason("0.0000009ms").contains("finer than a nanosecond"));
+        assert_eq!(
+            parse_duration("0.000001ms").unwrap(),
+            Duration::from_nanos(1)
+        );
+        assert_eq!(parse_duration("0.5ms").unwrap(), Duration::from_micros(500));
+    }
+
+    #[test]
+    fn date_units_without_a_fixed_length_are_refused_by_name() {
+        assert_eq!(
+            parse_duration("P1M").unwrap_err().to_string(),
+            r#"invalid duration "P1M": '1M' before the 'T' means months, which have no fixed length; use days ('D'), or write minutes after the 'T' ("PT1M") (expected ISO-8601 like "PT30S", human like "1h30m", or milliseconds like "30000")"#
+        );
+        assert_eq!(
+            reason("p5m"),
+            r#"'5M' before the 'T' means months, which have no fixed length; use days ('D'), or write minutes after the 'T' ("PT5M")"#
+        );
+        assert_eq!(
+            reason("P1Y"),
+            "'1Y' means years, which have no fixed length; use days ('D')"
+        );
+        assert_eq!(
+            reason("P2W"),
+            "'2W' means weeks, which are not accepted (as in Java's Duration.parse); use days ('D')"
+        );
+    }
+
+    #[test]
+    fn iso_units_may_not_repeat_or_go_backwards() {
+        assert_eq!(reason("PT1S1S"), "unit 'S' is repeated or out of order");
+        assert_eq!(reason("P1DT1H1H"), "unit 'H' is repeated or out of order");
+        assert_eq!(reason("P1D1D"), "unit 'D' is repeated or out of order");
+        assert_eq!(reason("PT1S2M"), "unit 'M' is repeated or out of order");
+        assert_eq!(reason("1s1s"), r#"unit "s" is repeated or out of order"#);
+        assert_eq!(reason("5m1h"), r#"unit "h" is repeated or out of order"#);
+    }
+
+    #[test]
+    fn other_refusals_say_what_is_wrong() {
+        assert_eq!(
+            reason("PT1.5M"),
+            "only seconds may have a fraction, not '1.5M'"
+        );
+        assert_eq!(reason("+"), "no number follows the '+'");
+        assert_eq!(reason("1.5"), r#"the number "1.5" has no unit"#);
+        assert_eq!(reason("PT1"), r#"the number "1" has no unit"#);
+        assert_eq!(reason("PT"), r#"nothing follows the 'T' in ""T"#);
+        assert_eq!(reason("1x"), r#"unknown unit "x" (use ms, s, m, h or d)"#);
+        assert_eq!(reason("PT1X"), "unknown ISO-8601 unit 'X'");
+        assert_eq!(reason("s"), r#"expected a number before "s""#);
+        assert_eq!(reason("-5"), "it is negative");
+        assert_eq!(reason("  "), "it is empty");
+    }
+
     #[test]
     fn rejects_overflow_instead_of_wrapping() {
+        for huge in [
+            "340282366920938463463374607431.999999999s",
+            "18446744073709551616s",
+            "P1DT18446744073709551615S",
+            "99999999999999999999999",
+        ] {
+            assert!(
+                reason(huge).contains("too large"),
+                "{huge}: {}",
+                reason(huge)
+            );
+        }
         let err = parse_duration("P99999999999999999D").unwrap_err();
         assert!(err.reason.contains("too large"), "{err}");
     }

@@ -152,8 +152,9 @@ impl LockingTaskExecutor {
     /// Like [`execute`](Self::execute), and keeps the lock alive while the task runs: every
     /// third of `lock_at_most_for` it extends the lock to `now + lock_at_most_for`.
     ///
-    /// The task gets a [`CancellationToken`] that is cancelled when the lock is lost (an extend
-    /// found it expired, or extends kept failing until the lock's last known expiry). The task
+    /// The task gets a [`CancellationToken`] that is cancelled when the lock is lost: an extend
+    /// found it expired, extends kept failing until the lock's last known expiry, or an extend
+    /// did not answer by half an interval before that expiry. The task
     /// decides what to do, typically stop at the next safe point. Needs a provider with
     /// [`Capabilities::extend`](crate::Capabilities::extend); otherwise nothing runs and
     /// [`LockError::Unsupported`] is returned.
@@ -283,7 +284,18 @@ async fn keep_alive(
     loop {
         tokio::time::sleep(interval).await;
         let sent = Instant::now();
-        match handle.extend(at_most).await {
+        // An extend that does not answer is given until half an interval before the lock's
+        // last known expiry, not the provider's operation timeout (which may be longer than
+        // the lock): the task must hear of the loss while the lock is still surely its own.
+        let answer_by = held_until.checked_sub(interval / 2).unwrap_or(held_until);
+        let Ok(extended) = tokio::time::timeout_at(answer_by, handle.extend(at_most)).await else {
+            warn!(
+                lock = config.name(),
+                "lock lost: keep-alive's extend did not answer before the lock's last known expiry"
+            );
+            break;
+        };
+        match extended {
             Ok(true) => held_until = sent + at_most,
             Ok(false) => {
                 warn!(
