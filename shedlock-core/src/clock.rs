@@ -153,6 +153,17 @@ mod tests {
     }
 
     #[test]
+    fn manual_clock_moves_every_clone_forward_and_back() {
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+        let clock = ManualClock::new(start);
+        let clone = clock.clone();
+        clock.advance(Duration::from_secs(5));
+        assert_eq!(clone.now(), start + Duration::from_secs(5));
+        clone.set(start - Duration::from_secs(1));
+        assert_eq!(clock.now(), start - Duration::from_secs(1));
+    }
+
+    #[test]
     fn monotonic_clock_never_goes_back() {
         let clock = MonotonicClock::new();
         let mut last = clock.now();

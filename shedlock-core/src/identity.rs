@@ -48,7 +48,10 @@ impl AcquisitionIds {
     pub(crate) fn locked_by(&self, holder: &str) -> String {
         // Only uniqueness matters, not order, so no ordering with other memory is needed.
         let count = self.next.fetch_add(1, Ordering::Relaxed);
-        let id = hex_id((u128::from(self.prefix) << 64) | u128::from(count));
+        let mut bytes = [0; ID_LEN / 2];
+        bytes[..8].copy_from_slice(&self.prefix.to_be_bytes());
+        bytes[8..].copy_from_slice(&count.to_be_bytes());
+        let id = hex_id(bytes);
         let mut locked_by = String::with_capacity(holder.len() + 1 + ID_LEN);
         locked_by.push_str(holder);
         locked_by.push('#');
@@ -57,12 +60,12 @@ impl AcquisitionIds {
     }
 }
 
-/// `value` as lowercase hex digits, without going through `fmt`: this runs on every
+/// `bytes` as lowercase hex digits, without going through `fmt`: this runs on every
 /// acquisition.
-fn hex_id(value: u128) -> [u8; ID_LEN] {
+fn hex_id(bytes: [u8; ID_LEN / 2]) -> [u8; ID_LEN] {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut id = [0; ID_LEN];
-    for (pair, byte) in id.chunks_exact_mut(2).zip(value.to_be_bytes()) {
+    for (pair, byte) in id.chunks_exact_mut(2).zip(bytes) {
         pair[0] = DIGITS[usize::from(byte >> 4)];
         pair[1] = DIGITS[usize::from(byte & 0xf)];
     }

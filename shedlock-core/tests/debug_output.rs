@@ -73,3 +73,39 @@ async fn handle_shows_whether_it_was_released() {
         "{handle:?}"
     );
 }
+
+/// The answer a log line shows for an attempt: taken (and which acquisition), or refused and
+/// by whom.
+#[tokio::test]
+async fn an_acquisition_shows_whether_it_was_taken_and_by_whom() {
+    let store = MemoryLockStore::new();
+    let (a, b) = (
+        StorageBasedLockProvider::new(store.clone()).with_holder("node-a"),
+        StorageBasedLockProvider::new(store.clone()).with_holder("node-b"),
+    );
+    let taken = a.try_lock(&config("nightly-report")).await.unwrap();
+    let shown = format!("{taken:?}");
+    assert!(shown.starts_with("Acquired("), "{shown}");
+    assert!(shown.contains("nightly-report"), "{shown}");
+    let refused = b.try_lock(&config("nightly-report")).await.unwrap();
+    let shown = format!("{refused:?}");
+    assert!(shown.starts_with("NotAcquired("), "{shown}");
+    assert!(shown.contains("node-a#"), "the holder is named: {shown}");
+    assert!(taken.into_handle().unwrap().unlock().await.unwrap());
+}
+
+/// Errors name the operation that failed, in the words an operator searches logs for.
+#[test]
+fn an_error_names_its_operation() {
+    use shedlock_core::{LockError, Operation};
+    for (operation, word) in [
+        (Operation::Connect, "connect"),
+        (Operation::Acquire, "acquire"),
+        (Operation::Extend, "extend"),
+        (Operation::Release, "release"),
+    ] {
+        assert_eq!(operation.to_string(), word);
+        let error = LockError::backend_message("memory", operation, "job", "connection reset");
+        assert!(error.to_string().contains(word), "{error}");
+    }
+}

@@ -150,6 +150,7 @@ async fn a_new_name_costs_one_insert_and_a_seen_name_one_update() {
     assert_eq!(storage.take_calls(), [Call::Update, Call::Unlock]);
 
     let handle = node.try_lock(&config("job")).await.unwrap().into_handle();
+    assert_eq!(handle.as_ref().unwrap().name(), "job");
     assert!(
         handle
             .as_ref()
@@ -249,6 +250,32 @@ async fn the_name_cache_keeps_at_most_its_capacity() {
             [Call::Insert, Call::Update, Call::Unlock]
         );
     }
+}
+
+/// A forgotten name leaves room in the cache: the oldest name still cached is the next to go.
+#[tokio::test]
+async fn a_forgotten_name_leaves_the_eviction_order_of_the_others_intact() {
+    let storage = RecordingStorage::new(MissingAnswer::Missing);
+    let node = storage.node().with_name_cache_capacity(2);
+    cycle(&node, "a").await;
+    cycle(&node, "b").await;
+    storage.fail_next_update.store(true, Ordering::SeqCst);
+    node.try_lock(&config("a")).await.unwrap_err();
+    cycle(&node, "c").await;
+    cycle(&node, "d").await;
+    storage.take_calls();
+    cycle(&node, "c").await;
+    assert_eq!(
+        storage.take_calls(),
+        [Call::Update, Call::Unlock],
+        "c is known"
+    );
+    cycle(&node, "b").await;
+    assert_eq!(
+        storage.take_calls(),
+        [Call::Insert, Call::Update, Call::Unlock],
+        "b, the oldest, made room for d"
+    );
 }
 
 #[tokio::test]
