@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Mutation testing with cargo-mutants; what is mutated, and what is left out and why, is in
+# .cargo/mutants.toml.
+#
+#   ci/mutants.sh           only the lines changed since $SHEDLOCK_MUTANTS_BASE (default: the
+#                           parent of HEAD), so a branch no test notices is caught as it lands;
+#                           this is what .ci/run does
+#   ci/mutants.sh --all     every mutant (shedlock-core: about 10 minutes on 2 cores; the SQL
+#                           code and the model take hours, their tests run a kit each time)
+#
+# Each area runs the tests that can notice its mutants: shedlock-core's own (on the in-memory
+# provider), the SQLite provider's for the shared SQL code (no server needed), and the kit's
+# defect suite for its model. A mutant that no test notices fails the run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VERSION=27.1.0
+if ! cargo mutants --version 2>/dev/null | grep -qx "cargo-mutants $VERSION"; then
+  cargo install cargo-mutants --locked --version "$VERSION"
+fi
+# Each mutant is built in a copy of the tree; a target dir shared with the copies would be
+# rebuilt from scratch for every one of them.
+unset CARGO_TARGET_DIR
+OUT=${SHEDLOCK_MUTANTS_OUT:-/var/tmp/shedlock-mutants}
+mkdir -p "$OUT"
+
+# area: the files (within .cargo/mutants.toml's), the package they are in, the packages whose
+# tests run, and which of their tests (the SQLite kit runs under server and client time, in
+# UTC; its non-UTC runs add nothing the shared code decides)
+areas=(
+  "shedlock-core/src|shedlock-core|shedlock-core|"
+  "providers/sql/src|shedlock-sql|shedlock-sql shedlock-sqlite|--lib --test sqlite_provider --test conformance --test conformance_client_time"
+  "conformance/src/checks/model.rs|shedlock-conformance|shedlock-conformance|"
+)
+
+status=0
+for area in "${areas[@]}"; do
+  IFS='|' read -r files package packages tests <<<"$area"
+  args=(--no-shuffle --jobs 2 --package "$package" --output "$OUT/$package")
+  if [[ -n $tests ]]; then
+    # cargo-mutants runs its baseline on the mutated package's tests alone, where these test
+    # targets do not exist; .ci/run has just run them all unmutated, and a mutant's tests are
+    # bounded by the timeout instead of the baseline's time.
+    args+=(--baseline skip --timeout 300)
+  fi
+  for tested in $packages; do args+=(--test-package "$tested"); done
+  if [[ ${1:-} != --all ]]; then
+    diff="$OUT/$package.diff"
+    git diff "${SHEDLOCK_MUTANTS_BASE:-HEAD~1}" HEAD -- "$files" >"$diff"
+    if [[ ! -s $diff ]]; then
+      echo "[mutants] $files: unchanged since ${SHEDLOCK_MUTANTS_BASE:-HEAD~1}"
+      continue
+    fi
+    args+=(--in-diff "$diff")
+  fi
+  echo "[mutants] $files, tested by: $packages"
+  # shellcheck disable=SC2086 # $tests is a list of words
+  cargo mutants "${args[@]}" -- $tests || status=1
+done
+exit $status
