@@ -9,8 +9,8 @@
 #                           code and the model take hours, their tests run a kit each time)
 #
 # Each area runs the tests that can notice its mutants: shedlock-core's own (on the in-memory
-# provider), the SQLite provider's for the shared SQL code (no server needed), and the kit's
-# defect suite for its model. A mutant that no test notices fails the run.
+# provider), the SQLite and PostgreSQL providers' for the shared SQL code, and the kit's defect
+# suite for its model. A mutant that no test notices fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +18,10 @@ VERSION=27.1.0
 if ! cargo mutants --version 2>/dev/null | grep -qx "cargo-mutants $VERSION"; then
   cargo install cargo-mutants --locked --version "$VERSION"
 fi
+# The SQL code's tests need PostgreSQL (started, like every backend, by ci/start-backends.sh).
+ci/start-backends.sh
+export SHEDLOCK_TEST_POSTGRES_URL=${SHEDLOCK_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}
+
 # Each mutant is built in a copy of the tree; a target dir shared with the copies would be
 # rebuilt from scratch for every one of them.
 unset CARGO_TARGET_DIR
@@ -25,11 +29,12 @@ OUT=${SHEDLOCK_MUTANTS_OUT:-/var/tmp/shedlock-mutants}
 mkdir -p "$OUT"
 
 # area: the files (within .cargo/mutants.toml's), the package they are in, the packages whose
-# tests run, and which of their tests (the SQLite kit runs under server and client time, in
-# UTC; its non-UTC runs add nothing the shared code decides)
+# tests run, and which of their tests (the kit under server and client time, in UTC, on SQLite
+# and PostgreSQL: its non-UTC runs add nothing the shared code decides; and PostgreSQL's wire
+# round-trip counts, which notice a connection that is not reused)
 areas=(
   "shedlock-core/src|shedlock-core|shedlock-core|"
-  "providers/sql/src|shedlock-sql|shedlock-sql shedlock-sqlite|--lib --test sqlite_provider --test conformance --test conformance_client_time"
+  "providers/sql/src|shedlock-sql|shedlock-sql shedlock-sqlite shedlock-postgres|--lib --test sqlite_provider --test conformance --test conformance_client_time --test round_trips"
   "conformance/src/checks/model.rs|shedlock-conformance|shedlock-conformance|"
 )
 

@@ -156,6 +156,60 @@ async fn the_declared_name_length_is_enforced_though_sqlite_does_not() {
     shared::shedlocks_name_column_takes_64_characters(&provider64, &rows).await;
 }
 
+/// `locked_by` is `<holder>#<32 hex digits>`. One that fits the column exactly is written; one
+/// character more is refused before anything is written, never truncated. SQLite itself would
+/// store it whole, whatever the declared length.
+#[tokio::test]
+async fn a_holder_longer_than_the_locked_by_column_is_refused_before_writing() {
+    let url = database_url();
+    let pool = admin(&url).await;
+    exec(&pool, "CREATE TABLE short_by (name VARCHAR(64) PRIMARY KEY, lock_until TIMESTAMP NOT NULL, locked_at TIMESTAMP NOT NULL, locked_by VARCHAR(40) NOT NULL)").await;
+    let fits = SqliteLockProvider::builder(pool.clone())
+        .table_name("short_by")
+        .holder("node-07")
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(fits.lock_table().table().to_string(), "short_by");
+    let handle = lock(&fits, "job", MINUTE).await.expect("a free lock");
+    let shown = format!("{handle:?}");
+    assert!(
+        shown.contains("\"sqlite\""),
+        "the handle names its provider: {shown}"
+    );
+    assert!(handle.unlock().await.unwrap());
+
+    let too_long = fits.with_holder("node-008");
+    let error = too_long
+        .try_lock(&shared::config("other-job", MINUTE, Duration::ZERO))
+        .await
+        .unwrap_err();
+    let message = error.to_string();
+    for part in [
+        "sqlite",
+        "other-job",
+        "41 characters",
+        "locked_by",
+        "(40)",
+        "with_holder",
+    ] {
+        assert!(
+            message.contains(part),
+            "{part:?} is missing from: {message}"
+        );
+    }
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM short_by WHERE name = 'other-job'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0, "nothing was written");
+    let shown = format!("{too_long:?}");
+    assert!(
+        shown.contains("sqlite") && shown.contains("short_by"),
+        "the provider's Debug names its backend and table: {shown}"
+    );
+}
+
 #[tokio::test]
 async fn a_missing_table_wrong_types_and_a_missing_key_are_explained() {
     let url = database_url();
