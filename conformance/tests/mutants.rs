@@ -706,6 +706,12 @@ fn main() {
             &[Rule::AT_MOST, Rule::RELEASE_RESULT, Rule::EXTEND][..],
         ),
         (Defect::IgnoresAtLeast, &[Rule::AT_LEAST][..]),
+        // The model's own bounds, each noticed without the dedicated checks: a `true` to a
+        // release sent after the lock surely expired, and a fencing token that does not grow.
+        // (A lock that expires at 80 % of at-most hides inside the model's tolerance over 64
+        // short sequences; the at-most check's probes find it.)
+        (Defect::ReleaseIgnoresExpiry, &[Rule::RELEASE_RESULT][..]),
+        (Defect::FencingPerNode, &[Rule::FENCING][..]),
     ] {
         let runtime = runtime.clone();
         let names = Check::Model.names_in(&run).child(&snake(defect));
