@@ -5,9 +5,11 @@
 //! alone are not a stable count over HTTP/2: etcd's gRPC server answers a request's DATA with
 //! a flow-control (BDP) PING, the client acknowledges it, and whether that PING reaches the
 //! proxy in the same read as the answer or before it decides whether one call shows as one
-//! round trip or two. Keep-alive pings play no part (the provider's client sets none, and the
-//! server's come every two hours). So the exact assertion is on calls, the requests the
-//! client opens (HTTP/2 HEADERS frames), and round trips are held to one or two per call.
+//! round trip or two; and the client's other HTTP/2 control frames (flow-control window
+//! updates, ping acknowledgements) can land in reads of their own, a third. Keep-alive pings play no part (the provider's client
+//! sets none, and the server's come every two hours). So the exact assertion is on calls, the
+//! requests the client opens (HTTP/2 HEADERS frames), and round trips are held to one to three
+//! per call (seen: 5 for 2 calls, once in a CI run).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -126,8 +128,8 @@ impl Wire {
             round_trips,
         };
         assert!(
-            (cost.calls..=2 * cost.calls).contains(&cost.round_trips),
-            "each call is one round trip, or two with the server's flow-control ping: {cost:?}"
+            (cost.calls..=3 * cost.calls).contains(&cost.round_trips),
+            "each call is one round trip, or up to three with HTTP/2 flow control: {cost:?}"
         );
         (result, cost)
     }
