@@ -5,11 +5,14 @@
 //! together with 31 nodes refused by a held lock and the floor of `SELECT 1` sent on 31
 //! dedicated connections at once.
 
+#[path = "../../sql/benches/shared/contention.rs"]
+mod shared;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use shedlock_core::{Acquisition, LockConfiguration, LockHandle, LockProvider};
+use shedlock_core::LockConfiguration;
 use shedlock_mysql::MySqlLockProvider;
 use sqlx::{Connection, MySqlConnection};
 use tokio::runtime::Runtime;
@@ -42,64 +45,6 @@ async fn node() -> MySqlLockProvider {
         .unwrap()
 }
 
-async fn acquire(node: &MySqlLockProvider) -> Option<Box<dyn LockHandle>> {
-    match node.try_lock(&config()).await.unwrap() {
-        Acquisition::Acquired(handle) => Some(handle),
-        Acquisition::NotAcquired(_) => None,
-    }
-}
-
-/// The `q`-quantile of `samples`, in milliseconds.
-fn quantile(samples: &mut [Duration], q: f64) -> f64 {
-    samples.sort();
-    let index = ((samples.len() - 1) as f64 * q).round() as usize;
-    samples[index].as_secs_f64() * 1000.0
-}
-
-fn report(label: &str, samples: &Mutex<Vec<Duration>>, baseline: &Mutex<Vec<Duration>>) {
-    let mut samples = samples.lock().unwrap();
-    let mut baseline = baseline.lock().unwrap();
-    if samples.is_empty() || baseline.is_empty() {
-        return;
-    }
-    let (p50, p99) = (quantile(&mut samples, 0.5), quantile(&mut samples, 0.99));
-    let (b50, b99) = (quantile(&mut baseline, 0.5), quantile(&mut baseline, 0.99));
-    println!(
-        "{label}: attempt p50 {p50:.3} ms, p99 {p99:.3} ms over {} attempts; uncontended p50 \
-         {b50:.3} ms, p99 {b99:.3} ms; p50 ratio {:.2}x",
-        samples.len(),
-        p50 / b50
-    );
-}
-
-/// One round: every node tries at the same moment; returns each attempt's time and the
-/// winners' handles.
-async fn provider_round(
-    nodes: &[Arc<MySqlLockProvider>],
-) -> (Vec<Duration>, Vec<Box<dyn LockHandle>>) {
-    let barrier = Arc::new(Barrier::new(nodes.len()));
-    let tasks: Vec<_> = nodes
-        .iter()
-        .map(|node| {
-            let (node, barrier) = (node.clone(), barrier.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                let start = Instant::now();
-                let handle = acquire(&node).await;
-                (start.elapsed(), handle)
-            })
-        })
-        .collect();
-    let mut times = Vec::with_capacity(nodes.len());
-    let mut winners = Vec::new();
-    for task in tasks {
-        let (time, handle) = task.await.unwrap();
-        times.push(time);
-        winners.extend(handle);
-    }
-    (times, winners)
-}
-
 /// One round of `SELECT 1` sent on every connection at the same moment.
 async fn select_round(connections: &[Arc<tokio::sync::Mutex<MySqlConnection>>]) -> Vec<Duration> {
     let barrier = Arc::new(Barrier::new(connections.len()));
@@ -128,13 +73,13 @@ async fn select_round(connections: &[Arc<tokio::sync::Mutex<MySqlConnection>>]) 
 
 fn contention(c: &mut Criterion, rt: &Runtime) {
     let nodes: Vec<Arc<MySqlLockProvider>> = rt
-        .block_on(async { futures_join(NODES, |_| node()).await })
+        .block_on(async { shared::futures_join(NODES, |_| node()).await })
         .into_iter()
         .map(Arc::new)
         .collect();
     let connections: Vec<Arc<tokio::sync::Mutex<MySqlConnection>>> = rt
         .block_on(async {
-            futures_join(NODES - 1, |_| async {
+            shared::futures_join(NODES - 1, |_| async {
                 MySqlConnection::connect(&url()).await.unwrap()
             })
             .await
@@ -161,7 +106,7 @@ fn contention(c: &mut Criterion, rt: &Runtime) {
             async move {
                 let mut total = Duration::ZERO;
                 for _ in 0..rounds {
-                    let (times, winners) = provider_round(nodes).await;
+                    let (times, winners) = shared::provider_round(nodes, &config()).await;
                     assert_eq!(winners.len(), 1, "exactly one node wins a round");
                     for winner in winners {
                         assert!(winner.unlock().await.unwrap());
@@ -179,10 +124,12 @@ fn contention(c: &mut Criterion, rt: &Runtime) {
         b.to_async(rt).iter_custom(|rounds| {
             let (nodes, refused) = (&nodes, &held_contended);
             async move {
-                let holder = acquire(&nodes[0]).await.expect("free between rounds");
+                let holder = shared::acquire(&*nodes[0], &config())
+                    .await
+                    .expect("free between rounds");
                 let mut total = Duration::ZERO;
                 for _ in 0..rounds {
-                    let (times, winners) = provider_round(&nodes[1..]).await;
+                    let (times, winners) = shared::provider_round(&nodes[1..], &config()).await;
                     assert!(
                         winners.is_empty(),
                         "the lock is held: every attempt is refused"
@@ -218,7 +165,9 @@ fn contention(c: &mut Criterion, rt: &Runtime) {
                 let mut total = Duration::ZERO;
                 for _ in 0..rounds {
                     let start = Instant::now();
-                    let handle = acquire(node).await.expect("nobody else holds it");
+                    let handle = shared::acquire(&**node, &config())
+                        .await
+                        .expect("nobody else holds it");
                     let time = start.elapsed();
                     assert!(handle.unlock().await.unwrap());
                     total += time;
@@ -229,30 +178,17 @@ fn contention(c: &mut Criterion, rt: &Runtime) {
         })
     });
     group.finish();
-    report("provider, 32 nodes", &contended, &uncontended);
-    report(
+    shared::report("provider, 32 nodes", &contended, &uncontended);
+    shared::report(
         "provider, 31 nodes refused by a held lock",
         &held_contended,
         &uncontended,
     );
-    report(
+    shared::report(
         "SELECT 1 on 31 connections at once (the machine's floor)",
         &select_floor,
         &uncontended,
     );
-}
-
-/// Runs `make(i)` for `0..n` at once.
-async fn futures_join<T: Send + 'static, F>(n: usize, make: impl Fn(usize) -> F) -> Vec<T>
-where
-    F: Future<Output = T> + Send + 'static,
-{
-    let tasks: Vec<_> = (0..n).map(|i| tokio::spawn(make(i))).collect();
-    let mut done = Vec::with_capacity(n);
-    for task in tasks {
-        done.push(task.await.unwrap());
-    }
-    done
 }
 
 fn benches(c: &mut Criterion) {
