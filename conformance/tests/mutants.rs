@@ -46,6 +46,8 @@ enum Defect {
     ExtendMovesLockedAt,
     /// Extend counts the new at-most from the acquisition, not from the extend.
     ExtendCountsFromAcquire,
+    /// Declares extend, but answers `false` and changes nothing, even for the holder.
+    ExtendRefused,
     /// Release deletes the record, whoever holds it.
     ReleaseDeletesWhoeverHolds,
     /// Extend moves the record's expiry, whoever holds it.
@@ -124,6 +126,7 @@ const MUTANTS: &[(Defect, Check, Rule)] = &[
     ),
     (Defect::ExtendMovesLockedAt, Check::Extend, Rule::AT_LEAST),
     (Defect::ExtendCountsFromAcquire, Check::Extend, Rule::EXTEND),
+    (Defect::ExtendRefused, Check::Extend, Rule::EXTEND),
     (
         Defect::ReleaseDeletesWhoeverHolds,
         Check::OwnershipAfterExpiry,
@@ -476,7 +479,8 @@ impl LockStorage for MutantStore {
             Some(record)
                 if (record.locked_by == held.locked_by
                     || self.defect == Defect::ExtendsWhoeverHolds)
-                    && record.lock_until > now =>
+                    && record.lock_until > now
+                    && self.defect != Defect::ExtendRefused =>
             {
                 record.lock_until = if self.defect == Defect::ExtendCountsFromAcquire {
                     record.locked_at + lock_at_most_for
@@ -697,21 +701,48 @@ fn main() {
             },
         ));
     }
-    // The model check finds defects from random sequences alone, and shrinks them.
-    for (defect, rules) in [
+    // The model check finds defects from random sequences alone, and shrinks them. Each
+    // failure must say what an author needs to replay and read it: the rule, the seed and
+    // sequence number, the minimal sequence step by step (nodes by letter), and the fragment
+    // listed here of its own account of what went wrong.
+    for (defect, rules, says) in [
         // A lock that never expires also answers true to a release or extend the model knows
         // came after the expiry: whichever the random sequence shows first is a fair catch.
         (
             Defect::NeverExpires,
             &[Rule::AT_MOST, Rule::RELEASE_RESULT, Rule::EXTEND][..],
+            &["at the latest"][..],
         ),
-        (Defect::IgnoresAtLeast, &[Rule::AT_LEAST][..]),
-        // The model's own bounds, each noticed without the dedicated checks: a `true` to a
-        // release sent after the lock surely expired, and a fencing token that does not grow.
+        (
+            Defect::IgnoresAtLeast,
+            &[Rule::AT_LEAST][..],
+            &["acquired at"][..],
+        ),
+        // The model's own bounds, each noticed without the dedicated checks: a fresh lock
+        // refused, a `true` to a release sent after the lock surely expired, a `false` to an
+        // extend while the lock was surely held, and a fencing token that does not grow.
         // (A lock that expires at 80 % of at-most hides inside the model's tolerance over 64
         // short sequences; the at-most check's probes find it.)
-        (Defect::ReleaseIgnoresExpiry, &[Rule::RELEASE_RESULT][..]),
-        (Defect::FencingPerNode, &[Rule::FENCING][..]),
+        (
+            Defect::InsertRefused,
+            &[Rule::FREE_LOCK_IS_TAKEN][..],
+            &["nobody ever held this lock"][..],
+        ),
+        (
+            Defect::ReleaseIgnoresExpiry,
+            &[Rule::RELEASE_RESULT][..],
+            &["release answered true", "but the hold of the "][..],
+        ),
+        (
+            Defect::ExtendRefused,
+            &[Rule::EXTEND][..],
+            &["extend answered false", "but the hold of the "][..],
+        ),
+        (
+            Defect::FencingPerNode,
+            &[Rule::FENCING][..],
+            &["does not exceed the previous"][..],
+        ),
     ] {
         let runtime = runtime.clone();
         let names = Check::Model.names_in(&run).child(&snake(defect));
@@ -726,10 +757,32 @@ fn main() {
                     seed: Some(20_261_129),
                 };
                 match runtime.block_on(check_model_with(&harness, &names, settings)) {
-                    Err(failure)
-                        if rules.contains(&failure.rule)
-                            && failure.observed.contains("minimal failing sequence") =>
-                    {
+                    Err(failure) if rules.contains(&failure.rule) => {
+                        let text = failure.to_string();
+                        let missing: Vec<&str> = says
+                            .iter()
+                            .copied()
+                            .chain([
+                            "of 64 (seed 20261129) failed; minimal failing sequence",
+                            "  #1 ",
+                            " acquire L",
+                            "SHEDLOCK_CONFORMANCE_SEED=20261129",
+                        ])
+                        .filter(|fragment| !text.contains(fragment))
+                        .collect();
+                        if !missing.is_empty() {
+                            return Err(Failed::from(format!(
+                                "{defect:?} was caught by the model check, but its failure lacks {missing:?}:\n{text}"
+                            )));
+                        }
+                        if !["A acquire L", "B acquire L", "C acquire L"]
+                            .iter()
+                            .any(|step| text.contains(step))
+                        {
+                            return Err(Failed::from(format!(
+                                "{defect:?}: the failing sequence names no node by its letter:\n{text}"
+                            )));
+                        }
                         println!("{defect:?} caught by the model check:\n{failure}");
                         Ok(())
                     }

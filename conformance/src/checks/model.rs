@@ -751,14 +751,9 @@ pub async fn check_model_with<H: ConformanceHarness>(
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes);
-    let mut runner = TestRunner::new_with_rng(
-        Config {
-            cases,
-            failure_persistence: None,
-            ..Config::default()
-        },
-        rng,
-    );
+    // Only the generator is used: the sequences are run, counted and shrunk here, not by
+    // proptest's runner, so its case count and failure persistence do not apply.
+    let mut runner = TestRunner::new_with_rng(Config::default(), rng);
     let strategy = proptest::collection::vec(op_strategy(capabilities.extend), 1..=MAX_OPS);
     for case in 1..=cases {
         let mut tree = strategy.new_tree(&mut runner).map_err(|reason| {
@@ -817,4 +812,109 @@ pub async fn check_model_with<H: ConformanceHarness>(
             "{cases} random sequences of up to {MAX_OPS} operations on {NODES} nodes and {LOCKS} locks matched the model (seed {seed}; {SEED_VARIABLE} and {CASES_VARIABLE} replay or widen the search)"
         )],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use shedlock_memory::MemoryLockProvider;
+
+    use super::*;
+
+    #[test]
+    fn a_failing_sequence_marks_the_steps_that_did_nothing_and_those_not_reached() {
+        let ops = [
+            ModelOp::Acquire {
+                node: 1,
+                lock: 1,
+                at_most: 4,
+                at_least: 2,
+            },
+            ModelOp::Release {
+                lock: 0,
+                which: Which::Newest,
+            },
+            ModelOp::Advance { steps: 3 },
+        ];
+        assert_eq!(
+            describe_sequence(&ops, &[false, true]),
+            "  #1 B acquire L1 (at most 4, at least 2 steps)\n  \
+             #2 release L0 with its newest unreleased handle (no such handle: did nothing)\n  \
+             #3 advance 3 steps (not reached)"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_step_is_idle_exactly_when_the_handle_it_names_does_not_exist() {
+        let provider = MemoryLockProvider::new();
+        let capabilities = provider.capabilities();
+        let names = NameSpace::new_run();
+        let Acquisition::Acquired(handle) = provider
+            .try_lock(&config(
+                &names.name("idle"),
+                Duration::from_secs(5),
+                Duration::ZERO,
+            ))
+            .await
+            .unwrap()
+        else {
+            panic!("a fresh name on a fresh memory provider must be acquired");
+        };
+        let nodes = [provider];
+        let mut case = Case {
+            trace: Trace::new("model"),
+            nodes: &nodes,
+            names,
+            timing: timing_of(&capabilities),
+            capabilities: &capabilities,
+            step: Duration::from_millis(1),
+            locks: Default::default(),
+            handles: HashMap::new(),
+            released: Default::default(),
+            next_id: 0,
+        };
+        let release = |lock, which| ModelOp::Release { lock, which };
+        let acquire = ModelOp::Acquire {
+            node: 0,
+            lock: 0,
+            at_most: 4,
+            at_least: 0,
+        };
+        let busy_always = [acquire, ModelOp::Advance { steps: 1 }];
+
+        for which in [Which::Newest, Which::SecondNewest, Which::Released] {
+            assert!(
+                case.idle(release(0, which)),
+                "{which} before any acquisition"
+            );
+        }
+        assert!(case.idle(ModelOp::Crash { lock: 0 }));
+        assert!(busy_always.iter().all(|op| !case.idle(*op)));
+
+        case.handles.insert((0, 0), (1, handle));
+        assert!(!case.idle(release(0, Which::Newest)));
+        assert!(!case.idle(ModelOp::Extend {
+            lock: 0,
+            which: Which::Newest,
+            at_most: 2
+        }));
+        assert!(!case.idle(ModelOp::Crash { lock: 0 }));
+        assert!(
+            case.idle(release(0, Which::SecondNewest)),
+            "only one handle"
+        );
+        assert!(
+            case.idle(release(0, Which::Released)),
+            "nothing released yet"
+        );
+        assert!(case.idle(release(1, Which::Newest)), "the other lock");
+        assert!(case.idle(ModelOp::Crash { lock: 1 }));
+
+        let (key, handle) = case.handles.remove_entry(&(0, 0)).unwrap();
+        case.released[0] = Some((key.0, handle));
+        assert!(!case.idle(release(0, Which::Released)));
+        assert!(
+            case.idle(release(0, Which::Newest)),
+            "released, so no longer held"
+        );
+    }
 }
