@@ -137,4 +137,45 @@ CFG
 fi
 wait_until ZooKeeper "$STATE_DIR/zookeeper/zookeeper.log" bash -c "$(declare -f zookeeper_ready); zookeeper_ready"
 
+# --- MongoDB: 127.0.0.1:27017, SecantusDB's MongoDB-wire-compatible server (no real mongod can be
+# installed here). It announces a one-node replica set, so majority concerns and transactions work.
+# Building it takes about 17 minutes, so the binary in cargo's bin dir is reused when present.
+SECANTUS_VERSION=0.5.3-beta.196
+mongo_ready() {
+  python3 - <<'PY'
+import socket, struct
+# OP_MSG {hello: 1, $db: "admin"}; a server that answers it with ok: 1 is up.
+doc = b"\x10hello\x00" + struct.pack("<i", 1) + b"\x02$db\x00" + struct.pack("<i", 6) + b"admin\x00"
+doc = struct.pack("<i", len(doc) + 5) + doc + b"\x00"
+body = struct.pack("<I", 0) + b"\x00" + doc
+msg = struct.pack("<iiii", 16 + len(body), 1, 0, 2013) + body
+s = socket.create_connection(("127.0.0.1", 27017), timeout=2)
+s.sendall(msg)
+reply = b""
+while len(reply) < 4 or len(reply) < struct.unpack("<i", reply[:4])[0]:
+    chunk = s.recv(65536)
+    if not chunk:
+        raise SystemExit(1)
+    reply += chunk
+ok = (b"\x01ok\x00" + struct.pack("<d", 1.0), b"\x10ok\x00" + struct.pack("<i", 1))
+raise SystemExit(0 if any(o in reply for o in ok) else 1)
+PY
+}
+if ! mongo_ready 2>/dev/null; then
+  port_open 27017 && die "port 27017 is taken by something that does not answer a MongoDB hello"
+  PATH="$HOME/.cargo/bin:$PATH"
+  if ! command -v secantusd-rs >/dev/null; then
+    apt_install cmake
+    log "building SecantusDB $SECANTUS_VERSION (about 17 minutes; reused afterwards)"
+    cargo install secantus-mdb --version "$SECANTUS_VERSION" --ignore-rust-version \
+      >"$STATE_DIR/secantus-install.log" 2>&1 \
+      || { tail -n 30 "$STATE_DIR/secantus-install.log" >&2; die "cargo install secantus-mdb failed (log: $STATE_DIR/secantus-install.log)"; }
+  fi
+  log "starting MongoDB (SecantusDB)"
+  mkdir -p "$STATE_DIR/mongo"
+  nohup secantusd-rs --host 127.0.0.1 --port 27017 --storage-path "$STATE_DIR/mongo" \
+    >"$STATE_DIR/mongo.log" 2>&1 &
+fi
+wait_until "MongoDB (SecantusDB)" "$STATE_DIR/mongo.log" mongo_ready
+
 log "all backends are up"

@@ -1,0 +1,439 @@
+//! Every command this provider sends: one `findAndModify` per acquire, release and extend, each
+//! an aggregation pipeline evaluated on the server's `$$NOW`.
+//!
+//! A lock is one document of ShedLock's layout, `{_id: name, lockUntil, lockedAt, lockedBy}`
+//! (BSON dates and a string), plus `fencingToken`, a 64-bit integer Java nodes leave alone.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use mongodb::Collection;
+use mongodb::bson::{Bson, Document, doc};
+use mongodb::error::{Error as DriverError, ErrorKind, WriteFailure};
+use mongodb::options::ReturnDocument;
+use shedlock_core::{
+    Capabilities, HeldRecord, LockError, LockHolder, LockRecord, LockStorage, NodeTime, Operation,
+    RecordOutcome, TimeSource,
+};
+
+use crate::{MAX_NAME_CHARS, PROVIDER};
+
+/// ShedLock's field for the instant the lock frees itself.
+const LOCK_UNTIL: &str = "lockUntil";
+/// ShedLock's field for the instant of the acquisition.
+const LOCKED_AT: &str = "lockedAt";
+/// ShedLock's field for the holder (ours: `<holder>#<id>`, unique per acquisition).
+const LOCKED_BY: &str = "lockedBy";
+/// This provider's extra field: the last fencing token handed out for the name.
+const FENCING_TOKEN: &str = "fencingToken";
+
+/// MongoDB's duplicate key error: two upserts raced to create the same `_id`.
+const DUPLICATE_KEY: i32 = 11000;
+
+/// The lock collection, as [`LockStorage`].
+pub(crate) struct MongoStorage {
+    pub(crate) collection: Collection<Document>,
+    /// Bounds each command on the server too (`maxTimeMS`), so a command given up here is given
+    /// up there rather than left running.
+    pub(crate) operation_timeout: Duration,
+    /// Where the client goes (hosts, database and collection), with any password masked.
+    pub(crate) target: String,
+}
+
+impl fmt::Debug for MongoStorage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MongoStorage")
+            .field("target", &self.target)
+            .field("operation_timeout", &self.operation_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Which existing documents an acquire may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Takeover {
+    /// Only a document the upsert has just created (no lock fields yet).
+    NewOnly,
+    /// Also a document whose `lockUntil` has passed on the server's clock.
+    NewOrExpired,
+}
+
+/// `duration` in whole milliseconds, rounded up so a lock is never shorter than asked. `None`
+/// when it does not fit a BSON date offset.
+fn millis(duration: Duration) -> Option<i64> {
+    i64::try_from(duration.as_nanos().div_ceil(1_000_000)).ok()
+}
+
+fn millis_or_error(
+    operation: Operation,
+    name: &str,
+    what: &str,
+    duration: Duration,
+) -> Result<i64, LockError> {
+    millis(duration).ok_or_else(|| {
+        LockError::backend_message(
+            PROVIDER,
+            operation,
+            name,
+            format!(
+                "{what} {duration:?} is longer than a BSON date can reach; nothing was written"
+            ),
+        )
+    })
+}
+
+/// The date `millis` milliseconds after the date `date` evaluates to. Written through
+/// `$toLong`/`$toDate` (MongoDB 4.0+) rather than `$add` of a date and a number, which some
+/// MongoDB-compatible servers do not implement, or `$dateAdd`, which needs MongoDB 5.0.
+fn date_plus(date: &str, millis: i64) -> Document {
+    doc! { "$toDate": { "$add": [{ "$toLong": date }, Bson::Int64(millis)] } }
+}
+
+/// `{$type: "$field"}` equal to `type_name`.
+fn has_type(field: &str, type_name: &str) -> Document {
+    doc! { "$eq": [{ "$type": format!("${field}") }, type_name] }
+}
+
+/// Whether the acquire may take the document it sees. A document the upsert has just created
+/// holds only `_id`; an expired one has a date `lockUntil` at or before `$$NOW`. Anything else,
+/// including a `lockUntil` that is not a date, is left exactly as it is and judged by the
+/// client from the returned document.
+fn free_condition(takeover: Takeover) -> Document {
+    let new = doc! { "$and": [
+        has_type(LOCK_UNTIL, "missing"),
+        has_type(LOCKED_AT, "missing"),
+        has_type(LOCKED_BY, "missing"),
+    ] };
+    match takeover {
+        Takeover::NewOnly => new,
+        Takeover::NewOrExpired => doc! { "$or": [
+            new,
+            { "$and": [
+                has_type(LOCK_UNTIL, "date"),
+                { "$lte": [format!("${LOCK_UNTIL}"), "$$NOW"] },
+            ] },
+        ] },
+    }
+}
+
+/// The acquire pipeline: when the document is free, ShedLock's three fields from `$$NOW` and
+/// the next fencing token; otherwise the document unchanged (a no-op write).
+fn acquire_pipeline(takeover: Takeover, locked_by: &str, at_most_ms: i64) -> Vec<Document> {
+    let held = doc! {
+        LOCK_UNTIL: date_plus("$$NOW", at_most_ms),
+        LOCKED_AT: "$$NOW",
+        // A holder set to "$..." would otherwise read as a field path.
+        LOCKED_BY: { "$literal": locked_by },
+        FENCING_TOKEN: { "$add": [
+            { "$ifNull": [format!("${FENCING_TOKEN}"), Bson::Int64(0)] },
+            Bson::Int64(1),
+        ] },
+    };
+    vec![doc! { "$replaceWith": { "$cond": {
+        "if": free_condition(takeover),
+        "then": { "$mergeObjects": ["$$ROOT", held] },
+        "else": "$$ROOT",
+    } } }]
+}
+
+/// Release and extend touch only this acquisition's document while it still holds the lock.
+fn own_live_lock(held: &HeldRecord) -> Document {
+    doc! {
+        "_id": &held.name,
+        LOCKED_BY: &held.locked_by,
+        "$expr": { "$gt": [format!("${LOCK_UNTIL}"), "$$NOW"] },
+    }
+}
+
+/// The name of a BSON value's type as MongoDB's `$type` spells it, for error messages.
+fn type_name(value: Option<&Bson>) -> &'static str {
+    match value {
+        None => "missing",
+        Some(Bson::Double(_)) => "double",
+        Some(Bson::String(_)) => "string",
+        Some(Bson::Document(_)) => "object",
+        Some(Bson::Array(_)) => "array",
+        Some(Bson::Binary(_)) => "binData",
+        Some(Bson::ObjectId(_)) => "objectId",
+        Some(Bson::Boolean(_)) => "bool",
+        Some(Bson::DateTime(_)) => "date",
+        Some(Bson::Null) => "null",
+        Some(Bson::Int32(_)) => "int",
+        Some(Bson::Int64(_)) => "long",
+        Some(Bson::Timestamp(_)) => "timestamp",
+        Some(Bson::Decimal128(_)) => "decimal",
+        Some(_) => "another BSON type",
+    }
+}
+
+impl MongoStorage {
+    fn wrong_shape(&self, operation: Operation, name: &str, problem: String) -> LockError {
+        LockError::backend_message(
+            PROVIDER,
+            operation,
+            name,
+            format!(
+                "the document {{_id: {name:?}}} in {} is not a ShedLock lock document: {problem} \
+                 (ShedLock writes lockUntil and lockedAt as dates and lockedBy as a string); it \
+                 was left unchanged and the lock is not taken: fix or delete the document",
+                self.target
+            ),
+        )
+    }
+
+    /// The driver's error, with what it means for the lock: a command the server refused
+    /// wrote nothing; anything else (no server, a broken connection, an unconfirmed write
+    /// concern) leaves the outcome unknown.
+    fn driver_error(&self, operation: Operation, name: &str, error: DriverError) -> LockError {
+        let target = &self.target;
+        let (what, refused) = match &*error.kind {
+            ErrorKind::ServerSelection { .. } => (
+                format!(
+                    "no usable MongoDB server at {target} answered in time (server selection): \
+                     is it running and reachable, and is there a primary?"
+                ),
+                false,
+            ),
+            ErrorKind::Io(_) | ErrorKind::ConnectionPoolCleared { .. } => {
+                (format!("the connection to {target} failed"), false)
+            }
+            ErrorKind::Authentication { .. } => {
+                (format!("authentication at {target} failed"), true)
+            }
+            ErrorKind::Command(command) => (
+                format!(
+                    "{target} refused the command: {} ({}): {}",
+                    command.code, command.code_name, command.message
+                ),
+                true,
+            ),
+            ErrorKind::Write(WriteFailure::WriteError(write)) => (
+                format!(
+                    "{target} refused the write: {}: {}",
+                    write.code, write.message
+                ),
+                true,
+            ),
+            ErrorKind::Write(WriteFailure::WriteConcernError(concern)) => (
+                format!(
+                    "{target} did not confirm the write concern: {} ({}): {}",
+                    concern.code, concern.code_name, concern.message
+                ),
+                false,
+            ),
+            _ => (format!("the command to {target} failed"), false),
+        };
+        let consequence = match (operation, refused) {
+            (Operation::Acquire, true) => "nothing was written and the task must not run",
+            (Operation::Acquire, false) => {
+                "whether the lock was taken is unknown, so the task must not run"
+            }
+            (Operation::Release, true) => {
+                "nothing was written: the lock stays held until lock_at_most_for at the latest"
+            }
+            (Operation::Release, false) => {
+                "whether it was released is unknown: it stays held until lock_at_most_for at the latest"
+            }
+            (_, true) => "nothing was written: the lock keeps its previous expiry",
+            (_, false) => "whether the lock was extended is unknown",
+        };
+        LockError::backend(
+            PROVIDER,
+            operation,
+            name,
+            format!("{what}; {consequence}"),
+            error,
+        )
+    }
+
+    /// One acquire: a `findOneAndUpdate` upsert on `_id`, returning the document as it is
+    /// afterwards. It is ours exactly when its `lockedBy` is this acquisition's identity.
+    ///
+    /// MongoDB always returns the document of such an upsert (or a duplicate-key error). A
+    /// compatible server that answers with no document instead (SecantusDB does for the loser
+    /// of two upserts racing to create a document) is asked once more: the command is safe to
+    /// repeat, because the identity is this acquisition's own, so the document it returns
+    /// says whether this acquisition holds the lock, whatever the first attempt did.
+    async fn acquire(
+        &self,
+        record: &LockRecord<'_>,
+        takeover: Takeover,
+    ) -> Result<RecordOutcome, LockError> {
+        let name = record.name;
+        let at_most = millis_or_error(
+            Operation::Acquire,
+            name,
+            "lock_at_most_for",
+            record.lock_at_most_for,
+        )?;
+        let pipeline = acquire_pipeline(takeover, record.locked_by, at_most);
+        for _ in 0..2 {
+            let answer = self
+                .collection
+                .find_one_and_update(doc! { "_id": name }, pipeline.clone())
+                .upsert(true)
+                .return_document(ReturnDocument::After)
+                .projection(doc! { LOCK_UNTIL: 1, LOCKED_AT: 1, LOCKED_BY: 1, FENCING_TOKEN: 1 })
+                .max_time(self.operation_timeout)
+                .await;
+            match answer {
+                Ok(Some(document)) => return self.judge(name, record.locked_by, &document),
+                Ok(None) => continue,
+                // Another node's upsert created the document between our lookup and our insert
+                // (a server that does not retry such an upsert itself): that node holds it.
+                Err(error) if is_duplicate_key(&error) => {
+                    return Ok(RecordOutcome::NotAcquired(None));
+                }
+                Err(error) => return Err(self.driver_error(Operation::Acquire, name, error)),
+            }
+        }
+        Err(LockError::backend_message(
+            PROVIDER,
+            Operation::Acquire,
+            name,
+            format!(
+                "{} twice returned no document for an upsert asked to return it; whether the \
+                 lock was taken is unknown, so the task must not run",
+                self.target
+            ),
+        ))
+    }
+
+    /// Reads the document an acquire returned: ours, someone else's, or not a lock document.
+    fn judge(
+        &self,
+        name: &str,
+        locked_by: &str,
+        document: &Document,
+    ) -> Result<RecordOutcome, LockError> {
+        let wrong = |problem: String| self.wrong_shape(Operation::Acquire, name, problem);
+        let holder = match document.get(LOCKED_BY) {
+            Some(Bson::String(holder)) => holder,
+            other => return Err(wrong(format!("lockedBy is {}", type_name(other)))),
+        };
+        let lock_until = match document.get(LOCK_UNTIL) {
+            Some(Bson::DateTime(lock_until)) => *lock_until,
+            other => return Err(wrong(format!("lockUntil is {}", type_name(other)))),
+        };
+        if !matches!(document.get(LOCKED_AT), Some(Bson::DateTime(_))) {
+            return Err(wrong(format!(
+                "lockedAt is {}",
+                type_name(document.get(LOCKED_AT))
+            )));
+        }
+        if holder != locked_by {
+            return Ok(RecordOutcome::NotAcquired(Some(LockHolder {
+                locked_by: Some(holder.clone()),
+                held_until: Some(lock_until.to_system_time()),
+            })));
+        }
+        let token = match document.get(FENCING_TOKEN) {
+            Some(Bson::Int64(token)) => u64::try_from(*token).ok(),
+            Some(Bson::Int32(token)) => u64::try_from(*token).ok(),
+            _ => None,
+        };
+        match token {
+            Some(token) if token > 0 => Ok(RecordOutcome::Acquired {
+                fencing_token: Some(token),
+            }),
+            _ => Err(LockError::backend_message(
+                PROVIDER,
+                Operation::Acquire,
+                name,
+                format!(
+                    "the lock was taken, but the document {{_id: {name:?}}} in {} holds no valid \
+                     fencingToken ({} {:?}; expected a positive 64-bit integer): the lock \
+                     expires at lock_at_most_for and the task must not run; fix or delete the \
+                     fencingToken field",
+                    self.target,
+                    type_name(document.get(FENCING_TOKEN)),
+                    document.get(FENCING_TOKEN),
+                ),
+            )),
+        }
+    }
+
+    /// Runs an owner-checked pipeline update on this acquisition's document; `true` when it
+    /// matched (the acquisition was still the holder and the lock had not expired).
+    async fn update_own(
+        &self,
+        operation: Operation,
+        held: &HeldRecord,
+        update: Vec<Document>,
+    ) -> Result<bool, LockError> {
+        self.collection
+            .find_one_and_update(own_live_lock(held), update)
+            .projection(doc! { "_id": 1 })
+            .max_time(self.operation_timeout)
+            .await
+            .map(|document| document.is_some())
+            .map_err(|error| self.driver_error(operation, &held.name, error))
+    }
+}
+
+fn is_duplicate_key(error: &DriverError) -> bool {
+    match &*error.kind {
+        ErrorKind::Command(command) => command.code == DUPLICATE_KEY,
+        ErrorKind::Write(WriteFailure::WriteError(write)) => write.code == DUPLICATE_KEY,
+        _ => false,
+    }
+}
+
+#[async_trait]
+impl LockStorage for MongoStorage {
+    fn provider_name(&self) -> &'static str {
+        PROVIDER
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        // BSON dates and $$NOW count whole milliseconds.
+        Capabilities::new(TimeSource::Server)
+            .with_fencing(true)
+            .with_extend(true)
+            .with_max_name_chars(MAX_NAME_CHARS)
+            .with_time_precision(Duration::from_millis(1))
+    }
+
+    fn update_creates_missing_record(&self) -> bool {
+        true
+    }
+
+    async fn insert_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
+        self.acquire(record, Takeover::NewOnly).await
+    }
+
+    async fn update_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
+        self.acquire(record, Takeover::NewOrExpired).await
+    }
+
+    async fn extend(
+        &self,
+        held: &HeldRecord,
+        lock_at_most_for: Duration,
+        _server_time: NodeTime,
+    ) -> Result<bool, LockError> {
+        let at_most = millis_or_error(
+            Operation::Extend,
+            &held.name,
+            "lock_at_most_for",
+            lock_at_most_for,
+        )?;
+        let update = vec![doc! { "$set": { LOCK_UNTIL: date_plus("$$NOW", at_most) } }];
+        self.update_own(Operation::Extend, held, update).await
+    }
+
+    async fn unlock(&self, held: &HeldRecord, _server_time: NodeTime) -> Result<bool, LockError> {
+        let at_least = millis_or_error(
+            Operation::Release,
+            &held.name,
+            "lock_at_least_for",
+            held.lock_at_least_for,
+        )?;
+        let update = vec![doc! { "$set": { LOCK_UNTIL: { "$max": [
+            "$$NOW",
+            date_plus(&format!("${LOCKED_AT}"), at_least),
+        ] } } }];
+        self.update_own(Operation::Release, held, update).await
+    }
+}

@@ -1,0 +1,1048 @@
+//! The ZooKeeper lock provider for shedlock-rs, wire-compatible with Java ShedLock's
+//! `ZookeeperCuratorLockProvider`.
+//!
+//! A lock is the persistent node `/shedlock/<name>` (root configurable, created with its
+//! parents) whose data is the UTF-8 ISO-8601 instant until which the lock is held, exactly what
+//! ShedLock's Curator provider writes, so Java and Rust nodes honour each other's locks:
+//!
+//! - **acquire** reads the node; if it is missing, creates it; if its `lock_until` has passed
+//!   on the server's clock, writes a new `lock_until` if the node is still at the version just
+//!   read (compare-and-set), which is ShedLock's own condition; otherwise answers not acquired;
+//! - **release** and **extend** write only if the node is still at the version this
+//!   acquisition's last write produced, so they never touch a lock someone has taken since,
+//!   whoever that is (ShedLock's release writes without any check). Release writes
+//!   `max(now, acquired_at + lock_at_least_for)`; extend writes `now + lock_at_most_for`. The
+//!   node is kept, never deleted;
+//! - **fencing tokens** are the `mzxid` of the acquiring write: ZooKeeper gives every write a
+//!   larger transaction id than the one before, across the whole ensemble and across restarts,
+//!   so tokens strictly increase per name. (The node's version would not do: it restarts at 0
+//!   if the node is deleted and created again.)
+//!
+//! Tested against ZooKeeper 3.8 (Debian's package, standalone) with `zookeeper-client` 0.11.
+//!
+//! # Java ShedLock interop
+//!
+//! The node and its data are the Curator provider's: Java nodes see a Rust lock as held until
+//! its `lock_until`, and Rust nodes honour a node Java wrote while its `lock_until` has not
+//! passed on the server's clock, and take it over once it has. Java nodes compare `lock_until`
+//! with their own wall clock (ShedLock's Curator provider is client-time), so exclusion between
+//! a Java and a Rust node holds while the Java node's clock is within `lock_at_most_for` minus
+//! the task's run time of the ZooKeeper leader's clock. A node whose data is not an ISO-8601
+//! instant (empty, or written by something else) is an error naming the node, and is left
+//! alone; Java ShedLock treats such a node as held for ever.
+//!
+//! # Time: the server's clock, learnt from `mtime`
+//!
+//! ZooKeeper has no request that answers the time, but every write is stamped with the
+//! leader's wall clock (`mtime`, milliseconds) and the stamp comes back with the write. A write
+//! sent at `t0` and answered at `t1` on this process's *monotonic* clock was stamped between
+//! the two, so later the server's clock reads between `mtime + (time since t1)` and
+//! `mtime + 1 ms + (time since t0)`. The provider keeps that interval, narrows it with every
+//! write of its own, widens it by 100 ppm of its age for the two clocks' drift, and uses the
+//! safe end for each decision: the earliest server time to judge that a lock has expired (never
+//! early), the latest to compute a new `lock_until` (never short). The node's wall clock is never
+//! read, so a node whose clock is wrong by any amount cannot take a held lock:
+//! [`TimeSource::Server`].
+//!
+//! The first interval comes from a write of the provider's own:
+//! [`ZookeeperLockProviderBuilder::connect`] writes empty data to the root node (creating it if
+//! needed), one round trip. When the interval is wider than
+//! [`ZookeeperLockProviderBuilder::max_clock_uncertainty`] (10 ms unless set) before an
+//! operation, because the provider was idle for minutes or its last writes were slow, it writes
+//! the root again first, up to three times. The declared [`Capabilities::time_precision`] is
+//! twice that limit plus 1 ms (21 ms by default): a lock's writer may overshoot by one
+//! interval, its next taker may see it late by another, and `lock_until` is rounded up to the
+//! millisecond.
+//!
+//! Two more server stamps are used. `acquired_at`, from which `lock_at_least_for` counts, is
+//! the end of the millisecond of the acquiring write's `mtime`, so the at-least hold is never
+//! short. And a node that reads a lock node knows the server's clock is at least that node's
+//! `mtime` (the write came before the read): a release writes "now" as the earliest the
+//! server's clock can read, which is never later than the release's own `mtime`, so the next
+//! reader sees the lock free at once.
+//!
+//! This relies on ZooKeeper's servers keeping their wall clocks in step (NTP): a new leader
+//! stamps with its own clock. A step of the server's clock moves every lock by that step, as
+//! it would for a SQL server's `now()`.
+//!
+//! # Round trips
+//!
+//! | operation | requests |
+//! |---|---|
+//! | acquire, new name | 2: read (no node), create |
+//! | acquire, free known name | 2: read, compare-and-set write |
+//! | acquire, refused | 1: read |
+//! | release, extend | 1: compare-and-set write |
+//! | connect | the session handshake + 1 root write (+ 1 create per missing level of the root) |
+//! | first operation of a provider built with `connect_lazy` | + the same, once |
+//!
+//! Rarer extras: an acquire that loses a race (the node was created or written between its
+//! read and its write) reads again, one more round trip per lost race; an operation that finds
+//! the clock interval wider than its limit first writes the root, up to three times; a
+//! release or extend whose write landed just after the lock expired writes the expired
+//! `lock_until` back (one more) and answers `false`, so a lock that was over is over again one
+//! round trip later (meanwhile it reads as held, which can only delay the next taker). Pings
+//! the client sends on a quiet connection are not part of any operation. `tests/round_trips.rs`
+//! counts requests exactly through the conformance kit's counting proxy.
+//!
+//! # Sessions
+//!
+//! Lock nodes are persistent, so a lock outlives the session that took it, as Curator's do.
+//! A session that ZooKeeper expired (the client was cut off longer than the session timeout)
+//! is replaced by a new one on the next operation. An acquisition made in an expired session
+//! counts as lost for [`LockHandle::extend`], which answers `false`, so a keep-alive tells the
+//! task to stop: the node was out of touch with the ensemble for a while and the task should
+//! not trust its lock to have been kept alive. [`LockHandle::unlock`] of such a handle still
+//! frees its own acquisition if the node is still at the version it wrote: that write proves
+//! nobody took the lock since, and freeing it lets the next run start without waiting for
+//! `lock_at_most_for`. ZooKeeper runs no request of an ended session, so an acquire or release
+//! refused for that reason is sent again, once, in the new session.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use shedlock_core::{LockConfiguration, LockingTaskExecutor};
+//! use shedlock_zookeeper::ZookeeperLockProvider;
+//! # async fn run() -> Result<(), shedlock_core::LockError> {
+//! let provider = ZookeeperLockProvider::builder()
+//!     .root("/shedlock")
+//!     .connect("127.0.0.1:2181")
+//!     .await?;
+//! let executor = LockingTaskExecutor::new(provider);
+//! let config = LockConfiguration::new("nightly-report", Duration::from_secs(600), Duration::ZERO)?;
+//! let _ = executor.execute(&config, async { /* the task */ }).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Names
+//!
+//! A plain name is the node name, as Curator writes it. `/`, `%`, a name that is exactly `.` or
+//! `..`, and the characters ZooKeeper refuses in paths (controls, characters beyond U+FFFF,
+//! U+E000..U+F8FF, U+FFF0..U+FFFF) are written `%XX` per UTF-8 byte, so every name gets its
+//! own node directly under the root and the escaping can be undone ([`lock_name`]). Names are
+//! limited to [`MAX_NAME_CHARS`] characters, which keeps every request far below ZooKeeper's
+//! 1 MiB packet limit even when every character is escaped.
+//!
+//! # Unknown outcomes and timeouts
+//!
+//! Opening a session is bounded by the connect timeout and each lock operation by the
+//! operation timeout (5 s each unless set). A write that got no answer may or may not have
+//! landed, so [`LockProvider::try_lock`] returns an error, never "not acquired", and the
+//! executor does not run the task. A release or extend that failed that way leaves the handle
+//! at its last known version: if the write did land, a later release answers `false` and the
+//! lock ends at its `lock_until`.
+//!
+//! # Credentials
+//!
+//! Digest credentials may come in front of the connect string (`user:password@host:2181`,
+//! percent-encoded) or from [`ZookeeperLockProviderBuilder::digest_auth`]. Nodes are created
+//! with the open ACL, as Curator's defaults do. The provider keeps the connect string with the
+//! password masked for its `Debug` output, error messages and logs.
+
+mod credentials;
+mod paths;
+mod server_clock;
+mod storage;
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use shedlock_core::{
+    Acquisition, Capabilities, ConfigurationError, LockConfiguration, LockError, LockHandle,
+    LockHolder, LockProvider, Operation, TimeSource,
+};
+use tokio::time::Instant;
+use tracing::debug;
+use zookeeper_client::{Client, SessionState, Stat};
+
+pub use paths::lock_name;
+
+use credentials::{ConnectString, DigestCredentials};
+use server_clock::{ServerClock, ServerMicros};
+
+/// The provider's name in errors and logs.
+pub const PROVIDER: &str = "zookeeper";
+
+/// ShedLock's root node: locks are `/shedlock/<name>`.
+pub const DEFAULT_ROOT: &str = "/shedlock";
+
+/// How long one lock operation may take before it fails with [`LockError::Timeout`].
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = shedlock_core::DEFAULT_OPERATION_TIMEOUT;
+
+/// How long opening a ZooKeeper session may take.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The session timeout asked of ZooKeeper (the server keeps it between 2 and 20 ticks).
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The widest the provider lets its knowledge of the server's clock grow before it writes the
+/// root to learn it again.
+pub const DEFAULT_MAX_CLOCK_UNCERTAINTY: Duration = Duration::from_millis(10);
+
+/// The longest lock name, in characters.
+pub const MAX_NAME_CHARS: usize = 4096;
+
+/// How many root writes one operation spends at most to bring the clock's uncertainty under
+/// its limit; past them it goes on with the wider interval, which is safe, only slower to see
+/// expiries.
+const CALIBRATION_ATTEMPTS: usize = 3;
+
+/// Settings for a [`ZookeeperLockProvider`]; finish with [`connect`](Self::connect) or
+/// [`connect_lazy`](Self::connect_lazy).
+#[derive(Debug, Clone)]
+pub struct ZookeeperLockProviderBuilder {
+    root: String,
+    operation_timeout: Duration,
+    connect_timeout: Duration,
+    session_timeout: Duration,
+    max_clock_uncertainty: Duration,
+    credentials: Option<DigestCredentials>,
+}
+
+impl Default for ZookeeperLockProviderBuilder {
+    fn default() -> Self {
+        Self {
+            root: DEFAULT_ROOT.to_owned(),
+            operation_timeout: DEFAULT_OPERATION_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            max_clock_uncertainty: DEFAULT_MAX_CLOCK_UNCERTAINTY,
+            credentials: None,
+        }
+    }
+}
+
+impl ZookeeperLockProviderBuilder {
+    /// The node under which lock nodes live, `/shedlock` as in ShedLock: an absolute path,
+    /// created with its parents when missing. Services that share a ZooKeeper but not their
+    /// locks use different roots.
+    pub fn root(mut self, root: impl Into<String>) -> Self {
+        self.root = root.into();
+        self
+    }
+
+    /// The longest one lock operation (all its requests) may take before it fails with
+    /// [`LockError::Timeout`].
+    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+
+    /// The longest opening a session may take, at connect and whenever an expired session is
+    /// replaced.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The session timeout asked of ZooKeeper: how long the client may be cut off before the
+    /// server ends its session.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// How uncertain the provider lets its knowledge of the server's clock become before it
+    /// learns it again with a write to the root. Twice this, plus 1 ms, is the declared
+    /// [`Capabilities::time_precision`]: how late a lock may be seen to expire.
+    pub fn max_clock_uncertainty(mut self, limit: Duration) -> Self {
+        self.max_clock_uncertainty = limit;
+        self
+    }
+
+    /// Authenticates with ZooKeeper's `digest` scheme (instead of credentials in the connect
+    /// string). The password is never printed, logged or put into an error.
+    pub fn digest_auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.credentials = Some(DigestCredentials {
+            user: user.into(),
+            password: password.into(),
+        });
+        self
+    }
+
+    /// Connects to `connect_string` (`[user:password@]host:2181[,host:2181...][/chroot]`, an
+    /// optional `zookeeper://` in front), opens a session within the connect timeout, and
+    /// learns the server's clock with one write to the root node, creating the root if it is
+    /// missing. Fails with a [`LockError`] naming the redacted connect string otherwise.
+    pub async fn connect(self, connect_string: &str) -> Result<ZookeeperLockProvider, LockError> {
+        let provider = self.connect_lazy(connect_string)?;
+        let inner = &provider.inner;
+        let session = inner.session(Operation::Connect, "").await?;
+        let deadline = Instant::now() + inner.operation_timeout;
+        inner
+            .calibrated(&session.client, Operation::Connect, "", deadline)
+            .await?;
+        Ok(provider)
+    }
+
+    /// Like [`connect`](Self::connect) without talking to ZooKeeper: an application can start
+    /// while ZooKeeper is down, and each lock operation fails (bounded by the connect and
+    /// operation timeouts) until it answers. The first operation learns the server's clock.
+    pub fn connect_lazy(self, connect_string: &str) -> Result<ZookeeperLockProvider, LockError> {
+        let parsed = credentials::parse(connect_string);
+        self.validate(&parsed)?;
+        let ConnectString {
+            servers,
+            credentials,
+            redacted,
+        } = parsed;
+        Ok(ZookeeperLockProvider {
+            inner: Arc::new(Inner {
+                servers,
+                endpoint: redacted,
+                credentials: self.credentials.or(credentials),
+                root: self.root,
+                operation_timeout: self.operation_timeout,
+                connect_timeout: self.connect_timeout,
+                session_timeout: self.session_timeout,
+                max_clock_uncertainty: self.max_clock_uncertainty,
+                session: tokio::sync::Mutex::new(SessionSlot::default()),
+                clock: Mutex::new(None),
+            }),
+        })
+    }
+
+    fn validate(&self, connect_string: &ConnectString) -> Result<(), LockError> {
+        paths::validate_root(&self.root)?;
+        for (what, value) in [
+            ("operation timeout", self.operation_timeout),
+            ("connect timeout", self.connect_timeout),
+            ("session timeout", self.session_timeout),
+            ("max clock uncertainty", self.max_clock_uncertainty),
+        ] {
+            if value.is_zero() {
+                return Err(invalid_setting(what, "0s", "it must be greater than zero"));
+            }
+        }
+        let servers = connect_string.servers.split('/').next().unwrap_or_default();
+        if servers.split(',').any(|server| server.trim().is_empty()) {
+            return Err(invalid_setting(
+                "connect string",
+                &connect_string.redacted,
+                "it must list at least one host:port, separated by commas, before any /chroot",
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn invalid_setting(what: &str, value: &str, rule: &str) -> LockError {
+    LockError::backend_message(
+        PROVIDER,
+        Operation::Connect,
+        "",
+        format!("invalid {what} {value:?}: {rule}"),
+    )
+}
+
+/// Locks in ZooKeeper, one persistent node per name; see the crate docs for the layout, the
+/// time source and the guarantees. Cheap to clone (the session is shared).
+#[derive(Clone)]
+pub struct ZookeeperLockProvider {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// What the client connects to: hosts and chroot, without credentials.
+    servers: String,
+    /// The connect string as given, password masked: the only form ever shown.
+    endpoint: String,
+    credentials: Option<DigestCredentials>,
+    root: String,
+    operation_timeout: Duration,
+    connect_timeout: Duration,
+    session_timeout: Duration,
+    max_clock_uncertainty: Duration,
+    /// The session, opened on first use and replaced once ZooKeeper ends it. Held across the
+    /// opening so concurrent operations share one new session.
+    session: tokio::sync::Mutex<SessionSlot>,
+    /// What this provider knows of the server's clock, from its own writes.
+    clock: Mutex<Option<ServerClock>>,
+}
+
+#[derive(Default)]
+struct SessionSlot {
+    client: Option<Client>,
+    /// How many sessions this provider has opened: a handle remembers the one it acquired in.
+    generation: u64,
+}
+
+/// A live session and which of the provider's sessions it is.
+#[derive(Clone)]
+struct Session {
+    client: Client,
+    generation: u64,
+}
+
+impl fmt::Debug for ZookeeperLockProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = &self.inner;
+        f.debug_struct("ZookeeperLockProvider")
+            .field("endpoint", &inner.endpoint)
+            .field("credentials", &inner.credentials)
+            .field("root", &inner.root)
+            .field("operation_timeout", &inner.operation_timeout)
+            .field("connect_timeout", &inner.connect_timeout)
+            .field("session_timeout", &inner.session_timeout)
+            .field("max_clock_uncertainty", &inner.max_clock_uncertainty)
+            .finish()
+    }
+}
+
+impl ZookeeperLockProvider {
+    /// Settings with ShedLock's defaults: root `/shedlock`, 5 s operation and connect
+    /// timeouts, a 10 s session, no credentials.
+    pub fn builder() -> ZookeeperLockProviderBuilder {
+        ZookeeperLockProviderBuilder::default()
+    }
+
+    /// Connects to `connect_string` with the default settings; see
+    /// [`ZookeeperLockProviderBuilder::connect`].
+    pub async fn connect(connect_string: &str) -> Result<Self, LockError> {
+        Self::builder().connect(connect_string).await
+    }
+
+    /// The node of lock `name`, `<root>/<escaped name>`, for operators who want to inspect or
+    /// free a lock by hand. Refuses what [`try_lock`](LockProvider::try_lock) refuses.
+    pub fn lock_path(&self, name: &str) -> Result<String, LockError> {
+        if name.is_empty() {
+            return Err(ConfigurationError::EmptyName.into());
+        }
+        self.capabilities().check_name_length(PROVIDER, name)?;
+        Ok(format!("{}/{}", self.inner.root, paths::node_name(name)))
+    }
+}
+
+/// A request's answer: ZooKeeper's own errors (`NoNode`, `BadVersion`...) are answers the
+/// caller looks at; running out of time is a [`LockError`] already.
+type Answer<T> = Result<Result<T, zookeeper_client::Error>, LockError>;
+
+impl Inner {
+    /// The current session, or a new one if there is none yet or ZooKeeper ended the last.
+    async fn session(&self, operation: Operation, name: &str) -> Result<Session, LockError> {
+        let mut slot = self.session.lock().await;
+        if let Some(client) = &slot.client {
+            if !matches!(
+                client.state(),
+                SessionState::Expired | SessionState::Closed | SessionState::AuthFailed
+            ) {
+                return Ok(Session {
+                    client: client.clone(),
+                    generation: slot.generation,
+                });
+            }
+            debug!(endpoint = %self.endpoint, state = ?client.state(), "ZooKeeper session ended; opening a new one");
+        }
+        slot.client = None;
+        let mut connector = Client::connector().with_session_timeout(self.session_timeout);
+        if let Some(credentials) = &self.credentials {
+            connector = connector.with_auth("digest", &credentials.auth_bytes());
+        }
+        let connected =
+            tokio::time::timeout(self.connect_timeout, connector.connect(&self.servers)).await;
+        let client = match connected {
+            Ok(Ok(client)) => client,
+            Ok(Err(error)) => {
+                return Err(LockError::backend(
+                    PROVIDER,
+                    operation,
+                    name,
+                    format!(
+                        "could not open a session with ZooKeeper at {}; {}",
+                        self.endpoint,
+                        consequence(operation)
+                    ),
+                    error,
+                ));
+            }
+            Err(_) => {
+                return Err(LockError::backend_message(
+                    PROVIDER,
+                    operation,
+                    name,
+                    format!(
+                        "ZooKeeper at {} opened no session within {:?}: is it running and reachable? {}",
+                        self.endpoint,
+                        self.connect_timeout,
+                        consequence(operation)
+                    ),
+                ));
+            }
+        };
+        slot.generation += 1;
+        slot.client = Some(client.clone());
+        Ok(Session {
+            client,
+            generation: slot.generation,
+        })
+    }
+
+    /// Forgets `client`'s session if ZooKeeper said it is over, so the next operation opens a
+    /// new one even before the client's state shows it.
+    async fn forget_ended_session(&self, client: &Client, error: &zookeeper_client::Error) {
+        use zookeeper_client::Error::{AuthFailed, ClientClosed, SessionExpired, SessionMoved};
+        if matches!(
+            error,
+            SessionExpired | SessionMoved | ClientClosed | AuthFailed
+        ) {
+            let mut slot = self.session.lock().await;
+            if slot
+                .client
+                .as_ref()
+                .is_some_and(|current| current.session_id() == client.session_id())
+            {
+                slot.client = None;
+            }
+        }
+    }
+
+    /// Runs one request, bounded by the operation's `deadline`.
+    async fn request<T>(
+        &self,
+        operation: Operation,
+        name: &str,
+        deadline: Instant,
+        request: impl Future<Output = Result<T, zookeeper_client::Error>>,
+    ) -> Answer<T> {
+        tokio::time::timeout_at(deadline, request)
+            .await
+            .map_err(|_| LockError::Timeout {
+                provider: PROVIDER,
+                operation,
+                name: name.to_owned(),
+                after: self.operation_timeout,
+            })
+    }
+
+    /// A ZooKeeper error that is not an answer about the lock, as the caller reports it.
+    async fn failure(
+        &self,
+        client: &Client,
+        operation: Operation,
+        name: &str,
+        error: zookeeper_client::Error,
+    ) -> LockError {
+        self.forget_ended_session(client, &error).await;
+        LockError::backend(
+            PROVIDER,
+            operation,
+            name,
+            format!(
+                "ZooKeeper at {} failed; {}",
+                self.endpoint,
+                consequence(operation)
+            ),
+            error,
+        )
+    }
+
+    /// Learns from a write of ours what the server's clock reads.
+    fn observe(&self, sent: Instant, answered: Instant, stat: &Stat) {
+        let sample = ServerClock::from_write(sent.into_std(), answered.into_std(), stat.mtime);
+        if let Ok(mut clock) = self.clock.lock() {
+            *clock = Some(match *clock {
+                Some(known) => known.narrowed_by(&sample),
+                None => sample,
+            });
+        }
+    }
+
+    fn known_clock(&self) -> Option<ServerClock> {
+        self.clock.lock().ok().and_then(|clock| *clock)
+    }
+
+    /// The server's clock, learnt again with writes to the root when it is unknown or more
+    /// uncertain than the limit.
+    async fn calibrated(
+        &self,
+        client: &Client,
+        operation: Operation,
+        name: &str,
+        deadline: Instant,
+    ) -> Result<ServerClock, LockError> {
+        for _ in 0..CALIBRATION_ATTEMPTS {
+            if let Some(clock) = self.known_clock()
+                && clock.uncertainty(std::time::Instant::now()) <= self.max_clock_uncertainty
+            {
+                return Ok(clock);
+            }
+            let sent = Instant::now();
+            let stamped = match self
+                .request(
+                    operation,
+                    name,
+                    deadline,
+                    storage::stamp_root(client, &self.root),
+                )
+                .await?
+            {
+                Err(zookeeper_client::Error::NoNode) => {
+                    self.ensure_root(client, operation, name, deadline).await?;
+                    continue;
+                }
+                stamped => stamped,
+            };
+            match stamped {
+                Ok(stat) => self.observe(sent, Instant::now(), &stat),
+                Err(error) => return Err(self.failure(client, operation, name, error).await),
+            }
+        }
+        // Still wide after every attempt (a slow network): a wider interval is safe, only
+        // slower to see expiries.
+        match self.known_clock() {
+            Some(clock) => Ok(clock),
+            None => Err(LockError::backend_message(
+                PROVIDER,
+                operation,
+                name,
+                format!(
+                    "could not learn the server's clock from ZooKeeper at {}: the root node {} \
+                     kept disappearing",
+                    self.endpoint, self.root
+                ),
+            )),
+        }
+    }
+
+    async fn ensure_root(
+        &self,
+        client: &Client,
+        operation: Operation,
+        name: &str,
+        deadline: Instant,
+    ) -> Result<(), LockError> {
+        match self
+            .request(
+                operation,
+                name,
+                deadline,
+                storage::create_root(client, &self.root),
+            )
+            .await?
+        {
+            Ok(()) => Ok(()),
+            Err(error) => Err(self.failure(client, operation, name, error).await),
+        }
+    }
+
+    /// Creates the lock node holding `data`; what happened, or a failure.
+    async fn create_node(
+        &self,
+        client: &Client,
+        name: &str,
+        path: &str,
+        data: &str,
+        deadline: Instant,
+    ) -> Answer<Stat> {
+        let created = self
+            .request(
+                Operation::Acquire,
+                name,
+                deadline,
+                storage::create(client, path, data),
+            )
+            .await?;
+        if !matches!(created, Err(zookeeper_client::Error::NoNode)) {
+            return Ok(created);
+        }
+        // The root is missing (deleted by hand since the provider learnt the clock there).
+        self.ensure_root(client, Operation::Acquire, name, deadline)
+            .await?;
+        self.request(
+            Operation::Acquire,
+            name,
+            deadline,
+            storage::create(client, path, data),
+        )
+        .await
+    }
+}
+
+/// What a failed operation leaves behind, for its error message.
+fn consequence(operation: Operation) -> &'static str {
+    match operation {
+        Operation::Acquire => "whether the lock was taken is unknown, so the task must not run",
+        Operation::Release => "the lock stays held until its lock_until at the latest",
+        Operation::Extend => {
+            "the lock keeps its previous expiry, or the new one if the write landed"
+        }
+        _ => "is it running and reachable?",
+    }
+}
+
+fn micros(duration: Duration) -> ServerMicros {
+    ServerMicros::try_from(duration.as_micros()).unwrap_or(ServerMicros::MAX)
+}
+
+fn system_time(micros: ServerMicros) -> SystemTime {
+    match u64::try_from(micros) {
+        Ok(after) => SystemTime::UNIX_EPOCH + Duration::from_micros(after),
+        Err(_) => SystemTime::UNIX_EPOCH - Duration::from_micros(micros.unsigned_abs()),
+    }
+}
+
+/// `lock_until` for a lock of `duration` from a request sent at `sent`: the latest the
+/// server's clock can read then, plus `duration`, rounded up to ShedLock's milliseconds.
+fn held_until(clock: &ServerClock, sent: Instant, duration: Duration) -> ServerMicros {
+    storage::ceil_to_millis(
+        clock
+            .latest(sent.into_std())
+            .saturating_add(micros(duration)),
+    )
+}
+
+#[async_trait]
+impl LockProvider for ZookeeperLockProvider {
+    async fn try_lock(&self, config: &LockConfiguration) -> Result<Acquisition, LockError> {
+        let path = self.lock_path(config.name())?;
+        let session = self
+            .inner
+            .session(Operation::Acquire, config.name())
+            .await?;
+        match self.try_lock_in(config, &path, &session).await {
+            // The server refused the requests of a session it had ended, so nothing was
+            // written: try again once, in the new session.
+            Err(error) if session_ended(&error) => {
+                let session = self
+                    .inner
+                    .session(Operation::Acquire, config.name())
+                    .await?;
+                self.try_lock_in(config, &path, &session).await
+            }
+            outcome => outcome,
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(TimeSource::Server)
+            .with_fencing(true)
+            .with_extend(true)
+            .with_max_name_chars(MAX_NAME_CHARS)
+            .with_time_precision(2 * self.inner.max_clock_uncertainty + Duration::from_millis(1))
+    }
+}
+
+/// Whether `error` says the session it was sent in had ended, in which case ZooKeeper did not
+/// run the request.
+fn session_ended(error: &LockError) -> bool {
+    use zookeeper_client::Error::{ClientClosed, SessionExpired, SessionMoved};
+    let LockError::Backend {
+        source: Some(source),
+        ..
+    } = error
+    else {
+        return false;
+    };
+    matches!(
+        source.downcast_ref::<zookeeper_client::Error>(),
+        Some(SessionExpired | SessionMoved | ClientClosed)
+    )
+}
+
+impl ZookeeperLockProvider {
+    async fn try_lock_in(
+        &self,
+        config: &LockConfiguration,
+        path: &str,
+        session: &Session,
+    ) -> Result<Acquisition, LockError> {
+        let name = config.name();
+        let inner = &self.inner;
+        let client = &session.client;
+        let deadline = Instant::now() + inner.operation_timeout;
+        let mut clock = inner
+            .calibrated(client, Operation::Acquire, name, deadline)
+            .await?;
+        loop {
+            let read = inner
+                .request(
+                    Operation::Acquire,
+                    name,
+                    deadline,
+                    storage::read(client, path),
+                )
+                .await?;
+            let sent = Instant::now();
+            let lock_until = held_until(&clock, sent, config.lock_at_most_for());
+            let data = storage::format_lock_until(lock_until);
+            let written = match read {
+                Ok((held, stat)) => {
+                    let Some(current_until) = storage::parse_lock_until(&held) else {
+                        return Err(LockError::backend_message(
+                            PROVIDER,
+                            Operation::Acquire,
+                            name,
+                            format!(
+                                "node {path} holds {}, which is not an ISO-8601 instant (ShedLock's \
+                                 lock_until); nothing was written. Java ShedLock treats such a \
+                                 node as held for ever: write a lock_until into it or delete it",
+                                storage::describe_data(&held)
+                            ),
+                        ));
+                    };
+                    // The node's last write was stamped before this read was served, so the
+                    // server's clock reads at least its mtime: a lock released "now" is seen
+                    // free at once, however uncertain this node's own interval is.
+                    let server_now = clock
+                        .earliest(std::time::Instant::now())
+                        .max(stat.mtime.saturating_mul(1000));
+                    if server_now < current_until {
+                        return Ok(Acquisition::NotAcquired(Some(LockHolder {
+                            locked_by: None,
+                            held_until: Some(system_time(current_until)),
+                        })));
+                    }
+                    inner
+                        .request(
+                            Operation::Acquire,
+                            name,
+                            deadline,
+                            storage::write(client, path, &data, stat.version),
+                        )
+                        .await?
+                }
+                Err(zookeeper_client::Error::NoNode) => {
+                    inner
+                        .create_node(client, name, path, &data, deadline)
+                        .await?
+                }
+                Err(error) => {
+                    return Err(inner.failure(client, Operation::Acquire, name, error).await);
+                }
+            };
+            let stat = match written {
+                Ok(stat) => stat,
+                // Someone created or wrote the node since it was read: judge it again.
+                Err(
+                    zookeeper_client::Error::NodeExists
+                    | zookeeper_client::Error::BadVersion
+                    | zookeeper_client::Error::NoNode,
+                ) => {
+                    clock = inner.known_clock().unwrap_or(clock);
+                    continue;
+                }
+                Err(error) => {
+                    return Err(inner.failure(client, Operation::Acquire, name, error).await);
+                }
+            };
+            inner.observe(sent, Instant::now(), &stat);
+            return Ok(Acquisition::Acquired(Box::new(ZookeeperLockHandle {
+                inner: self.inner.clone(),
+                name: name.to_owned(),
+                path: path.to_owned(),
+                fencing_token: u64::try_from(stat.mzxid).ok(),
+                // The write was stamped in [mtime, mtime + 1 ms): from the end of that
+                // millisecond, lock_at_least_for is never counted short.
+                acquired_at: (stat.mtime + 1) * 1000,
+                lock_at_least_for: config.lock_at_least_for(),
+                generation: session.generation,
+                state: tokio::sync::Mutex::new(HandleState {
+                    version: stat.version,
+                    lock_until,
+                    finished: false,
+                }),
+            })));
+        }
+    }
+}
+
+/// One acquisition of a ZooKeeper lock: the node, and the version and `lock_until` its last
+/// write left there.
+struct ZookeeperLockHandle {
+    inner: Arc<Inner>,
+    name: String,
+    path: String,
+    fencing_token: Option<u64>,
+    /// Server time from which lock_at_least_for counts.
+    acquired_at: ServerMicros,
+    lock_at_least_for: Duration,
+    /// Which of the provider's sessions took the lock.
+    generation: u64,
+    /// Serializes this handle's release and extend.
+    state: tokio::sync::Mutex<HandleState>,
+}
+
+struct HandleState {
+    /// The node's version after this acquisition's last write: the proof it is still ours.
+    version: i32,
+    /// The `lock_until` of that write.
+    lock_until: ServerMicros,
+    /// Released, or found lost: nothing more is sent.
+    finished: bool,
+}
+
+impl fmt::Debug for ZookeeperLockHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZookeeperLockHandle")
+            .field("name", &self.name)
+            .field("path", &self.path)
+            .field("fencing_token", &self.fencing_token)
+            .field("generation", &self.generation)
+            .finish()
+    }
+}
+
+/// What an owner-checked write found.
+enum Owned {
+    /// Written while this acquisition still held the lock.
+    Written(Stat),
+    /// The lock was not ours any more (written by someone since, deleted, or expired): nothing
+    /// is left changed.
+    Lost,
+}
+
+impl ZookeeperLockHandle {
+    /// Writes `data` (`lock_until` = `until`) over this acquisition's own last write, if the
+    /// node is still at that version and the write lands before the lock expired. A write that
+    /// lands after expiry (nobody took the lock meanwhile, or the version would have differed)
+    /// is undone by writing the expired `lock_until` back, so it neither revives nor moves a
+    /// lock that was over.
+    async fn write_if_ours(
+        &self,
+        operation: Operation,
+        state: &HandleState,
+        session: &Session,
+        until: impl FnOnce(&ServerClock, Instant) -> ServerMicros,
+    ) -> Result<Owned, LockError> {
+        let inner = &self.inner;
+        let client = &session.client;
+        let deadline = Instant::now() + inner.operation_timeout;
+        let clock = inner
+            .calibrated(client, operation, &self.name, deadline)
+            .await?;
+        if clock.earliest(std::time::Instant::now()) >= state.lock_until {
+            return Ok(Owned::Lost);
+        }
+        let sent = Instant::now();
+        let data = storage::format_lock_until(until(&clock, sent));
+        let written = inner
+            .request(
+                operation,
+                &self.name,
+                deadline,
+                storage::write(client, &self.path, &data, state.version),
+            )
+            .await?;
+        let stat = match written {
+            Ok(stat) => stat,
+            Err(zookeeper_client::Error::BadVersion | zookeeper_client::Error::NoNode) => {
+                return Ok(Owned::Lost);
+            }
+            Err(error) => return Err(inner.failure(client, operation, &self.name, error).await),
+        };
+        inner.observe(sent, Instant::now(), &stat);
+        if stat.mtime.saturating_mul(1000) < state.lock_until {
+            return Ok(Owned::Written(stat));
+        }
+        let expired = storage::format_lock_until(state.lock_until);
+        let restored = inner
+            .request(
+                operation,
+                &self.name,
+                deadline,
+                storage::write(client, &self.path, &expired, stat.version),
+            )
+            .await?;
+        match restored {
+            Ok(stat) => inner.observe(sent, Instant::now(), &stat),
+            // Someone took the lock in between, as they were free to: nothing of ours is left.
+            Err(zookeeper_client::Error::BadVersion | zookeeper_client::Error::NoNode) => {}
+            Err(error) => return Err(inner.failure(client, operation, &self.name, error).await),
+        }
+        Ok(Owned::Lost)
+    }
+}
+
+#[async_trait]
+impl LockHandle for ZookeeperLockHandle {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        self.fencing_token
+    }
+
+    fn time_source(&self) -> TimeSource {
+        TimeSource::Server
+    }
+
+    async fn unlock(&self) -> Result<bool, LockError> {
+        let mut state = self.state.lock().await;
+        if state.finished {
+            return Ok(false);
+        }
+        let at_least_until = (!self.lock_at_least_for.is_zero()).then(|| {
+            storage::ceil_to_millis(
+                self.acquired_at
+                    .saturating_add(micros(self.lock_at_least_for)),
+            )
+        });
+        // "Now" is written as the earliest the server's clock can read, which is no later
+        // than this write's own mtime: a reader compares with at least that mtime, so it sees
+        // the lock free at once.
+        let release_until = |clock: &ServerClock, sent: Instant| {
+            let now = storage::floor_to_millis(clock.earliest(sent.into_std()));
+            at_least_until.map_or(now, |until| now.max(until))
+        };
+        let session = self.inner.session(Operation::Release, &self.name).await?;
+        let outcome = match self
+            .write_if_ours(Operation::Release, &state, &session, release_until)
+            .await
+        {
+            // The version proves ownership whatever the session: release in the new one.
+            Err(error) if session_ended(&error) => {
+                let session = self.inner.session(Operation::Release, &self.name).await?;
+                self.write_if_ours(Operation::Release, &state, &session, release_until)
+                    .await?
+            }
+            outcome => outcome?,
+        };
+        state.finished = true;
+        Ok(matches!(outcome, Owned::Written(_)))
+    }
+
+    async fn extend(&self, lock_at_most_for: Duration) -> Result<bool, LockError> {
+        if lock_at_most_for.is_zero() {
+            return Err(ConfigurationError::ZeroLockAtMostFor {
+                name: self.name.clone(),
+            }
+            .into());
+        }
+        let mut state = self.state.lock().await;
+        if state.finished {
+            return Ok(false);
+        }
+        let session = self.inner.session(Operation::Extend, &self.name).await?;
+        if session.generation != self.generation {
+            debug!(name = %self.name, "the session that took the lock ended: extend answers lost");
+            return Ok(false);
+        }
+        let mut new_until = 0;
+        let outcome = self
+            .write_if_ours(Operation::Extend, &state, &session, |clock, sent| {
+                new_until = held_until(clock, sent, lock_at_most_for);
+                new_until
+            })
+            .await;
+        let outcome = match outcome {
+            Err(error) if session_ended(&error) => {
+                debug!(name = %self.name, "the session that took the lock ended: extend answers lost");
+                return Ok(false);
+            }
+            outcome => outcome?,
+        };
+        match outcome {
+            Owned::Written(stat) => {
+                state.version = stat.version;
+                state.lock_until = new_until;
+                Ok(true)
+            }
+            Owned::Lost => {
+                state.finished = true;
+                Ok(false)
+            }
+        }
+    }
+}
