@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime};
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use shedlock_conformance::{
-    Check, ConformanceHarness, ModelSettings, NameSpace, PlantedRecord, Rule, SetupError, Support,
-    Verdict, async_trait, check_model_with,
+    CASES_VARIABLE, Check, ConformanceHarness, ModelSettings, NameSpace, PlantedRecord, Rule,
+    SEED_VARIABLE, SetupError, Support, Verdict, async_trait, check_model, check_model_with,
 };
 use shedlock_core::{
     Acquisition, Capabilities, Clock, HeldRecord, LockConfiguration, LockError, LockHandle,
@@ -704,19 +704,24 @@ fn main() {
     // The model check finds defects from random sequences alone, and shrinks them. Each
     // failure must say what an author needs to replay and read it: the rule, the seed and
     // sequence number, the minimal sequence step by step (nodes by letter), and the fragment
-    // listed here of its own account of what went wrong.
-    for (defect, rules, says) in [
+    // listed here of its own account of what went wrong. Shrinking must bring the sequence
+    // down to the few steps that show the defect: at most the number listed here (a defect
+    // that takes a few steps to show may keep one or two more when shrinking reaches its
+    // limit of runs first).
+    for (defect, rules, says, most_steps) in [
         // A lock that never expires also answers true to a release or extend the model knows
         // came after the expiry: whichever the random sequence shows first is a fair catch.
         (
             Defect::NeverExpires,
             &[Rule::AT_MOST, Rule::RELEASE_RESULT, Rule::EXTEND][..],
             &["at the latest"][..],
+            6,
         ),
         (
             Defect::IgnoresAtLeast,
             &[Rule::AT_LEAST][..],
             &["acquired at"][..],
+            6,
         ),
         // The model's own bounds, each noticed without the dedicated checks: a fresh lock
         // refused, a `true` to a release sent after the lock surely expired, a `false` to an
@@ -727,21 +732,25 @@ fn main() {
             Defect::InsertRefused,
             &[Rule::FREE_LOCK_IS_TAKEN][..],
             &["nobody ever held this lock"][..],
+            1,
         ),
         (
             Defect::ReleaseIgnoresExpiry,
             &[Rule::RELEASE_RESULT][..],
             &["release answered true", "but the hold of the "][..],
+            6,
         ),
         (
             Defect::ExtendRefused,
             &[Rule::EXTEND][..],
             &["extend answered false", "but the hold of the "][..],
+            2,
         ),
         (
             Defect::FencingPerNode,
             &[Rule::FENCING][..],
             &["does not exceed the previous"][..],
+            6,
         ),
     ] {
         let runtime = runtime.clone();
@@ -773,6 +782,12 @@ fn main() {
                         if !missing.is_empty() {
                             return Err(Failed::from(format!(
                                 "{defect:?} was caught by the model check, but its failure lacks {missing:?}:\n{text}"
+                            )));
+                        }
+                        let steps = text.matches("\n  #").count();
+                        if steps == 0 || steps > most_steps {
+                            return Err(Failed::from(format!(
+                                "{defect:?}: the minimal failing sequence has {steps} steps, expected 1 to {most_steps}: shrinking did not do its work:\n{text}"
                             )));
                         }
                         if !["A acquire L", "B acquire L", "C acquire L"]
@@ -822,5 +837,93 @@ fn main() {
             },
         ));
     }
+    // The model check's two environment variables, read in a child process of this binary
+    // (the environment is the process's; setting it here would race the other trials).
+    if std::env::var_os(ENVIRONMENT_CHILD).is_some() {
+        let runtime = runtime.clone();
+        let names = Check::Model.names_in(&run).child("environment");
+        trials.push(Trial::test(ENVIRONMENT_CHILD_TRIAL, move || {
+            let harness = MutantHarness {
+                store: MutantStore::new(Defect::None),
+            };
+            match runtime.block_on(check_model(&harness, &names)) {
+                Ok(verdict) => println!("verdict: {verdict:?}"),
+                Err(failure) => println!("failure: {failure}"),
+            }
+            Ok(())
+        }));
+    } else {
+        trials.push(Trial::test(
+            "model_takes_its_sequence_count_and_seed_from_the_environment",
+            model_reads_the_environment,
+        ));
+    }
     libtest_mimic::run(&args, trials).exit();
+}
+
+/// Set in the child process that runs [`ENVIRONMENT_CHILD_TRIAL`].
+const ENVIRONMENT_CHILD: &str = "SHEDLOCK_KIT_TEST_ENVIRONMENT_CHILD";
+const ENVIRONMENT_CHILD_TRIAL: &str = "model_with_the_environment_child";
+
+/// What the model check says under each setting of its variables: a number is used, anything
+/// else fails the check naming the variable, never ignored.
+fn model_reads_the_environment() -> Result<(), Failed> {
+    let cases: [(Option<&str>, &str, &[&str]); 4] = [
+        (
+            None,
+            "7",
+            &["verdict: Passed", "250 random sequences", "(seed 7;"],
+        ),
+        (
+            Some("3"),
+            "7",
+            &["verdict: Passed", "3 random sequences", "(seed 7;"],
+        ),
+        (
+            Some("three"),
+            "7",
+            &[
+                "failure: ",
+                "[harness]",
+                "SHEDLOCK_CONFORMANCE_MODEL_CASES is \"three\", not a number of sequences",
+            ],
+        ),
+        (
+            Some("2"),
+            "-1",
+            &[
+                "failure: ",
+                "SHEDLOCK_CONFORMANCE_SEED is \"-1\", not a seed",
+            ],
+        ),
+    ];
+    for (count, seed, expected) in cases {
+        let mut child =
+            std::process::Command::new(std::env::current_exe().map_err(|e| e.to_string())?);
+        child
+            .args([
+                "--exact",
+                ENVIRONMENT_CHILD_TRIAL,
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(ENVIRONMENT_CHILD, "1")
+            .env(SEED_VARIABLE, seed);
+        match count {
+            Some(count) => child.env(CASES_VARIABLE, count),
+            None => child.env_remove(CASES_VARIABLE),
+        };
+        let output = child.output().map_err(|e| e.to_string())?;
+        let count = count.unwrap_or("unset");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        for fragment in expected {
+            if !stdout.contains(fragment) {
+                return Err(Failed::from(format!(
+                    "with {CASES_VARIABLE}={count} {SEED_VARIABLE}={seed}, the model check's output lacks {fragment:?}:\n{stdout}"
+                )));
+            }
+        }
+    }
+    Ok(())
 }

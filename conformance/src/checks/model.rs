@@ -292,6 +292,11 @@ struct Case<'a, N> {
 }
 
 impl<N: LockProvider> Case<'_, N> {
+    /// `count` model steps as a duration: every duration of a sequence is one of these.
+    fn steps(&self, count: u32) -> Duration {
+        self.step * count
+    }
+
     fn lock_name(&self, lock: usize) -> String {
         self.names.name(&format!("L{lock}"))
     }
@@ -412,7 +417,7 @@ impl<N: LockProvider> Case<'_, N> {
         match op {
             ModelOp::Advance { steps } => {
                 self.trace.note(format!("advance {steps} steps"));
-                tokio::time::sleep(self.step * steps).await;
+                tokio::time::sleep(self.steps(steps)).await;
             }
             ModelOp::Crash { lock } => {
                 if let Some(((node, _), _)) = self
@@ -431,8 +436,8 @@ impl<N: LockProvider> Case<'_, N> {
                 at_most,
                 at_least,
             } => {
-                let at_most = self.step * at_most;
-                let at_least = self.step * at_least;
+                let at_most = self.steps(at_most);
+                let at_least = self.steps(at_least);
                 let lock_config = config(&self.lock_name(lock), at_most, at_least);
                 let label = node_label(node);
                 let timed = self
@@ -541,7 +546,7 @@ impl<N: LockProvider> Case<'_, N> {
                 at_most,
             } => {
                 if let Some((node, handle)) = &self.released[lock] {
-                    let operation = HolderOp::Extend(self.step * at_most);
+                    let operation = HolderOp::Extend(self.steps(at_most));
                     self.holder_request(index, op, (*node, lock), handle, operation)
                         .await?;
                 }
@@ -583,7 +588,7 @@ impl<N: LockProvider> Case<'_, N> {
                 else {
                     return Ok(());
                 };
-                let at_most = self.step * at_most;
+                let at_most = self.steps(at_most);
                 let (timed, holding) = self
                     .holder_request(index, op, (node, lock), handle, HolderOp::Extend(at_most))
                     .await?;
@@ -629,6 +634,16 @@ async fn run_case<N: LockProvider>(
         }
     }
     Ok(())
+}
+
+/// How many sequences to try when nobody said: fewer where the kit's unit is long, so the
+/// check takes about as long on every backend.
+fn default_cases(unit: Duration) -> u32 {
+    if unit > FINE_UNIT_MAX {
+        COARSE_CASES
+    } else {
+        FINE_CASES
+    }
 }
 
 /// `ops`, one a line, saying which did nothing: shrinking may stop before it removes them all.
@@ -743,11 +758,7 @@ pub async fn check_model_with<H: ConformanceHarness>(
     }
     let capabilities = nodes[0].capabilities();
     let timing = timing_of(&capabilities);
-    let cases = cases.unwrap_or(if timing.unit > FINE_UNIT_MAX {
-        COARSE_CASES
-    } else {
-        FINE_CASES
-    });
+    let cases = cases.unwrap_or_else(|| default_cases(timing.unit));
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes);
@@ -841,6 +852,102 @@ mod tests {
              #2 release L0 with its newest unreleased handle (no such handle: did nothing)\n  \
              #3 advance 3 steps (not reached)"
         );
+    }
+
+    /// After an extend, the model must expect the lock held to the extend's new expiry: a
+    /// refusal inside it is right, and only the extend's own bounds say so.
+    #[tokio::test]
+    async fn an_honest_refusal_within_an_extended_hold_matches_the_model() {
+        let store = shedlock_memory::MemoryLockStore::new();
+        let nodes = [store.node(), store.node()];
+        let capabilities = nodes[0].capabilities();
+        let ops = [
+            ModelOp::Acquire {
+                node: 0,
+                lock: 0,
+                at_most: 2,
+                at_least: 0,
+            },
+            ModelOp::Extend {
+                lock: 0,
+                which: Which::Newest,
+                at_most: 8,
+            },
+            ModelOp::Advance { steps: 3 },
+            ModelOp::Acquire {
+                node: 1,
+                lock: 0,
+                at_most: 2,
+                at_least: 0,
+            },
+        ];
+        let outcome = run_case(
+            &nodes,
+            NameSpace::new_run(),
+            timing_of(&capabilities),
+            &capabilities,
+            &ops,
+        )
+        .await;
+        if let Err((failure, _)) = outcome {
+            panic!("the memory provider was judged wrong:\n{failure}");
+        }
+    }
+
+    /// The other side: a lock taken after the acquisition's own hold but inside the extended
+    /// one (here by a node that, wrongly, keeps its locks in another store) breaks the extend
+    /// rule, and only the extend's bounds show it.
+    #[tokio::test]
+    async fn a_lock_taken_inside_an_extended_hold_breaks_the_extend_rule() {
+        let (store, elsewhere) = (
+            shedlock_memory::MemoryLockStore::new(),
+            shedlock_memory::MemoryLockStore::new(),
+        );
+        let nodes = [store.node(), elsewhere.node()];
+        let capabilities = nodes[0].capabilities();
+        let ops = [
+            ModelOp::Acquire {
+                node: 0,
+                lock: 0,
+                at_most: 2,
+                at_least: 0,
+            },
+            ModelOp::Extend {
+                lock: 0,
+                which: Which::Newest,
+                at_most: 8,
+            },
+            ModelOp::Advance { steps: 3 },
+            ModelOp::Acquire {
+                node: 1,
+                lock: 0,
+                at_most: 2,
+                at_least: 0,
+            },
+        ];
+        let timing = timing_of(&capabilities);
+        match run_case(&nodes, NameSpace::new_run(), timing, &capabilities, &ops).await {
+            Err((failure, _)) => {
+                assert_eq!(failure.rule, Rule::EXTEND, "{failure}");
+                assert!(
+                    failure.observed.contains("operation #4")
+                        && failure.observed.contains("the extend sent at"),
+                    "{failure}"
+                );
+            }
+            Ok(()) => panic!("a lock taken inside an extended hold went unnoticed"),
+        }
+    }
+
+    #[test]
+    fn backends_with_a_coarse_unit_try_fewer_sequences_by_default() {
+        for (unit_ms, cases) in [(50, 250), (200, 250), (201, 12), (1000, 12)] {
+            assert_eq!(
+                default_cases(Duration::from_millis(unit_ms)),
+                cases,
+                "unit {unit_ms} ms"
+            );
+        }
     }
 
     #[tokio::test]

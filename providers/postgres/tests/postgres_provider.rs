@@ -284,10 +284,15 @@ async fn an_unreachable_server_is_an_error_within_the_connect_timeout_without_th
 async fn fencing_tokens_increase_with_the_column_and_are_absent_without_it() {
     let with = unique("pg_fence");
     let node_a = provider_on(&with, true).await;
+    assert!(node_a.has_fencing(), "the table was made with the column");
     shared::fencing_tokens_count_acquisitions(&node_a, &node_a.node()).await;
 
     let without = unique("pg_nofence");
     let plain = provider_on(&without, false).await;
+    assert!(
+        !plain.has_fencing(),
+        "ShedLock's table has no fencing column"
+    );
     let columns: Vec<String> = sqlx::query_scalar(
         "SELECT column_name::text FROM information_schema.columns WHERE table_name = $1 ORDER BY ordinal_position",
     )
@@ -561,4 +566,57 @@ fn the_documented_ddl_is_shedlocks_table() {
          TIMESTAMP NOT NULL, \"locked_at\" TIMESTAMP NOT NULL, \"locked_by\" VARCHAR(255) NOT NULL, \
          PRIMARY KEY (\"name\"))"
     );
+}
+
+#[tokio::test]
+async fn the_declared_precision_follows_the_timestamp_columns_fractional_digits() {
+    let pool = pool().await;
+    // Coarser than a millisecond, the column decides how late a lock may be seen to expire;
+    // finer, ShedLock's millisecond does.
+    for (digits, precision) in [
+        (0, Duration::from_secs(1)),
+        (1, Duration::from_millis(100)),
+        (2, Duration::from_millis(10)),
+        (3, Duration::from_millis(1)),
+        (6, Duration::from_millis(1)),
+    ] {
+        let table = unique("pg_digits");
+        exec(
+            &pool,
+            &format!(
+                "CREATE TABLE {table} (name VARCHAR(64) PRIMARY KEY, lock_until TIMESTAMP({digits}), \
+                 locked_at TIMESTAMP({digits}), locked_by VARCHAR(255))"
+            ),
+        )
+        .await;
+        let provider = PostgresLockProvider::builder(pool.clone())
+            .table_name(&table)
+            .build()
+            .await
+            .unwrap();
+        assert_eq!(
+            provider.capabilities().time_precision,
+            precision,
+            "TIMESTAMP({digits})"
+        );
+        exec(&pool, &format!("DROP TABLE {table}")).await;
+    }
+}
+
+#[test]
+fn a_builders_debug_output_names_the_target_and_table_but_not_the_password() {
+    let builder = PostgresLockProvider::builder_from_url(
+        "postgres://app:hunter2@db.example:5432/jobs".to_owned(),
+    )
+    .table_name("job_locks");
+    let debug = format!("{builder:?}");
+    for expected in [
+        "postgres",
+        "db.example:5432/jobs",
+        "job_locks",
+        "operation_timeout",
+    ] {
+        assert!(debug.contains(expected), "{expected} missing from {debug}");
+    }
+    assert!(!debug.contains("hunter2"), "{debug}");
 }
