@@ -784,6 +784,11 @@ fn main() {
                                 "{defect:?} was caught by the model check, but its failure lacks {missing:?}:\n{text}"
                             )));
                         }
+                        if text.contains("after 0 shrink runs") {
+                            return Err(Failed::from(format!(
+                                "{defect:?}: the failure was not shrunk at all:\n{text}"
+                            )));
+                        }
                         let steps = text.matches("\n  #").count();
                         if steps == 0 || steps > most_steps {
                             return Err(Failed::from(format!(
