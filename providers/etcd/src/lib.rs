@@ -189,9 +189,10 @@ impl EtcdLockProviderBuilder {
         self
     }
 
-    /// Connects to `url` (`http://[user:password@]host:2379`; several endpoints separated by
-    /// commas) and checks, within the operation timeout, that etcd answers a read of the lock
-    /// keys; then measures the shortest lease etcd grants, the provider's declared time
+    /// Connects to `url` (`http://[user:password@]host:2379`, or `host:2379`; several
+    /// endpoints separated by commas; any other scheme is refused before anything connects)
+    /// and checks, within the operation timeout, that etcd answers a read of the lock keys;
+    /// then measures the shortest lease etcd grants, the provider's declared time
     /// precision. Fails with a [`LockError::Backend`] naming the redacted URL otherwise.
     pub async fn connect(self, url: &str) -> Result<EtcdLockProvider, LockError> {
         let mut provider = self.connect_lazy(url).await?;
@@ -231,6 +232,7 @@ impl EtcdLockProviderBuilder {
             .map(str::trim)
             .filter(|part| !part.is_empty())
         {
+            check_endpoint_scheme(part)?;
             let (bare, from_url) = credentials::split_credentials(part);
             if let Some((user, password)) = from_url {
                 credentials.get_or_insert(Credentials { user, password });
@@ -311,6 +313,39 @@ impl EtcdLockProviderBuilder {
             }),
         }
     }
+}
+
+/// Refuses an endpoint meant for another backend, or one over TLS, before the client reads it,
+/// naming its scheme (never the rest of the URL, which may hold a password). An endpoint without
+/// a scheme (`host:2379`) is plain HTTP, as `etcd-client` reads it.
+fn check_endpoint_scheme(endpoint: &str) -> Result<(), LockError> {
+    let Some((scheme, _)) = endpoint.split_once("://") else {
+        return Ok(());
+    };
+    let rule = if scheme.eq_ignore_ascii_case("http") {
+        return Ok(());
+    } else if scheme.eq_ignore_ascii_case("https") {
+        "https:// (etcd over TLS) is not supported by the etcd provider yet; use http://".to_owned()
+    } else {
+        let scheme = if scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+        {
+            format!("{scheme:?}")
+        } else {
+            "not a URL scheme".to_owned()
+        };
+        format!(
+            "the endpoint's scheme is {scheme}, which is not etcd's: the etcd provider accepts \
+             http://host:port or host:port, several separated by commas"
+        )
+    };
+    Err(LockError::backend_message(
+        PROVIDER,
+        Operation::Connect,
+        "",
+        rule,
+    ))
 }
 
 fn invalid_setting(what: &str, value: &str, rule: &str) -> LockError {

@@ -466,3 +466,35 @@ async fn credentials_never_appear_in_errors_or_debug_output() {
         }
     }
 }
+
+#[tokio::test]
+async fn endpoints_of_other_backends_and_tls_are_refused_before_connecting() {
+    for (url, expected) in [
+        (
+            format!("redis://:{SECRET}@127.0.0.1:6379"),
+            "the endpoint's scheme is \"redis\", which is not etcd's",
+        ),
+        (
+            format!("http://127.0.0.1:2379,postgres://app:{SECRET}@db/x"),
+            "the endpoint's scheme is \"postgres\"",
+        ),
+        (
+            format!("https://root:{SECRET}@127.0.0.1:2379"),
+            "https:// (etcd over TLS) is not supported by the etcd provider yet",
+        ),
+    ] {
+        let error = EtcdLockProvider::connect(&url).await.unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains(expected), "{message}");
+        assert!(
+            !format!("{message} {error:?}").contains(SECRET),
+            "{message}"
+        );
+    }
+    // An endpoint without a scheme is plain HTTP, as before.
+    let bare = etcd_url().trim_start_matches("http://").to_owned();
+    let provider = tokio::time::timeout(Duration::from_secs(30), EtcdLockProvider::connect(&bare))
+        .await
+        .expect("connecting took over 30 s");
+    assert!(provider.is_ok(), "{bare}: {provider:?}");
+}

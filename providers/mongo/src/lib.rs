@@ -243,9 +243,10 @@ impl MongoLockProviderBuilder {
     }
 
     /// Connects to `url` (`mongodb://[user:password@]host[:port][,...]/[database][?options]`
-    /// or `mongodb+srv://...`) and checks, within the operation timeout, that the server is
-    /// MongoDB 4.2 or later and that the lock collection can be read. Fails with a
-    /// [`LockError::Backend`] naming the redacted URL otherwise.
+    /// or `mongodb+srv://...`; any other scheme is refused before anything connects) and
+    /// checks, within the operation timeout, that the server is MongoDB 4.2 or later and that
+    /// the lock collection can be read. Fails with a [`LockError::Backend`] naming the
+    /// redacted URL otherwise.
     pub async fn connect(self, url: &str) -> Result<MongoLockProvider, LockError> {
         let provider = self.connect_lazy(url).await?;
         provider.check_server().await?;
@@ -257,6 +258,7 @@ impl MongoLockProviderBuilder {
     /// answers. Only a `mongodb+srv://` URL is resolved here, through DNS.
     pub async fn connect_lazy(self, url: &str) -> Result<MongoLockProvider, LockError> {
         self.validate_timeouts()?;
+        check_url_scheme(url)?;
         let shown = credentials::redact(url);
         let parsing = ClientOptions::parse(url);
         let mut options = match tokio::time::timeout(self.operation_timeout, parsing).await {
@@ -359,6 +361,31 @@ impl MongoLockProviderBuilder {
             self.operation_timeout,
         ))
     }
+}
+
+/// Refuses a URL meant for another backend before the driver reads it, naming its scheme
+/// (never the rest of the URL, which may hold a password) and the accepted ones.
+fn check_url_scheme(url: &str) -> Result<(), LockError> {
+    let refused = match url.split_once("://") {
+        Some((scheme, _))
+            if scheme.eq_ignore_ascii_case("mongodb")
+                || scheme.eq_ignore_ascii_case("mongodb+srv") =>
+        {
+            return Ok(());
+        }
+        Some((scheme, _))
+            if scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) =>
+        {
+            format!("the URL's scheme is {scheme:?}")
+        }
+        _ => "the text is not a URL (no scheme:// in front)".to_owned(),
+    };
+    Err(connect_error(format!(
+        "{refused}, which is not a MongoDB connection string: the mongo provider accepts \
+         mongodb://... or mongodb+srv://..."
+    )))
 }
 
 fn connect_error(message: String) -> LockError {

@@ -578,7 +578,7 @@ async fn bad_settings_are_refused_with_the_rule() {
     assert!(
         error
             .to_string()
-            .contains("not a usable MongoDB connection string"),
+            .contains("the URL's scheme is \"postgres\", which is not a MongoDB connection string"),
         "{error}"
     );
 }
@@ -718,5 +718,32 @@ async fn credentials_never_appear_in_errors_or_debug_output() {
                 assert!(!text.contains(SECRET), "{text}");
             }
         }
+    }
+}
+
+#[tokio::test]
+async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting() {
+    for (url, refused) in [
+        (
+            format!("postgres://app:{SECRET}@127.0.0.1:5432/test"),
+            "the URL's scheme is \"postgres\"",
+        ),
+        (
+            format!("redis://:{SECRET}@127.0.0.1:6379"),
+            "the URL's scheme is \"redis\"",
+        ),
+        ("127.0.0.1:27017/app".to_owned(), "not a URL"),
+    ] {
+        let error = MongoLockProvider::connect(&url).await.unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains(refused), "{url}: {message}");
+        assert!(
+            message.contains("accepts mongodb://... or mongodb+srv://..."),
+            "{message}"
+        );
+        assert!(
+            !format!("{message} {error:?}").contains(SECRET),
+            "{message}"
+        );
     }
 }

@@ -324,6 +324,7 @@ impl SqlBackend for MySqlBackend {
     const PROVIDER: &'static str = "mysql";
     const DATABASE_NAME: &'static str = "MySQL";
     const UNREACHABLE_HINT: &'static str = "is the server reachable?";
+    const URL_SCHEMES: &'static [&'static str] = &["mysql", "mariadb"];
 
     fn session_options(
         options: MySqlConnectOptions,

@@ -695,3 +695,41 @@ async fn the_acquire_means_the_same_under_mariadbs_simultaneous_assignment() {
     }
     exec(&pool, &format!("DROP TABLE {table}")).await;
 }
+
+#[tokio::test]
+async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting() {
+    for (url, refused) in [
+        (
+            "redis://:hunter2@127.0.0.1:6379",
+            "the URL's scheme is \"redis\"",
+        ),
+        (
+            "postgres://app:hunter2@127.0.0.1:3306/test",
+            "the URL's scheme is \"postgres\"",
+        ),
+        ("app:hunter2@127.0.0.1:3306/test", "the URL has no scheme"),
+    ] {
+        let error = MySqlLockProvider::connect(url).await.unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains(refused), "{url}: {message}");
+        assert!(
+            message.contains("accepts mysql://... or mariadb://..."),
+            "{message}"
+        );
+        assert!(
+            !format!("{message} {error:?}").contains("hunter2"),
+            "{message}"
+        );
+    }
+    // MariaDB's scheme is the same protocol and connects too.
+    let mariadb = url().replacen("mysql://", "mariadb://", 1);
+    let provider = tokio::time::timeout(
+        Duration::from_secs(30),
+        MySqlLockProvider::builder_from_url(mariadb)
+            .create_table_if_missing(false)
+            .build(),
+    )
+    .await
+    .expect("connecting took over 30 s");
+    provider.unwrap();
+}

@@ -167,6 +167,7 @@ impl SqlBackend for PostgresBackend {
     const PROVIDER: &'static str = "postgres";
     const DATABASE_NAME: &'static str = "PostgreSQL";
     const UNREACHABLE_HINT: &'static str = "is the server reachable?";
+    const URL_SCHEMES: &'static [&'static str] = &["postgres", "postgresql"];
 
     fn session_options(options: PgConnectOptions, operation_timeout: Duration) -> PgConnectOptions {
         let statement_timeout = operation_timeout.as_millis().max(1).to_string();

@@ -620,3 +620,41 @@ fn a_builders_debug_output_names_the_target_and_table_but_not_the_password() {
     }
     assert!(!debug.contains("hunter2"), "{debug}");
 }
+
+#[tokio::test]
+async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting() {
+    for (url, refused) in [
+        (
+            "redis://:hunter2@127.0.0.1:6379",
+            "the URL's scheme is \"redis\"",
+        ),
+        (
+            "mysql://app:hunter2@127.0.0.1:5432/test",
+            "the URL's scheme is \"mysql\"",
+        ),
+        ("app:hunter2@127.0.0.1:5432/test", "the URL has no scheme"),
+    ] {
+        let error = PostgresLockProvider::connect(url).await.unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains(refused), "{url}: {message}");
+        assert!(
+            message.contains("accepts postgres://... or postgresql://..."),
+            "{message}"
+        );
+        assert!(
+            !format!("{message} {error:?}").contains("hunter2"),
+            "{message}"
+        );
+    }
+    // Both of PostgreSQL's schemes still connect.
+    let postgresql = url().replacen("postgres://", "postgresql://", 1);
+    let provider = tokio::time::timeout(
+        Duration::from_secs(30),
+        PostgresLockProvider::builder_from_url(postgresql)
+            .create_table_if_missing(false)
+            .build(),
+    )
+    .await
+    .expect("connecting took over 30 s");
+    provider.unwrap();
+}

@@ -159,8 +159,9 @@ impl RedisLockProviderBuilder {
     }
 
     /// Connects to `url` (`redis://[user:password@]host[:port][/db]`, `rediss://`,
-    /// `redis+unix://`) with a connection manager that reconnects in the background, and waits
-    /// for the first connection. Fails with a [`LockError::Backend`] naming the redacted URL when
+    /// `redis+unix://`, and the same under Valkey's names) with a connection manager that
+    /// reconnects in the background, and waits for the first connection. A URL of any other
+    /// scheme is refused before anything connects. Fails with a [`LockError::Backend`] naming the redacted URL when
     /// the server cannot be reached within the operation timeout.
     pub async fn connect(self, url: &str) -> Result<RedisLockProvider, LockError> {
         let endpoint = shedlock_core::redact_url(url);
@@ -236,12 +237,13 @@ impl RedisLockProviderBuilder {
         url: &str,
         endpoint: &str,
     ) -> Result<(redis::Client, ConnectionManagerConfig), LockError> {
+        check_url_scheme(url)?;
         let client = redis::Client::open(url).map_err(|error| {
             LockError::backend(
                 PROVIDER,
                 Operation::Connect,
                 "",
-                format!("invalid Redis URL {endpoint}"),
+                format!("invalid Redis URL {endpoint}: {error}"),
                 error,
             )
         })?;
@@ -295,6 +297,58 @@ impl RedisLockProviderBuilder {
             }),
         }
     }
+}
+
+/// The URL schemes the `redis` crate connects with: plain TCP, TLS (`rediss`, when the `redis`
+/// crate is built with a TLS feature) and Unix sockets, under Redis' and Valkey's names.
+const URL_SCHEMES: &[&str] = &[
+    "redis",
+    "rediss",
+    "valkey",
+    "valkeys",
+    "redis+unix",
+    "valkey+unix",
+    "unix",
+];
+
+/// Refuses a URL meant for another backend before the `redis` crate reads it, naming its
+/// scheme (never the rest of the URL, which may hold a password) and the accepted ones.
+fn check_url_scheme(url: &str) -> Result<(), LockError> {
+    let scheme = url
+        .split_once("://")
+        .map(|(scheme, _)| scheme)
+        .filter(|scheme| is_url_scheme(scheme));
+    let refused = match scheme {
+        Some(scheme)
+            if URL_SCHEMES
+                .iter()
+                .any(|accepted| scheme.eq_ignore_ascii_case(accepted)) =>
+        {
+            return Ok(());
+        }
+        Some(scheme) => format!("the URL's scheme is {scheme:?}"),
+        None => "the text is not a URL (no scheme:// in front)".to_owned(),
+    };
+    Err(LockError::backend_message(
+        PROVIDER,
+        Operation::Connect,
+        "",
+        format!(
+            "{refused}, which is not a Redis URL: the redis provider accepts {}",
+            URL_SCHEMES
+                .iter()
+                .map(|scheme| format!("{scheme}://..."))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    ))
+}
+
+/// Whether `text` has the form of a URL scheme: a letter, then letters, digits, `+`, `-`, `.`.
+fn is_url_scheme(text: &str) -> bool {
+    let mut chars = text.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
 }
 
 const FENCING_BRACES_RULE: &str = "with fencing on it must not contain '{' or '}': Redis Cluster \

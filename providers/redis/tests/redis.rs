@@ -694,3 +694,37 @@ async fn concurrent_nodes_never_hold_one_lock_at_once() {
     }
     assert!(runs.load(std::sync::atomic::Ordering::SeqCst) > 0);
 }
+
+#[tokio::test]
+async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting() {
+    for (url, refused) in [
+        (
+            format!("postgres://app:{SECRET}@127.0.0.1:5432/test"),
+            "the URL's scheme is \"postgres\"",
+        ),
+        (
+            format!("mongodb://app:{SECRET}@127.0.0.1:27017"),
+            "the URL's scheme is \"mongodb\"",
+        ),
+        ("127.0.0.1:6379".to_owned(), "not a URL"),
+    ] {
+        let error = RedisLockProvider::connect(&url).await.unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains(refused), "{url}: {message}");
+        assert!(
+            message.contains("accepts redis://..., rediss://..."),
+            "{message}"
+        );
+        assert!(
+            !format!("{message} {error:?}").contains(SECRET),
+            "{message}"
+        );
+    }
+    // What the redis crate itself refuses is named too, without the password.
+    let error = RedisLockProvider::connect(&format!("redis://:{SECRET}@127.0.0.1:6379/notadb"))
+        .await
+        .unwrap_err();
+    let message = error.to_string();
+    assert!(message.contains("Invalid database number"), "{message}");
+    assert!(!message.contains(SECRET), "{message}");
+}

@@ -38,6 +38,14 @@ pub trait SqlBackend: Sized + Send + Sync + fmt::Debug + 'static {
     /// operator (`"is the server reachable?"`).
     const UNREACHABLE_HINT: &'static str;
 
+    /// The URL schemes this database's client reads (`["postgres", "postgresql"]`). A URL with
+    /// another scheme is refused before the client parses it: the clients ignore the scheme, so
+    /// a URL meant for another backend would otherwise fail later with a misleading error.
+    const URL_SCHEMES: &'static [&'static str];
+
+    /// Whether text without a scheme is a file path (SQLite's `locks.db`) rather than an error.
+    const ACCEPTS_FILE_PATH: bool = false;
+
     /// This backend's session settings on options parsed from a URL (time zone, statement or
     /// busy timeouts), derived from the provider's `operation_timeout`.
     fn session_options(

@@ -162,6 +162,8 @@ impl SqlBackend for SqliteBackend {
     const PROVIDER: &'static str = "sqlite";
     const DATABASE_NAME: &'static str = "SQLite";
     const UNREACHABLE_HINT: &'static str = "can the file be opened?";
+    const URL_SCHEMES: &'static [&'static str] = &["sqlite"];
+    const ACCEPTS_FILE_PATH: bool = true;
 
     fn session_options(
         options: SqliteConnectOptions,

@@ -370,3 +370,48 @@ fn the_documented_ddl_is_shedlocks_table() {
          NOT NULL, PRIMARY KEY (\"name\"))"
     );
 }
+
+#[tokio::test]
+async fn urls_of_other_backends_are_refused_and_file_paths_still_open() {
+    for (url, scheme) in [
+        ("postgres://app:hunter2@127.0.0.1:5432/test", "postgres"),
+        ("redis://:hunter2@127.0.0.1:6379", "redis"),
+        ("mongodb+srv://app:hunter2@db.example/app", "mongodb+srv"),
+    ] {
+        let error = SqliteLockProvider::connect(url).await.unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.contains(&format!("the URL's scheme is \"{scheme}\"")),
+            "{url}: {message}"
+        );
+        assert!(
+            message.contains("accepts sqlite://... or a file path"),
+            "{message}"
+        );
+        assert!(
+            !format!("{message} {error:?}").contains("hunter2"),
+            "{message}"
+        );
+    }
+    // A plain path, with no scheme, is still a database file (even with a colon in its
+    // name); `sqlite:` forms too.
+    let url = database_url();
+    node(&url, false).await;
+    let path = url
+        .trim_start_matches("sqlite://")
+        .trim_end_matches("?mode=rwc")
+        .to_owned();
+    for form in [path.clone(), format!("sqlite:{path}")] {
+        let provider = tokio::time::timeout(MINUTE, SqliteLockProvider::connect(form.clone()))
+            .await
+            .expect("opening the file took over a minute");
+        assert!(provider.is_ok(), "{form}: {provider:?}");
+    }
+    std::fs::remove_file(path).unwrap();
+    // A relative file name with a colon is a path too (checked without opening it).
+    assert!(
+        SqliteLockProvider::builder_from_url("jobs:locks.db")
+            .build_without_connecting(false)
+            .is_ok()
+    );
+}

@@ -36,6 +36,9 @@ pub(crate) struct ConnectString {
     pub(crate) credentials: Option<DigestCredentials>,
     /// The string as given, with the password replaced by `***`.
     pub(crate) redacted: String,
+    /// The scheme of a URL meant for another backend (`redis` in `redis://host`), which the
+    /// provider refuses.
+    pub(crate) foreign_scheme: Option<String>,
 }
 
 /// Takes `[zookeeper://|zk://][user:password@]host:port[,host:port...][/chroot]` apart. The
@@ -46,11 +49,16 @@ pub(crate) fn parse(text: &str) -> ConnectString {
         .iter()
         .find_map(|scheme| text.strip_prefix(scheme).map(|rest| (*scheme, rest)))
         .unwrap_or(("", text));
+    let foreign_scheme = match rest.split_once("://") {
+        Some((other, _)) if scheme.is_empty() && is_url_scheme(other) => Some(other.to_owned()),
+        _ => None,
+    };
     let Some((user_info, servers)) = rest.rsplit_once('@') else {
         return ConnectString {
             servers: rest.to_owned(),
             credentials: None,
             redacted: text.to_owned(),
+            foreign_scheme,
         };
     };
     let (user, password) = user_info.split_once(':').unwrap_or((user_info, ""));
@@ -62,7 +70,16 @@ pub(crate) fn parse(text: &str) -> ConnectString {
             user,
             password: percent_decode(password),
         }),
+        foreign_scheme,
     }
+}
+
+/// Whether `text` has the form of a URL scheme: a letter, then letters, digits, `+`, `-`, `.`.
+/// A connect string's host list never does, as it holds a `:` before any `://`.
+fn is_url_scheme(text: &str) -> bool {
+    let mut chars = text.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
 }
 
 /// Decodes `%XX` escapes, leaving anything malformed as it is.
@@ -102,6 +119,20 @@ mod tests {
             assert_eq!(parsed.credentials, None);
         }
         assert_eq!(parse("zk://h:2181").servers, "h:2181");
+        assert_eq!(parse("zk://h:2181").foreign_scheme, None);
+        assert_eq!(parse("u:p://w@h:2181").foreign_scheme, None);
+    }
+
+    #[test]
+    fn urls_of_other_backends_are_recognised_by_their_scheme() {
+        assert_eq!(
+            parse("redis://:s3cret@h:6379").foreign_scheme.as_deref(),
+            Some("redis")
+        );
+        assert_eq!(
+            parse("mongodb+srv://h").foreign_scheme.as_deref(),
+            Some("mongodb+srv")
+        );
     }
 
     #[test]

@@ -262,7 +262,7 @@ impl ZookeeperLockProviderBuilder {
     }
 
     /// Connects to `connect_string` (`[user:password@]host:2181[,host:2181...][/chroot]`, an
-    /// optional `zookeeper://` in front), opens a session within the connect timeout, and
+    /// optional `zk://` or `zookeeper://` in front; a URL of another scheme is refused), opens a session within the connect timeout, and
     /// learns the server's clock with one write to the root node, creating the root if it is
     /// missing. Fails with a [`LockError`] naming the redacted connect string otherwise.
     pub async fn connect(self, connect_string: &str) -> Result<ZookeeperLockProvider, LockError> {
@@ -286,6 +286,7 @@ impl ZookeeperLockProviderBuilder {
             servers,
             credentials,
             redacted,
+            ..
         } = parsed;
         Ok(ZookeeperLockProvider {
             inner: Arc::new(Inner {
@@ -305,6 +306,18 @@ impl ZookeeperLockProviderBuilder {
 
     fn validate(&self, connect_string: &ConnectString) -> Result<(), LockError> {
         paths::validate_root(&self.root)?;
+        if let Some(scheme) = &connect_string.foreign_scheme {
+            return Err(LockError::backend_message(
+                PROVIDER,
+                Operation::Connect,
+                "",
+                format!(
+                    "the connect string's scheme is {scheme:?}, which is not ZooKeeper's: the \
+                     zookeeper provider accepts host:port[,host:port...][/chroot], optionally \
+                     after zk:// or zookeeper://"
+                ),
+            ));
+        }
         for (what, value) in [
             ("operation timeout", self.operation_timeout),
             ("connect timeout", self.connect_timeout),

@@ -696,3 +696,37 @@ async fn an_extend_that_lands_after_the_lock_expired_is_undone_and_answers_false
     assert!(fresh.unlock().await.unwrap());
     remove_test_root(&root).await;
 }
+
+#[tokio::test]
+async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting() {
+    for (url, scheme) in [
+        (format!("redis://:{SECRET}@127.0.0.1:6379"), "redis"),
+        (format!("etcd://root:{SECRET}@127.0.0.1:2379"), "etcd"),
+    ] {
+        let error = ZookeeperLockProvider::connect(&url).await.unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.contains(&format!("the connect string's scheme is \"{scheme}\"")),
+            "{message}"
+        );
+        assert!(
+            message.contains("optionally after zk:// or zookeeper://"),
+            "{message}"
+        );
+        assert!(
+            !format!("{message} {error:?}").contains(SECRET),
+            "{message}"
+        );
+    }
+    // The connect string, bare or after either ZooKeeper scheme, still connects.
+    for prefix in ["", "zk://", "zookeeper://"] {
+        let connect_string = format!("{prefix}{}", zookeeper_url());
+        let provider = tokio::time::timeout(
+            Duration::from_secs(30),
+            builder(&unique_root()).connect(&connect_string),
+        )
+        .await
+        .expect("connecting took over 30 s");
+        assert!(provider.is_ok(), "{connect_string}: {provider:?}");
+    }
+}
