@@ -22,6 +22,10 @@ mkdir -p "$SHEDLOCK_CONFORMANCE_REPORT_DIR"
 
 cargo test --workspace --all-targets --locked
 cargo test --workspace --doc --locked
+# The workspace build gives the facade its default features only: once more with every provider
+# (connect(url) against each backend) and with none (the errors naming the feature to enable).
+cargo test -p shedlock --all-features --locked
+cargo test -p shedlock --no-default-features --locked
 
 if compgen -G "$SHEDLOCK_CONFORMANCE_REPORT_DIR/*.md" >/dev/null; then
   echo "== conformance reports =="

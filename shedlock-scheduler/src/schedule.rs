@@ -1,0 +1,274 @@
+//! When a job's ticks fall: a cron expression in a time zone, a fixed rate or a fixed delay.
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use croner::Cron;
+use croner::parser::{CronParser, Seconds};
+use tokio::time::Instant;
+
+use crate::error::SchedulerError;
+
+/// When a job runs.
+///
+/// - [`cron`](Self::cron): at the instants a six-field cron expression (seconds first) names in
+///   a time zone. Daylight-saving changes follow the Open Cron Pattern Specification: a
+///   fixed time that falls in the gap of a spring-forward change runs at the first instant
+///   after the gap, a fixed time repeated by a fall-back change runs once, and an interval
+///   (`0 */30 * * * *`) keeps its pace through both.
+/// - [`fixed_rate`](Self::fixed_rate): on a grid `start + k × period`. A run that outlasts its
+///   period never overlaps the next one on this node: the ticks that passed while it ran are
+///   missed (reported as [`RunOutcome::Missed`](crate::RunOutcome::Missed)) and the next run is
+///   the first tick of the grid that is not in the past, so the grid never drifts.
+/// - [`fixed_delay`](Self::fixed_delay): the next run starts `delay` after the previous one
+///   ended, so nothing is ever missed.
+///
+/// Cron ticks that pass while a run is still going are missed the same way as fixed-rate ticks.
+#[derive(Clone)]
+pub struct Schedule {
+    kind: Kind,
+}
+
+#[derive(Clone)]
+enum Kind {
+    Cron {
+        cron: Box<Cron>,
+        zone: Tz,
+    },
+    FixedRate {
+        period: Duration,
+        first_after: Duration,
+    },
+    FixedDelay {
+        delay: Duration,
+        first_after: Duration,
+    },
+}
+
+impl fmt::Debug for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            Kind::Cron { cron, zone } => f
+                .debug_struct("Cron")
+                .field("expression", &cron.pattern.to_string())
+                .field("zone", &zone.name())
+                .finish(),
+            Kind::FixedRate {
+                period,
+                first_after,
+            } => f
+                .debug_struct("FixedRate")
+                .field("period", period)
+                .field("first_after", first_after)
+                .finish(),
+            Kind::FixedDelay { delay, first_after } => f
+                .debug_struct("FixedDelay")
+                .field("delay", delay)
+                .field("first_after", first_after)
+                .finish(),
+        }
+    }
+}
+
+impl Schedule {
+    /// The instants `expression` names in `zone`.
+    ///
+    /// The expression has six fields, seconds first (`sec min hour day-of-month month
+    /// day-of-week`, as Spring and Quartz write it), and an optional seventh for the year.
+    /// Names (`MON`, `JAN`), ranges, steps, lists, `L`, `W`, `#` and aliases (`@daily`) work as
+    /// in [croner](https://docs.rs/croner). A five-field expression is refused rather than read
+    /// with a guessed seconds field.
+    ///
+    /// ```
+    /// use shedlock_scheduler::{Schedule, Tz};
+    /// // 03:00:00 every day, Berlin time, whatever the season.
+    /// let nightly = Schedule::cron("0 0 3 * * *", Tz::Europe__Berlin)?;
+    /// // Every 15 seconds.
+    /// let often = Schedule::cron("*/15 * * * * *", Tz::UTC)?;
+    /// assert!(Schedule::cron("0 3 * * *", Tz::UTC).is_err());
+    /// # Ok::<(), shedlock_scheduler::SchedulerError>(())
+    /// ```
+    pub fn cron(expression: &str, zone: Tz) -> Result<Self, SchedulerError> {
+        let fields = expression.split_whitespace().count();
+        if !expression.trim_start().starts_with('@') && fields < 6 {
+            return Err(SchedulerError::InvalidCron {
+                expression: expression.to_owned(),
+                message: format!(
+                    "it has {fields} fields; six are needed, seconds first: \
+                     sec min hour day-of-month month day-of-week (e.g. \"0 */5 * * * *\")"
+                ),
+            });
+        }
+        let cron = CronParser::builder()
+            .seconds(Seconds::Required)
+            .build()
+            .parse(expression)
+            .map_err(|error| SchedulerError::InvalidCron {
+                expression: expression.to_owned(),
+                message: error.to_string(),
+            })?;
+        Ok(Self {
+            kind: Kind::Cron {
+                cron: Box::new(cron),
+                zone,
+            },
+        })
+    }
+
+    /// A run every `period`, the first one at once (see
+    /// [`first_run_after`](Self::first_run_after)).
+    pub fn fixed_rate(period: Duration) -> Self {
+        Self {
+            kind: Kind::FixedRate {
+                period,
+                first_after: Duration::ZERO,
+            },
+        }
+    }
+
+    /// A run `delay` after the previous run ended, the first one at once (see
+    /// [`first_run_after`](Self::first_run_after)).
+    pub fn fixed_delay(delay: Duration) -> Self {
+        Self {
+            kind: Kind::FixedDelay {
+                delay,
+                first_after: Duration::ZERO,
+            },
+        }
+    }
+
+    /// Delays the first run of a fixed rate or fixed delay by `initial_delay` after the job is
+    /// added (ShedLock's `initialDelay`). A cron schedule has its own instants and ignores it.
+    pub fn first_run_after(mut self, initial_delay: Duration) -> Self {
+        match &mut self.kind {
+            Kind::FixedRate { first_after, .. } | Kind::FixedDelay { first_after, .. } => {
+                *first_after = initial_delay;
+            }
+            Kind::Cron { .. } => {}
+        }
+        self
+    }
+
+    /// A period or delay of zero would run the job in a busy loop.
+    pub(crate) fn check(&self, job: &str) -> Result<(), SchedulerError> {
+        match &self.kind {
+            Kind::FixedRate { period, .. } if period.is_zero() => Err(SchedulerError::ZeroPeriod {
+                job: job.to_owned(),
+                what: "fixed rate period",
+            }),
+            Kind::FixedDelay { delay, .. } if delay.is_zero() => Err(SchedulerError::ZeroPeriod {
+                job: job.to_owned(),
+                what: "fixed delay",
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// One tick of a job's schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Tick {
+    /// The tick's position in the job's schedule since the job was added, counting missed ticks:
+    /// `0` is the first. Nodes that added the same fixed-rate job at the same moment number
+    /// their ticks alike.
+    pub number: u64,
+    /// When the tick was due, on tokio's clock.
+    pub due: Instant,
+    /// When the tick was due, in wall-clock time: the cron instant, or for a fixed rate or delay
+    /// the scheduler's wall clock read when the tick was planned.
+    pub time: DateTime<Utc>,
+}
+
+/// Where a job is in its schedule.
+pub(crate) struct Cursor {
+    schedule: Schedule,
+    next_number: u64,
+    /// The last planned tick's due instant and wall time, for the next fixed-rate tick and the
+    /// next cron search.
+    last: Option<(Instant, DateTime<Utc>)>,
+}
+
+/// The next tick to wait for, and how many ticks were missed since the previous run.
+pub(crate) struct Planned {
+    pub(crate) tick: Tick,
+    pub(crate) missed: u64,
+}
+
+/// Cron ticks missed while a run went on are counted up to this many; the count is for the
+/// log, and a job whose run took a year must not spend a year's ticks counting.
+const MAX_COUNTED_MISSED: u64 = 10_000;
+
+impl Cursor {
+    pub(crate) fn new(schedule: Schedule) -> Self {
+        Self {
+            schedule,
+            next_number: 0,
+            last: None,
+        }
+    }
+
+    /// Plans the next tick after the previous run ended (now). `None` when a cron expression
+    /// has no further instant.
+    pub(crate) fn plan(&mut self, now: Instant, wall_now: SystemTime) -> Option<Planned> {
+        let wall_now = DateTime::<Utc>::from(wall_now);
+        let wall_at = |due: Instant| -> DateTime<Utc> {
+            let ahead = due.saturating_duration_since(now);
+            wall_now + chrono::Duration::from_std(ahead).unwrap_or(chrono::TimeDelta::MAX)
+        };
+        let (due, time, missed) = match (&self.schedule.kind, self.last) {
+            (Kind::FixedRate { first_after, .. } | Kind::FixedDelay { first_after, .. }, None) => {
+                let due = now + *first_after;
+                (due, wall_at(due), 0)
+            }
+            (Kind::FixedRate { period, .. }, Some((last_due, _))) => {
+                let mut due = last_due + *period;
+                let mut missed = 0;
+                if due < now {
+                    let behind = now.duration_since(due);
+                    // Whole periods behind, rounded up: the first grid tick not in the past.
+                    let periods = behind.as_nanos().div_ceil(period.as_nanos());
+                    missed = u64::try_from(periods).unwrap_or(u64::MAX);
+                    due += period.saturating_mul(u32::try_from(periods).unwrap_or(u32::MAX));
+                }
+                (due, wall_at(due), missed)
+            }
+            (Kind::FixedDelay { delay, .. }, Some(_)) => {
+                let due = now + *delay;
+                (due, wall_at(due), 0)
+            }
+            (Kind::Cron { cron, zone }, last) => {
+                let after = last.map(|(_, time)| time).unwrap_or(wall_now);
+                let mut next = next_occurrence(cron, zone, after)?;
+                let mut missed = 0;
+                while next < wall_now {
+                    missed += 1;
+                    if missed >= MAX_COUNTED_MISSED {
+                        next = next_occurrence(cron, zone, wall_now)?;
+                        break;
+                    }
+                    next = next_occurrence(cron, zone, next)?;
+                }
+                let ahead = (next - wall_now).to_std().unwrap_or(Duration::ZERO);
+                (now + ahead, next, missed)
+            }
+        };
+        self.next_number += missed;
+        let tick = Tick {
+            number: self.next_number,
+            due,
+            time,
+        };
+        self.next_number += 1;
+        self.last = Some((due, time));
+        Some(Planned { tick, missed })
+    }
+}
+
+fn next_occurrence(cron: &Cron, zone: &Tz, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    cron.find_next_occurrence(&after.with_timezone(zone), false)
+        .ok()
+        .map(|next| next.with_timezone(&Utc))
+}

@@ -1,0 +1,627 @@
+//! The scheduler: one tokio task per job, each run under its lock, panics contained.
+
+use std::any::Any;
+use std::collections::{BTreeSet, HashSet};
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use shedlock_core::{
+    CancellationToken, Clock, LockConfiguration, LockHolder, LockProvider, LockingTaskExecutor,
+    SystemClock, TaskOutcome,
+};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::{debug, error, info, warn};
+
+use crate::error::SchedulerError;
+use crate::holder::{HolderNoting, noting_holder};
+use crate::job::{Job, JobFn, LockName, RunContext};
+use crate::schedule::{Cursor, Tick};
+
+/// The lock bounds of every job that does not set its own (ShedLock's
+/// `defaultLockAtMostFor` and `defaultLockAtLeastFor`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockDefaults {
+    lock_at_most_for: Duration,
+    lock_at_least_for: Duration,
+}
+
+impl LockDefaults {
+    /// Defaults holding a lock at most `lock_at_most_for` (if the node dies mid-run) and at
+    /// least `lock_at_least_for`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use shedlock_scheduler::LockDefaults;
+    /// let defaults = LockDefaults::new(Duration::from_secs(600), Duration::from_secs(5))?;
+    /// assert!(LockDefaults::new(Duration::ZERO, Duration::ZERO).is_err());
+    /// # Ok::<(), shedlock_scheduler::SchedulerError>(())
+    /// ```
+    pub fn new(
+        lock_at_most_for: Duration,
+        lock_at_least_for: Duration,
+    ) -> Result<Self, SchedulerError> {
+        if lock_at_most_for.is_zero() || lock_at_least_for > lock_at_most_for {
+            return Err(SchedulerError::InvalidDefaults {
+                lock_at_most_for,
+                lock_at_least_for,
+            });
+        }
+        Ok(Self {
+            lock_at_most_for,
+            lock_at_least_for,
+        })
+    }
+
+    /// The default maximum hold.
+    pub fn lock_at_most_for(&self) -> Duration {
+        self.lock_at_most_for
+    }
+
+    /// The default minimum hold.
+    pub fn lock_at_least_for(&self) -> Duration {
+        self.lock_at_least_for
+    }
+}
+
+/// What became of one tick of a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RunOutcome {
+    /// The lock was taken and the job ran to completion.
+    Executed,
+    /// The lock was taken and the job returned an error (the lock was released).
+    Failed {
+        /// The job's error, displayed.
+        error: String,
+    },
+    /// Another node holds the lock; the job did not run here.
+    Skipped {
+        /// The holder, when the backend said who it is.
+        holder: Option<LockHolder>,
+    },
+    /// Taking the lock failed, so whether another node holds it is unknown: the job did not
+    /// run (fail closed).
+    LockFailed {
+        /// The provider's error.
+        error: String,
+    },
+    /// The run's lock name or configuration breaks a rule (a computed name that is empty or
+    /// too long): the job did not run.
+    InvalidLock {
+        /// The rule broken.
+        error: String,
+    },
+    /// The job (or its lock-name function) panicked. The lock was released and the scheduler
+    /// goes on.
+    Panicked {
+        /// The panic's message.
+        message: String,
+    },
+    /// The run was still going when [`Scheduler::shutdown`]'s limit passed: it was stopped at
+    /// its next `.await` and its lock released.
+    Stopped,
+    /// The previous run outlasted this many ticks, which were not run; this report's tick is
+    /// the next one planned.
+    Missed {
+        /// How many ticks were passed over.
+        ticks: u64,
+    },
+}
+
+/// One tick of a job and what became of it, handed to the
+/// [`on_run`](SchedulerBuilder::on_run) observer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunReport {
+    /// The job's name.
+    pub job: String,
+    /// The lock the run asked for (`None` for [`RunOutcome::Missed`], and when computing the
+    /// name panicked).
+    pub lock_name: Option<String>,
+    /// The tick.
+    pub tick: Tick,
+    /// What happened.
+    pub outcome: RunOutcome,
+    /// Whether keep-alive found the lock lost while the job ran.
+    pub lock_lost: bool,
+}
+
+type Observer = Arc<dyn Fn(&RunReport) + Send + Sync>;
+
+/// Configures a [`Scheduler`] beyond its provider and defaults.
+pub struct SchedulerBuilder {
+    provider: Arc<dyn LockProvider>,
+    defaults: LockDefaults,
+    clock: Arc<dyn Clock>,
+    observer: Option<Observer>,
+}
+
+impl fmt::Debug for SchedulerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SchedulerBuilder")
+            .field("provider", &self.provider)
+            .field("defaults", &self.defaults)
+            .field("clock", &self.clock)
+            .field("observer", &self.observer.is_some())
+            .finish()
+    }
+}
+
+impl SchedulerBuilder {
+    /// The wall clock cron expressions are evaluated against (the system clock by default).
+    /// Tests give one that follows tokio's paused time.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Calls `observer` with every [`RunReport`], after it is logged: for metrics, or for tests.
+    /// It runs on the job's task, so it should be quick.
+    pub fn on_run(mut self, observer: impl Fn(&RunReport) + Send + Sync + 'static) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
+    }
+
+    /// The scheduler, with no jobs yet.
+    pub fn build(self) -> Scheduler {
+        let provider: Arc<dyn LockProvider> = Arc::new(HolderNoting::new(self.provider));
+        Scheduler {
+            shared: Arc::new(Shared {
+                executor: LockingTaskExecutor::from_arc(provider),
+                defaults: self.defaults,
+                clock: self.clock,
+                observer: self.observer,
+                stop: CancellationToken::new(),
+                abort: CancellationToken::new(),
+                running: Mutex::new(BTreeSet::new()),
+            }),
+            jobs: HashSet::new(),
+            tasks: JoinSet::new(),
+        }
+    }
+}
+
+/// What [`Scheduler::shutdown`] found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct ShutdownReport {
+    /// The jobs whose runs were still going at the limit, in name order. They were stopped at
+    /// their next `.await` and their locks released.
+    pub stopped: Vec<String>,
+}
+
+/// Runs [`Job`]s on their schedules, each run under its lock.
+///
+/// Each job has its own tokio task, and a job's runs never overlap on one node: a tick that
+/// comes while the previous run is still going is missed (see [`Schedule`](crate::Schedule)).
+/// Different jobs run concurrently. Each run:
+///
+/// - takes the job's lock through a [`LockingTaskExecutor`], and is skipped when another node
+///   holds it;
+/// - does not run when taking the lock fails (fail closed);
+/// - releases the lock when it ends, returns an error, or panics; a panic is logged with the
+///   job's name and neither the scheduler nor other jobs notice.
+///
+/// Every tick is logged with `tracing` (fields `job`, `lock`, `tick`) and handed to the
+/// [`on_run`](SchedulerBuilder::on_run) observer.
+///
+/// [`shutdown`](Self::shutdown) stops gracefully. Dropping the scheduler aborts its tasks at
+/// once: a run cut off that way keeps its lock until `lock_at_most_for`, as if the node had
+/// died.
+///
+/// ```
+/// use std::time::Duration;
+/// use shedlock_memory::MemoryLockProvider;
+/// use shedlock_scheduler::{Job, LockDefaults, Schedule, Scheduler, Tz};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let defaults = LockDefaults::new(Duration::from_secs(10 * 60), Duration::from_secs(5))?;
+/// let mut scheduler = Scheduler::new(MemoryLockProvider::new(), defaults);
+/// scheduler.add(Job::new(
+///     "send-newsletter",
+///     Schedule::cron("0 0 8 * * MON-FRI", Tz::Europe__London)?,
+///     |_run| async { /* send it */ },
+/// ))?;
+/// scheduler.add(
+///     Job::new("sync", Schedule::fixed_delay(Duration::from_secs(30)), |run| async move {
+///         // Stop early when asked to; the shutdown limit cuts the run off otherwise.
+///         if run.shutdown().is_cancelled() { return; }
+///         /* sync */
+///     })
+///     .lock_at_most_for(Duration::from_secs(60)),
+/// )?;
+/// // ... until the service is told to stop:
+/// let report = scheduler.shutdown(Duration::from_secs(30)).await;
+/// assert!(report.stopped.is_empty());
+/// # Ok(()) }
+/// ```
+pub struct Scheduler {
+    shared: Arc<Shared>,
+    jobs: HashSet<String>,
+    tasks: JoinSet<()>,
+}
+
+impl fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut jobs: Vec<&String> = self.jobs.iter().collect();
+        jobs.sort();
+        f.debug_struct("Scheduler")
+            .field("provider", self.shared.executor.provider())
+            .field("defaults", &self.shared.defaults)
+            .field("jobs", &jobs)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Shared {
+    executor: LockingTaskExecutor,
+    defaults: LockDefaults,
+    clock: Arc<dyn Clock>,
+    observer: Option<Observer>,
+    /// Cancelled at shutdown: no new run starts.
+    stop: CancellationToken,
+    /// Cancelled at the shutdown limit: running runs are stopped.
+    abort: CancellationToken,
+    /// The jobs with a run in progress.
+    running: Mutex<BTreeSet<Arc<str>>>,
+}
+
+/// A job as the scheduler runs it, its lock bounds resolved against the defaults.
+struct ScheduledJob {
+    name: Arc<str>,
+    lock_name: LockName,
+    lock_at_most_for: Duration,
+    lock_at_least_for: Duration,
+    keep_alive: bool,
+    run: JobFn,
+}
+
+impl Scheduler {
+    /// A scheduler taking its locks from `provider`, with `defaults` for every job that does
+    /// not set its own lock bounds.
+    pub fn new(provider: impl LockProvider + 'static, defaults: LockDefaults) -> Self {
+        Self::builder(provider, defaults).build()
+    }
+
+    /// A scheduler with a wall clock or a run observer of its own.
+    pub fn builder(
+        provider: impl LockProvider + 'static,
+        defaults: LockDefaults,
+    ) -> SchedulerBuilder {
+        SchedulerBuilder {
+            provider: Arc::new(provider),
+            defaults,
+            clock: Arc::new(SystemClock),
+            observer: None,
+        }
+    }
+
+    /// The executor the scheduler's runs take their locks through. A job that runs a lock of
+    /// its own inside a run uses this one (or a clone), so a nested use of the run's own lock
+    /// name is recognised as re-entrant.
+    pub fn executor(&self) -> &LockingTaskExecutor {
+        &self.shared.executor
+    }
+
+    /// Schedules `job`, whose first tick is planned at once.
+    ///
+    /// Refused, with nothing scheduled, when the job's name is empty or already used here, a
+    /// period is zero, its lock bounds (its own or the defaults) break a rule of
+    /// [`LockConfiguration`], its fixed lock name is longer than the provider stores, it asks
+    /// for keep-alive on a provider that cannot extend, or no tokio runtime is running. A name
+    /// computed per run is checked at each run.
+    pub fn add(&mut self, job: Job) -> Result<(), SchedulerError> {
+        if job.name.is_empty() {
+            return Err(SchedulerError::EmptyJobName);
+        }
+        if self.jobs.contains(&job.name) {
+            return Err(SchedulerError::DuplicateJob { job: job.name });
+        }
+        job.schedule.check(&job.name)?;
+        let lock_at_most_for = job
+            .lock_at_most_for
+            .unwrap_or(self.shared.defaults.lock_at_most_for);
+        let lock_at_least_for = job
+            .lock_at_least_for
+            .unwrap_or(self.shared.defaults.lock_at_least_for);
+        let fixed_name = match &job.lock_name {
+            LockName::JobName => Some(job.name.as_str()),
+            LockName::Fixed(name) => Some(name.as_str()),
+            LockName::Computed(_) => None,
+        };
+        // A computed name is checked per run; its bounds are checked here under the job's name.
+        LockConfiguration::new(
+            fixed_name.unwrap_or(&job.name),
+            lock_at_most_for,
+            lock_at_least_for,
+        )
+        .map_err(|source| SchedulerError::InvalidLock {
+            job: job.name.clone(),
+            source,
+        })?;
+        let capabilities = self.shared.executor.provider().capabilities();
+        if let (Some(name), Some(max)) = (fixed_name, capabilities.max_name_chars) {
+            let chars = name.chars().count();
+            if chars > max {
+                return Err(SchedulerError::LockNameTooLong {
+                    job: job.name.clone(),
+                    name: name.to_owned(),
+                    chars,
+                    max,
+                });
+            }
+        }
+        if job.keep_alive && !capabilities.extend {
+            return Err(SchedulerError::KeepAliveUnsupported { job: job.name });
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Err(SchedulerError::NoRuntime { job: job.name });
+        };
+        let scheduled = ScheduledJob {
+            name: Arc::from(job.name.as_str()),
+            lock_name: job.lock_name,
+            lock_at_most_for,
+            lock_at_least_for,
+            keep_alive: job.keep_alive,
+            run: job.run,
+        };
+        self.tasks.spawn_on(
+            drive(self.shared.clone(), scheduled, Cursor::new(job.schedule)),
+            &runtime,
+        );
+        self.jobs.insert(job.name);
+        Ok(())
+    }
+
+    /// Stops gracefully: no run starts any more, [`RunContext::shutdown`] is cancelled, and
+    /// runs in progress get up to `limit` to finish. Runs still going then are stopped at their
+    /// next `.await`, their locks released, and their jobs listed in the report.
+    pub async fn shutdown(mut self, limit: Duration) -> ShutdownReport {
+        self.shared.stop.cancel();
+        let finished = tokio::time::timeout(limit, join_all(&mut self.tasks))
+            .await
+            .is_ok();
+        if finished {
+            return ShutdownReport::default();
+        }
+        let stopped: Vec<String> = self
+            .shared
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|name| name.to_string())
+            .collect();
+        warn!(jobs = ?stopped, ?limit, "shutdown limit reached: stopping the runs still going");
+        self.shared.abort.cancel();
+        // Each stopped run now releases its lock, bounded by the provider's operation timeout.
+        join_all(&mut self.tasks).await;
+        ShutdownReport { stopped }
+    }
+}
+
+async fn join_all(tasks: &mut JoinSet<()>) {
+    while tasks.join_next().await.is_some() {}
+}
+
+/// A job's task: plan a tick, wait for it, run it, until shutdown.
+async fn drive(shared: Arc<Shared>, job: ScheduledJob, mut cursor: Cursor) {
+    loop {
+        let Some(planned) = cursor.plan(Instant::now(), shared.clock.now()) else {
+            error!(job = %job.name, "the cron expression has no further instant: the job stops");
+            return;
+        };
+        if planned.missed > 0 {
+            shared.report(RunReport {
+                job: job.name.to_string(),
+                lock_name: None,
+                tick: planned.tick.clone(),
+                outcome: RunOutcome::Missed {
+                    ticks: planned.missed,
+                },
+                lock_lost: false,
+            });
+        }
+        tokio::select! {
+            biased;
+            () = shared.stop.cancelled() => return,
+            () = tokio::time::sleep_until(planned.tick.due) => {}
+        }
+        shared.set_running(&job.name, true);
+        let report = run_once(&shared, &job, planned.tick).await;
+        shared.set_running(&job.name, false);
+        shared.report(report);
+    }
+}
+
+async fn run_once(shared: &Shared, job: &ScheduledJob, tick: Tick) -> RunReport {
+    let mut report = RunReport {
+        job: job.name.to_string(),
+        lock_name: None,
+        tick: tick.clone(),
+        outcome: RunOutcome::Executed,
+        lock_lost: false,
+    };
+    let lock_name = match &job.lock_name {
+        LockName::JobName => job.name.to_string(),
+        LockName::Fixed(name) => name.clone(),
+        LockName::Computed(compute) => {
+            match std::panic::catch_unwind(AssertUnwindSafe(|| compute(&tick))) {
+                Ok(name) => name,
+                Err(panic) => {
+                    report.outcome = RunOutcome::Panicked {
+                        message: format!("computing the lock name: {}", panic_message(&*panic)),
+                    };
+                    return report;
+                }
+            }
+        }
+    };
+    report.lock_name = Some(lock_name.clone());
+    let config = match shared.configuration(job, &lock_name) {
+        Ok(config) => config,
+        Err(error) => {
+            report.outcome = RunOutcome::InvalidLock { error };
+            return report;
+        }
+    };
+    let context = RunContext {
+        job: job.name.clone(),
+        lock_name,
+        tick,
+        lock_lost: CancellationToken::new(),
+        shutdown: shared.stop.clone(),
+    };
+    let abort = shared.abort.clone();
+    let run = job.run.clone();
+    // Hands back the job's result (`None` when stopped at the shutdown limit) and whether
+    // keep-alive lost the lock.
+    let body = move |lost: CancellationToken| async move {
+        let context = RunContext {
+            lock_lost: lost.clone(),
+            ..context
+        };
+        let result = tokio::select! {
+            biased;
+            () = abort.cancelled() => None,
+            result = run(context) => Some(result),
+        };
+        (result, lost.is_cancelled())
+    };
+    let executor = &shared.executor;
+    let attempt = async {
+        if job.keep_alive {
+            executor.execute_with_keep_alive(&config, body).await
+        } else {
+            executor
+                .execute(&config, body(CancellationToken::new()))
+                .await
+        }
+    };
+    let caught = AssertUnwindSafe(noting_holder(attempt))
+        .catch_unwind()
+        .await;
+    report.outcome = match caught {
+        Err(panic) => RunOutcome::Panicked {
+            message: panic_message(&*panic),
+        },
+        Ok((Err(error), _)) => RunOutcome::LockFailed {
+            error: error.to_string(),
+        },
+        Ok((Ok(TaskOutcome::Skipped), holder)) => RunOutcome::Skipped { holder },
+        Ok((Ok(TaskOutcome::Executed((result, lost))), _)) => {
+            report.lock_lost = lost;
+            match result {
+                None => RunOutcome::Stopped,
+                Some(Ok(())) => RunOutcome::Executed,
+                Some(Err(error)) => RunOutcome::Failed { error },
+            }
+        }
+    };
+    report
+}
+
+impl Shared {
+    fn configuration(
+        &self,
+        job: &ScheduledJob,
+        lock_name: &str,
+    ) -> Result<LockConfiguration, String> {
+        let config = LockConfiguration::new(lock_name, job.lock_at_most_for, job.lock_at_least_for)
+            .map_err(|error| error.to_string())?;
+        let capabilities = self.executor.provider().capabilities();
+        match capabilities.max_name_chars {
+            Some(max) if lock_name.chars().count() > max => Err(format!(
+                "lock name {lock_name:?} is {} characters long and the provider stores at most {max}",
+                lock_name.chars().count()
+            )),
+            _ => Ok(config),
+        }
+    }
+
+    fn set_running(&self, job: &Arc<str>, running: bool) {
+        let mut jobs = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        if running {
+            jobs.insert(job.clone());
+        } else {
+            jobs.remove(job);
+        }
+    }
+
+    fn report(&self, report: RunReport) {
+        log(&report);
+        if let Some(observer) = &self.observer {
+            observer(&report);
+        }
+    }
+}
+
+fn log(report: &RunReport) {
+    let job = report.job.as_str();
+    let lock = report.lock_name.as_deref().unwrap_or("");
+    let tick = report.tick.number;
+    if report.lock_lost {
+        warn!(
+            job,
+            lock,
+            tick,
+            "keep-alive lost the lock while the job ran: another node may have run it too"
+        );
+    }
+    match &report.outcome {
+        RunOutcome::Executed => info!(job, lock, tick, "job ran"),
+        RunOutcome::Failed { error } => warn!(job, lock, tick, %error, "job returned an error"),
+        RunOutcome::Skipped { holder } => debug!(
+            job,
+            lock,
+            tick,
+            holder = holder
+                .as_ref()
+                .and_then(|holder| holder.locked_by.as_deref())
+                .unwrap_or("unknown"),
+            "job skipped: its lock is held elsewhere"
+        ),
+        RunOutcome::LockFailed { error } => warn!(
+            job,
+            lock,
+            tick,
+            %error,
+            "job not run: taking its lock failed, so another node may hold it"
+        ),
+        RunOutcome::InvalidLock { error } => {
+            error!(job, lock, tick, %error, "job not run: its lock is invalid")
+        }
+        RunOutcome::Panicked { message } => error!(
+            job,
+            lock,
+            tick,
+            panic = %message,
+            "job panicked; its lock was released and the scheduler goes on"
+        ),
+        RunOutcome::Stopped => warn!(
+            job,
+            lock, tick, "job stopped at the shutdown limit; its lock was released"
+        ),
+        RunOutcome::Missed { ticks } => warn!(
+            job,
+            tick,
+            missed = ticks,
+            "the previous run outlasted its schedule: ticks were missed"
+        ),
+    }
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    if let Some(message) = panic.downcast_ref::<&str>() {
+        (*message).to_owned()
+    } else if let Some(message) = panic.downcast_ref::<String>() {
+        message.clone()
+    } else {
+        "a panic with a payload that is not a string".to_owned()
+    }
+}

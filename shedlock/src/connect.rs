@@ -1,0 +1,379 @@
+//! From a URL to a provider: the scheme picks the backend, the backend's own crate reads the
+//! rest.
+
+use std::fmt;
+use std::time::Duration;
+
+use shedlock_core::LockError;
+use thiserror::Error;
+
+use crate::any::AnyLockProvider;
+
+/// Every scheme `connect` accepts, and the cargo feature of this crate that builds its
+/// provider in.
+const SCHEMES: &[(&str, &str)] = &[
+    ("memory", "memory"),
+    ("sqlite", "sqlite"),
+    ("postgres", "postgres"),
+    ("postgresql", "postgres"),
+    ("mysql", "mysql"),
+    ("mariadb", "mysql"),
+    ("redis", "redis"),
+    ("rediss", "redis"),
+    ("redis+unix", "redis"),
+    ("valkey", "redis"),
+    ("valkeys", "redis"),
+    ("valkey+unix", "redis"),
+    ("etcd", "etcd"),
+    ("mongodb", "mongo"),
+    ("mongodb+srv", "mongo"),
+    ("zk", "zookeeper"),
+    ("zookeeper", "zookeeper"),
+];
+
+/// Schemes that name a backend in a way no provider supports yet: what they mean, and what to
+/// use instead.
+const NOT_YET_SUPPORTED: &[(&str, &str, &str)] =
+    &[("etcds", "etcd over TLS", "etcd:// (plain HTTP)")];
+
+/// The supported schemes, for error messages.
+struct SupportedSchemes;
+
+impl fmt::Display for SupportedSchemes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (index, (scheme, _)) in SCHEMES.iter().enumerate() {
+            if index > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{scheme}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why [`connect`] returned no provider.
+///
+/// No variant's message contains the URL's credentials: the URL itself is never quoted, only
+/// its scheme, and providers' errors show it redacted.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The text has no `scheme://` in front, so nothing says which backend it is for.
+    #[error(
+        "the lock provider URL is not a URL: it does not start with a scheme such as \
+         postgres:// (supported schemes: {SupportedSchemes})"
+    )]
+    NotAUrl,
+    /// The scheme names no backend this crate knows.
+    #[error(
+        "unknown scheme {scheme:?} in the lock provider URL; supported schemes: {SupportedSchemes}"
+    )]
+    UnknownScheme {
+        /// The scheme as given.
+        scheme: String,
+    },
+    /// The scheme's backend is known, but its cargo feature is off in this build.
+    #[error(
+        "the scheme {scheme:?} needs the {feature:?} provider, which this build leaves out: \
+         enable the \"{feature}\" feature of shedlock (Cargo.toml: \
+         shedlock = {{ version = \"{version}\", features = [\"{feature}\"] }})",
+        version = env!("CARGO_PKG_VERSION")
+    )]
+    FeatureDisabled {
+        /// The scheme as given.
+        scheme: String,
+        /// The feature that builds the backend's provider in.
+        feature: &'static str,
+    },
+    /// The scheme names a way of reaching a backend (such as TLS) that is not supported yet.
+    #[error("the scheme {scheme:?} ({meaning}) is not supported yet; use {instead}")]
+    NotSupportedYet {
+        /// The scheme as given.
+        scheme: String,
+        /// What the scheme means.
+        meaning: &'static str,
+        /// The supported scheme that comes closest.
+        instead: &'static str,
+    },
+    /// The scheme is known but the rest of the URL breaks a rule of this crate (the provider's
+    /// own rules are reported as [`ConnectError::Provider`]).
+    #[error("invalid {scheme} URL: {rule}")]
+    InvalidUrl {
+        /// The scheme as given.
+        scheme: String,
+        /// The rule the URL broke.
+        rule: String,
+    },
+    /// The provider refused the URL or could not connect; the message names the provider and
+    /// the redacted URL.
+    #[error(transparent)]
+    Provider(#[from] LockError),
+}
+
+/// Connects to the backend `url` names, with every provider's defaults.
+///
+/// The scheme picks the provider (see the [crate docs](crate#urls-and-features) for the table)
+/// and the provider reads the rest of the URL as its own `connect` does, then checks that the
+/// backend answers. Fails with a [`ConnectError`] naming the scheme and what to do: an unknown
+/// scheme lists the supported ones, a backend whose feature is off names the feature.
+///
+/// ```
+/// # #[cfg(feature = "memory")]
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use shedlock::{ConnectError, LockConfiguration, LockProvider};
+///
+/// let provider = shedlock::connect("memory://billing").await?;
+/// let config = LockConfiguration::parse("invoice-run", "PT5M", "0s")?;
+/// assert!(provider.try_lock(&config).await?.is_acquired());
+///
+/// let error = shedlock::connect("ftp://files").await.unwrap_err();
+/// assert!(matches!(error, ConnectError::UnknownScheme { .. }));
+/// # Ok(()) }
+/// # #[cfg(not(feature = "memory"))] fn main() {}
+/// ```
+pub async fn connect(url: &str) -> Result<AnyLockProvider, ConnectError> {
+    AnyLockProvider::builder().connect(url).await
+}
+
+impl AnyLockProvider {
+    /// Settings every provider shares, then [`connect`](AnyLockProviderBuilder::connect).
+    pub fn builder() -> AnyLockProviderBuilder {
+        AnyLockProviderBuilder::default()
+    }
+}
+
+/// The settings every provider shares; anything else is set with the provider's own builder.
+///
+/// ```
+/// # #[cfg(feature = "memory")]
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), shedlock::ConnectError> {
+/// use std::time::Duration;
+/// use shedlock::AnyLockProvider;
+///
+/// let provider = AnyLockProvider::builder()
+///     .operation_timeout(Duration::from_secs(2))
+///     .connect("memory://jobs")
+///     .await?;
+/// # let _ = provider; Ok(()) }
+/// # #[cfg(not(feature = "memory"))] fn main() {}
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct AnyLockProviderBuilder {
+    // Read only by the providers that talk to a server.
+    #[cfg_attr(
+        not(any(
+            feature = "sqlite",
+            feature = "postgres",
+            feature = "mysql",
+            feature = "redis",
+            feature = "etcd",
+            feature = "mongo",
+            feature = "zookeeper"
+        )),
+        allow(dead_code)
+    )]
+    operation_timeout: Option<Duration>,
+}
+
+impl AnyLockProviderBuilder {
+    /// The longest one lock operation may take before it fails with [`LockError::Timeout`]
+    /// (each provider's default is 5 s). It also bounds connecting where the provider's own
+    /// builder does. In-process `memory://` locks never wait on I/O and have no such bound.
+    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = Some(timeout);
+        self
+    }
+
+    /// Connects to the backend `url` names; see [`connect`](crate::connect).
+    pub async fn connect(self, url: &str) -> Result<AnyLockProvider, ConnectError> {
+        let scheme = scheme_of(url)?;
+        let lower = scheme.to_ascii_lowercase();
+        if let Some((_, meaning, instead)) = NOT_YET_SUPPORTED
+            .iter()
+            .find(|(not_yet, _, _)| *not_yet == lower)
+        {
+            return Err(ConnectError::NotSupportedYet {
+                scheme: scheme.to_owned(),
+                meaning,
+                instead,
+            });
+        }
+        let Some(&(_, feature)) = SCHEMES.iter().find(|(known, _)| *known == lower) else {
+            return Err(ConnectError::UnknownScheme {
+                scheme: scheme.to_owned(),
+            });
+        };
+        self.connect_to(feature, scheme, url).await
+    }
+
+    // Without any provider feature, every scheme is refused before the URL is read.
+    #[cfg_attr(
+        not(any(
+            feature = "memory",
+            feature = "sqlite",
+            feature = "postgres",
+            feature = "mysql",
+            feature = "redis",
+            feature = "etcd",
+            feature = "mongo",
+            feature = "zookeeper"
+        )),
+        allow(unused_variables)
+    )]
+    async fn connect_to(
+        self,
+        feature: &'static str,
+        scheme: &str,
+        url: &str,
+    ) -> Result<AnyLockProvider, ConnectError> {
+        // Each arm exists only when its feature is on; the last one answers for the others.
+        match feature {
+            #[cfg(feature = "memory")]
+            "memory" => Ok(named_memory_store(scheme, url)?.node().into()),
+            #[cfg(feature = "sqlite")]
+            "sqlite" => {
+                let builder = shedlock_sqlite::SqliteLockProvider::builder_from_url(url);
+                match self.operation_timeout {
+                    Some(timeout) => builder.operation_timeout(timeout),
+                    None => builder,
+                }
+                .build()
+                .await
+                .map(AnyLockProvider::from)
+                .map_err(ConnectError::from)
+            }
+            #[cfg(feature = "postgres")]
+            "postgres" => {
+                let builder = shedlock_postgres::PostgresLockProvider::builder_from_url(url);
+                match self.operation_timeout {
+                    Some(timeout) => builder.operation_timeout(timeout),
+                    None => builder,
+                }
+                .build()
+                .await
+                .map(AnyLockProvider::from)
+                .map_err(ConnectError::from)
+            }
+            #[cfg(feature = "mysql")]
+            "mysql" => {
+                let builder = shedlock_mysql::MySqlLockProvider::builder_from_url(url);
+                match self.operation_timeout {
+                    Some(timeout) => builder.operation_timeout(timeout),
+                    None => builder,
+                }
+                .build()
+                .await
+                .map(AnyLockProvider::from)
+                .map_err(ConnectError::from)
+            }
+            #[cfg(feature = "redis")]
+            "redis" => {
+                let builder = shedlock_redis::RedisLockProvider::builder();
+                match self.operation_timeout {
+                    Some(timeout) => builder.operation_timeout(timeout),
+                    None => builder,
+                }
+                .connect(url)
+                .await
+                .map(AnyLockProvider::from)
+                .map_err(ConnectError::from)
+            }
+            #[cfg(feature = "etcd")]
+            "etcd" => {
+                let builder = shedlock_etcd::EtcdLockProvider::builder();
+                match self.operation_timeout {
+                    Some(timeout) => builder.operation_timeout(timeout),
+                    None => builder,
+                }
+                .connect(&etcd_endpoints(scheme, url))
+                .await
+                .map(AnyLockProvider::from)
+                .map_err(ConnectError::from)
+            }
+            #[cfg(feature = "mongo")]
+            "mongo" => {
+                let builder = shedlock_mongo::MongoLockProvider::builder();
+                match self.operation_timeout {
+                    Some(timeout) => builder.operation_timeout(timeout),
+                    None => builder,
+                }
+                .connect(url)
+                .await
+                .map(AnyLockProvider::from)
+                .map_err(ConnectError::from)
+            }
+            #[cfg(feature = "zookeeper")]
+            "zookeeper" => {
+                let builder = shedlock_zookeeper::ZookeeperLockProvider::builder();
+                match self.operation_timeout {
+                    Some(timeout) => builder.operation_timeout(timeout),
+                    None => builder,
+                }
+                .connect(&format!("zk://{}", &url[scheme.len() + "://".len()..]))
+                .await
+                .map(AnyLockProvider::from)
+                .map_err(ConnectError::from)
+            }
+            disabled => Err(ConnectError::FeatureDisabled {
+                scheme: scheme.to_owned(),
+                feature: disabled,
+            }),
+        }
+    }
+}
+
+/// The scheme in front of `url`: the text before `://`, or `sqlite` for SQLite's `sqlite:path`
+/// form. Anything else is not a URL; the text is never quoted, as it may hold a password.
+fn scheme_of(url: &str) -> Result<&str, ConnectError> {
+    let scheme = match url.split_once("://") {
+        Some((scheme, _)) => scheme,
+        None => url
+            .get(..7)
+            .filter(|start| start.eq_ignore_ascii_case("sqlite:"))
+            .map(|start| &start[..6])
+            .ok_or(ConnectError::NotAUrl)?,
+    };
+    let mut chars = scheme.chars();
+    let is_scheme = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    if is_scheme {
+        Ok(scheme)
+    } else {
+        Err(ConnectError::NotAUrl)
+    }
+}
+
+/// The store `memory://<name>` names, created on first use and shared by every connect to the
+/// same name for the life of the process.
+#[cfg(feature = "memory")]
+fn named_memory_store(
+    scheme: &str,
+    url: &str,
+) -> Result<shedlock_memory::MemoryLockStore, ConnectError> {
+    use std::collections::HashMap;
+    use std::sync::{LazyLock, Mutex, PoisonError};
+
+    static STORES: LazyLock<Mutex<HashMap<String, shedlock_memory::MemoryLockStore>>> =
+        LazyLock::new(Mutex::default);
+
+    let name = &url[scheme.len() + "://".len()..];
+    if name.contains(['/', '?', '#', '@', ':']) {
+        return Err(ConnectError::InvalidUrl {
+            scheme: scheme.to_owned(),
+            rule: "it names an in-process store, memory://<name>, and the name may not contain \
+                   '/', '?', '#', '@' or ':'"
+                .to_owned(),
+        });
+    }
+    let mut stores = STORES.lock().unwrap_or_else(PoisonError::into_inner);
+    Ok(stores.entry(name.to_owned()).or_default().clone())
+}
+
+/// `etcd://[user:password@]host:2379[,host:2379...]` as `shedlock-etcd` reads it: the same
+/// endpoints over plain HTTP.
+#[cfg(feature = "etcd")]
+fn etcd_endpoints(scheme: &str, url: &str) -> String {
+    format!("http://{}", &url[scheme.len() + "://".len()..])
+}

@@ -1,0 +1,111 @@
+//! Make a scheduled task run **at most once at a time across a fleet of nodes**: the one crate
+//! an application depends on.
+//!
+//! Before each run a node takes a time-bounded lock in storage the fleet already shares; a node
+//! that misses it skips that run and never waits. This crate re-exports the core
+//! ([`LockingTaskExecutor`], [`LockConfiguration`], [`TaskOutcome`], [`LockProvider`], ...) and
+//! every provider crate behind a cargo feature of its own, and [`connect`] picks the provider
+//! from a URL's scheme, so the backend is configuration rather than code:
+//!
+//! ```
+//! use shedlock::{LockConfiguration, LockingTaskExecutor, TaskOutcome};
+//! # #[cfg(feature = "memory")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // "postgres://app@db/app", "redis://cache:6379", ... in production, from configuration.
+//! let url = std::env::var("LOCK_URL").unwrap_or_else(|_| "memory://docs".to_owned());
+//! let executor = LockingTaskExecutor::new(shedlock::connect(&url).await?);
+//! // Held at most 10 min if this node dies, at least 30 s so a late node skips this tick too.
+//! let config = LockConfiguration::parse("send-newsletter", "PT10M", "30s")?;
+//! match executor.execute(&config, async { /* the job */ }).await? {
+//!     TaskOutcome::Executed(()) => println!("this node ran the job"),
+//!     TaskOutcome::Skipped => println!("another node holds the lock; skipped"),
+//! }
+//! # Ok(()) }
+//! # #[cfg(not(feature = "memory"))] fn main() {}
+//! ```
+//!
+//! With the `scheduler` feature (on by default), `shedlock::scheduler` runs jobs on a cron
+//! expression, at a fixed rate or with a fixed delay, each run under its lock, on the provider
+//! [`connect`] returned.
+//!
+//! # URLs and features
+//!
+//! | scheme | provider (module) | feature |
+//! |---|---|---|
+//! | `memory://<name>` | in-process store `<name>` (see below) | `memory` (default) |
+//! | `sqlite:`, `sqlite://` | `shedlock::sqlite` | `sqlite` |
+//! | `postgres://`, `postgresql://` | `shedlock::postgres` | `postgres` |
+//! | `mysql://`, `mariadb://` | `shedlock::mysql` | `mysql` |
+//! | `redis://`, `rediss://`, `redis+unix://`, `valkey://`, `valkeys://`, `valkey+unix://` | `shedlock::redis` | `redis` |
+//! | `etcd://host:2379[,host:2379...]` (plain HTTP) | `shedlock::etcd` | `etcd` (needs `protoc` to build) |
+//! | `mongodb://`, `mongodb+srv://` | `shedlock::mongo` | `mongo` |
+//! | `zk://host:2181[,host:2181...][/chroot]`, `zookeeper://` | `shedlock::zookeeper` | `zookeeper` |
+//!
+//! Of the providers only `memory` is on by default (with `scheduler`): each backend brings its
+//! client library and that library's dependencies, so an application turns on the ones it uses
+//! (`shedlock = { version = "0.1", features = ["postgres"] }`). A URL whose backend is off is
+//! an error naming the feature to turn on ([`ConnectError::FeatureDisabled`]), never a guess.
+//!
+//! The rest of each URL is read by that provider, exactly as its own `connect` reads it
+//! (credentials, database, options; Redis Cluster and Sentinel connections are built with the
+//! `redis` crate and handed to `shedlock::redis::RedisLockProviderBuilder::build`). Not
+//! supported yet: `etcds://` (etcd over TLS). Connection URLs may hold passwords: no error, log
+//! line or `Debug` output of this crate or of a provider shows one.
+//!
+//! Every provider connects with its defaults (ShedLock's table, keys and collection, server
+//! time). [`AnyLockProvider::builder`] sets what every provider shares (the operation timeout);
+//! for anything else build the provider with its own crate's builder and convert it with
+//! `AnyLockProvider::from`.
+//!
+//! # `memory://`
+//!
+//! `memory://<name>` is an in-process lock store, created on first use and kept until the
+//! process exits: everything in this process that connects to the same name shares its locks,
+//! and nothing outside the process sees them. Each [`connect`] is another node on that store,
+//! with its own identity. `memory://` (an empty name) is one store like any other. It suits one
+//! binary running several schedulers, and tests; a fleet of processes needs a shared backend.
+
+mod any;
+mod connect;
+
+pub use any::AnyLockProvider;
+pub use connect::{AnyLockProviderBuilder, ConnectError, connect};
+pub use shedlock_core::*;
+
+/// Scheduled jobs (`shedlock-scheduler`): cron, fixed rate and fixed delay, each run under its
+/// lock. Hand [`Scheduler::new`](scheduler::Scheduler::new) the provider [`connect`] returns.
+#[cfg(feature = "scheduler")]
+pub use shedlock_scheduler as scheduler;
+
+/// The in-process provider (`shedlock-memory`).
+#[cfg(feature = "memory")]
+pub use shedlock_memory as memory;
+
+/// The SQLite provider (`shedlock-sqlite`).
+#[cfg(feature = "sqlite")]
+pub use shedlock_sqlite as sqlite;
+
+/// The PostgreSQL provider (`shedlock-postgres`).
+#[cfg(feature = "postgres")]
+pub use shedlock_postgres as postgres;
+
+/// The MySQL and MariaDB provider (`shedlock-mysql`).
+#[cfg(feature = "mysql")]
+pub use shedlock_mysql as mysql;
+
+/// The Redis provider (`shedlock-redis`).
+#[cfg(feature = "redis")]
+pub use shedlock_redis as redis;
+
+/// The etcd provider (`shedlock-etcd`).
+#[cfg(feature = "etcd")]
+pub use shedlock_etcd as etcd;
+
+/// The MongoDB provider (`shedlock-mongo`).
+#[cfg(feature = "mongo")]
+pub use shedlock_mongo as mongo;
+
+/// The ZooKeeper provider (`shedlock-zookeeper`).
+#[cfg(feature = "zookeeper")]
+pub use shedlock_zookeeper as zookeeper;

@@ -1,0 +1,627 @@
+//! `shedlock::connect` against the real servers named by `SHEDLOCK_TEST_<BACKEND>_URL`: every
+//! scheme reaches its backend (a lock taken through the facade is seen by the provider crate's
+//! own `connect`), and every refusal names the scheme and what to do, never a password.
+//!
+//! Each backend's tests exist only when its feature is on; when it is off, a test checks that
+//! its schemes name the feature to enable instead. Run both halves with
+//! `cargo test -p shedlock --all-features` and `cargo test -p shedlock` (default features).
+
+// The helpers serve the backends whose features are on; in a build without some of them, some
+// helpers have no caller.
+#![cfg_attr(
+    not(all(
+        feature = "memory",
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "redis",
+        feature = "etcd",
+        feature = "mongo",
+        feature = "zookeeper"
+    )),
+    allow(dead_code, unused_imports)
+)]
+
+use std::future::Future;
+use std::time::Duration;
+
+use shedlock::{AnyLockProvider, ConnectError, LockConfiguration, LockError, LockProvider};
+
+/// A password no message or `Debug` output may contain.
+const SECRET: &str = "s3cretPa55";
+
+/// Every test that talks to a server is bounded, so a hung backend fails the test.
+async fn bounded<T>(test: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), test)
+        .await
+        .expect("the test did not finish within 60 s")
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Asserts that neither the text nor its source chain shows the password.
+fn assert_no_secret(what: &str, text: &str) {
+    assert!(!text.contains(SECRET), "{what} shows the password: {text}");
+}
+
+/// Takes a lock through `any` and checks that `own`, connected by the provider crate itself,
+/// sees it held and can take it once it is released: both are the same backend.
+async fn assert_same_backend(any: &AnyLockProvider, own: &dyn LockProvider) {
+    let config =
+        LockConfiguration::new(unique("facade"), Duration::from_secs(30), Duration::ZERO).unwrap();
+    let held = any
+        .try_lock(&config)
+        .await
+        .unwrap()
+        .into_handle()
+        .expect("a fresh name is acquired through the facade");
+    assert!(
+        !own.try_lock(&config).await.unwrap().is_acquired(),
+        "the provider crate's own connection must see the lock the facade took"
+    );
+    assert!(held.unlock().await.unwrap(), "the facade's release");
+    let again = own
+        .try_lock(&config)
+        .await
+        .unwrap()
+        .into_handle()
+        .expect("released through the facade, the lock is free for the provider crate");
+    assert!(again.unlock().await.unwrap());
+}
+
+fn env_url(var: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| {
+        panic!("{var} is not set: these tests need that server (ci/test.sh sets it)")
+    })
+}
+
+/// `url` with its scheme replaced by `scheme`.
+fn with_scheme(scheme: &str, url: &str) -> String {
+    let (_, rest) = url.split_once("://").expect("a URL with a scheme");
+    format!("{scheme}://{rest}")
+}
+
+/// `url` with `user:password` put in front of its host.
+fn with_password(url: &str, user: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a URL with a scheme");
+    format!("{scheme}://{user}:{SECRET}@{rest}")
+}
+
+#[tokio::test]
+async fn text_without_a_scheme_is_not_a_url_and_is_never_quoted() {
+    for text in ["localhost:5432", "app:s3cretPa55@db/app", "", "s3cretPa55"] {
+        let error = shedlock::connect(text).await.unwrap_err();
+        assert!(matches!(error, ConnectError::NotAUrl), "{text}: {error:?}");
+        let message = error.to_string();
+        assert!(message.contains("not a URL"), "{message}");
+        assert!(message.contains("postgres, postgresql, mysql"), "{message}");
+        assert_no_secret("the not-a-URL error", &message);
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_scheme_is_named_with_the_supported_ones() {
+    let error = shedlock::connect(&format!("ftp://app:{SECRET}@files/x"))
+        .await
+        .unwrap_err();
+    let ConnectError::UnknownScheme { scheme } = &error else {
+        panic!("expected UnknownScheme, got {error:?}");
+    };
+    assert_eq!(scheme, "ftp");
+    let message = error.to_string();
+    assert_no_secret("the unknown-scheme error", &message);
+    assert_no_secret("the unknown-scheme error's Debug", &format!("{error:?}"));
+    assert!(message.contains("\"ftp\""), "{message}");
+    for scheme in [
+        "memory",
+        "sqlite",
+        "postgres",
+        "postgresql",
+        "mysql",
+        "mariadb",
+        "redis",
+        "rediss",
+        "etcd",
+        "mongodb",
+        "mongodb+srv",
+        "zk",
+    ] {
+        assert!(message.contains(scheme), "{scheme} missing from: {message}");
+    }
+}
+
+#[tokio::test]
+async fn etcd_over_tls_is_refused_as_not_supported_yet() {
+    let error = shedlock::connect(&format!("etcds://root:{SECRET}@127.0.0.1:2379"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, ConnectError::NotSupportedYet { scheme, .. } if scheme == "etcds"),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    assert!(message.contains("not supported yet"), "{message}");
+    assert!(message.contains("etcd://"), "{message}");
+    assert_no_secret("the etcds error", &message);
+}
+
+/// One test per provider feature that is off in this build: its schemes name the feature.
+macro_rules! disabled_feature_test {
+    ($feature:literal, $test:ident, [$($scheme:literal),+]) => {
+        #[cfg(not(feature = $feature))]
+        #[tokio::test]
+        async fn $test() {
+            for scheme in [$($scheme),+] {
+                let url = format!("{scheme}://app:{SECRET}@host:1/x");
+                let error = shedlock::connect(&url).await.unwrap_err();
+                assert!(
+                    matches!(
+                        &error,
+                        ConnectError::FeatureDisabled { scheme: named, feature }
+                            if named == scheme && *feature == $feature
+                    ),
+                    "{scheme}: {error:?}"
+                );
+                let message = error.to_string();
+                assert!(
+                    message.contains(concat!("enable the \"", $feature, "\" feature of shedlock")),
+                    "{message}"
+                );
+                assert_no_secret("the disabled-feature error", &message);
+            }
+        }
+    };
+}
+
+disabled_feature_test!("memory", memory_urls_name_the_memory_feature, ["memory"]);
+disabled_feature_test!("sqlite", sqlite_urls_name_the_sqlite_feature, ["sqlite"]);
+disabled_feature_test!(
+    "postgres",
+    postgres_urls_name_the_postgres_feature,
+    ["postgres", "postgresql"]
+);
+disabled_feature_test!(
+    "mysql",
+    mysql_urls_name_the_mysql_feature,
+    ["mysql", "mariadb"]
+);
+disabled_feature_test!(
+    "redis",
+    redis_urls_name_the_redis_feature,
+    [
+        "redis",
+        "rediss",
+        "redis+unix",
+        "valkey",
+        "valkeys",
+        "valkey+unix"
+    ]
+);
+disabled_feature_test!("etcd", etcd_urls_name_the_etcd_feature, ["etcd"]);
+disabled_feature_test!(
+    "mongo",
+    mongo_urls_name_the_mongo_feature,
+    ["mongodb", "mongodb+srv"]
+);
+disabled_feature_test!(
+    "zookeeper",
+    zookeeper_urls_name_the_zookeeper_feature,
+    ["zk", "zookeeper"]
+);
+
+#[cfg(not(feature = "sqlite"))]
+#[tokio::test]
+async fn sqlites_colon_form_names_the_sqlite_feature_too() {
+    let error = shedlock::connect("sqlite:locks.db").await.unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            ConnectError::FeatureDisabled {
+                feature: "sqlite",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+}
+
+#[cfg(feature = "memory")]
+mod memory {
+    use super::*;
+    use shedlock::{LockingTaskExecutor, TaskOutcome};
+
+    #[tokio::test]
+    async fn the_same_name_is_one_store_and_other_names_are_others() {
+        let store = unique("store");
+        let first = shedlock::connect(&format!("memory://{store}"))
+            .await
+            .unwrap();
+        let second = shedlock::connect(&format!("memory://{store}"))
+            .await
+            .unwrap();
+        let elsewhere = shedlock::connect(&format!("memory://{store}-other"))
+            .await
+            .unwrap();
+        assert!(matches!(first, AnyLockProvider::Memory(_)));
+        let config =
+            LockConfiguration::new("report", Duration::from_secs(30), Duration::ZERO).unwrap();
+        let held = first
+            .try_lock(&config)
+            .await
+            .unwrap()
+            .into_handle()
+            .unwrap();
+        assert!(!second.try_lock(&config).await.unwrap().is_acquired());
+        assert!(elsewhere.try_lock(&config).await.unwrap().is_acquired());
+        assert!(held.unlock().await.unwrap());
+        assert!(second.try_lock(&config).await.unwrap().is_acquired());
+    }
+
+    #[tokio::test]
+    async fn the_provider_drives_an_executor_and_its_clones_are_the_same_node() {
+        let provider = shedlock::connect(&format!("memory://{}", unique("exec")))
+            .await
+            .unwrap();
+        let executor = LockingTaskExecutor::new(provider.clone());
+        let config =
+            LockConfiguration::new("job", Duration::from_secs(30), Duration::ZERO).unwrap();
+        let outcome = executor
+            .execute(&config, async {
+                // While the executor holds the lock, a clone of its provider cannot take it.
+                provider.try_lock(&config).await.unwrap().is_acquired()
+            })
+            .await
+            .unwrap();
+        assert!(
+            matches!(outcome, TaskOutcome::Executed(false)),
+            "{outcome:?}"
+        );
+        assert!(provider.try_lock(&config).await.unwrap().is_acquired());
+    }
+
+    #[tokio::test]
+    async fn a_memory_url_names_a_store_and_nothing_else() {
+        for url in ["memory://a/b", "memory://a?x=1", "memory://u:s3cretPa55@a"] {
+            let error = shedlock::connect(url).await.unwrap_err();
+            assert!(
+                matches!(&error, ConnectError::InvalidUrl { scheme, .. } if scheme == "memory"),
+                "{url}: {error:?}"
+            );
+            assert!(error.to_string().contains("memory://<name>"), "{error}");
+            assert_no_secret("the memory URL error", &error.to_string());
+        }
+        // An empty name is a store like any other.
+        assert!(shedlock::connect("memory://").await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_provider_built_elsewhere_converts_into_the_one_type() {
+        let store = shedlock::memory::MemoryLockStore::new();
+        let a = AnyLockProvider::from(store.node());
+        let b = AnyLockProvider::from(store.node());
+        let config =
+            LockConfiguration::new("job", Duration::from_secs(30), Duration::ZERO).unwrap();
+        assert!(a.try_lock(&config).await.unwrap().is_acquired());
+        assert!(!b.try_lock(&config).await.unwrap().is_acquired());
+        assert!(format!("{a:?}").starts_with("Memory("), "{a:?}");
+    }
+}
+
+#[cfg(feature = "sqlite")]
+mod sqlite {
+    use super::*;
+    use shedlock::sqlite::SqliteLockProvider;
+
+    #[tokio::test]
+    async fn sqlite_urls_and_their_colon_form_reach_the_same_file() {
+        bounded(async {
+            let dir = std::env::temp_dir().join(unique("shedlock-facade"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let file = dir.join("locks.db");
+            let own = SqliteLockProvider::builder_from_url(format!(
+                "sqlite://{}?mode=rwc",
+                file.display()
+            ))
+            .create_table_if_missing(false)
+            .build()
+            .await
+            .unwrap();
+            for url in [
+                format!("sqlite://{}", file.display()),
+                format!("sqlite:{}", file.display()),
+            ] {
+                let any = shedlock::connect(&url).await.unwrap();
+                assert!(matches!(any, AnyLockProvider::Sqlite(_)), "{url}: {any:?}");
+                assert_same_backend(&any, &own).await;
+            }
+            std::fs::remove_dir_all(dir).unwrap();
+        })
+        .await;
+    }
+}
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use super::*;
+    use shedlock::postgres::PostgresLockProvider;
+
+    fn url() -> String {
+        env_url("SHEDLOCK_TEST_POSTGRES_URL")
+    }
+
+    #[tokio::test]
+    async fn postgres_and_postgresql_urls_reach_the_same_database() {
+        bounded(async {
+            let own = PostgresLockProvider::builder_from_url(url())
+                .create_table_if_missing(false)
+                .build()
+                .await
+                .unwrap();
+            for scheme in ["postgres", "postgresql"] {
+                let any = shedlock::connect(&with_scheme(scheme, &url()))
+                    .await
+                    .unwrap();
+                assert!(matches!(any, AnyLockProvider::Postgres(_)), "{any:?}");
+                assert_same_backend(&any, &own).await;
+            }
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_password_shows_neither_in_debug_nor_in_errors() {
+        bounded(async {
+            // The test server trusts every login, so the password is accepted and ignored.
+            let any = shedlock::connect(&with_password(&url(), "postgres"))
+                .await
+                .unwrap();
+            assert_no_secret("the provider's Debug", &format!("{any:?}"));
+            let error = shedlock::connect(&format!("postgres://app:{SECRET}@127.0.0.1:99999/test"))
+                .await
+                .unwrap_err();
+            let message = error.to_string();
+            assert!(message.contains("not a valid PostgreSQL URL"), "{message}");
+            assert_no_secret("the malformed URL error", &message);
+            assert_no_secret("the malformed URL error's Debug", &format!("{error:?}"));
+        })
+        .await;
+    }
+}
+
+#[cfg(feature = "mysql")]
+mod mysql {
+    use super::*;
+    use shedlock::mysql::MySqlLockProvider;
+
+    fn url() -> String {
+        env_url("SHEDLOCK_TEST_MYSQL_URL")
+    }
+
+    #[tokio::test]
+    async fn mysql_and_mariadb_urls_reach_the_same_database() {
+        bounded(async {
+            let own = MySqlLockProvider::builder_from_url(url())
+                .create_table_if_missing(false)
+                .build()
+                .await
+                .unwrap();
+            for scheme in ["mysql", "mariadb"] {
+                let any = shedlock::connect(&with_scheme(scheme, &url()))
+                    .await
+                    .unwrap();
+                assert!(matches!(any, AnyLockProvider::MySql(_)), "{any:?}");
+                assert_same_backend(&any, &own).await;
+            }
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_refused_password_does_not_show_in_the_error() {
+        bounded(async {
+            let error = shedlock::connect(&with_password(&url(), "nobody"))
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(
+                    &error,
+                    ConnectError::Provider(LockError::Backend {
+                        provider: "mysql",
+                        ..
+                    })
+                ),
+                "{error:?}"
+            );
+            assert_no_secret("the access-denied error", &error.to_string());
+            assert_no_secret("the access-denied error's Debug", &format!("{error:?}"));
+        })
+        .await;
+    }
+}
+
+#[cfg(feature = "redis")]
+mod redis {
+    use super::*;
+    use shedlock::redis::RedisLockProvider;
+
+    fn url() -> String {
+        env_url("SHEDLOCK_TEST_REDIS_URL")
+    }
+
+    #[tokio::test]
+    async fn redis_urls_reach_the_same_server() {
+        bounded(async {
+            let own = RedisLockProvider::connect(&url()).await.unwrap();
+            let any = shedlock::connect(&url()).await.unwrap();
+            assert!(matches!(any, AnyLockProvider::Redis(_)), "{any:?}");
+            assert_same_backend(&any, &own).await;
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_password_shows_neither_in_debug_nor_in_errors() {
+        bounded(async {
+            let outcome = shedlock::connect(&with_password(&url(), "default")).await;
+            let shown = match &outcome {
+                Ok(any) => format!("{any:?}"),
+                Err(error) => format!("{error} {error:?}"),
+            };
+            assert_no_secret("the provider or its error", &shown);
+            let error = shedlock::connect(&format!("rediss://:{SECRET}@127.0.0.1:6379"))
+                .await
+                .unwrap_err();
+            let message = error.to_string();
+            assert!(message.contains("TLS"), "{message}");
+            assert_no_secret("the rediss error", &message);
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn the_builders_operation_timeout_reaches_the_provider() {
+        bounded(async {
+            // A port nobody listens on answers at once; an unroutable address does not, so
+            // connecting waits for the operation timeout, which the message names.
+            let error = AnyLockProvider::builder()
+                .operation_timeout(Duration::from_millis(300))
+                .connect("redis://10.255.255.1:6379")
+                .await
+                .unwrap_err();
+            let message = error.to_string();
+            assert!(
+                message.contains("300ms"),
+                "the redis provider's connect must be bounded by the builder's 300 ms: {message}"
+            );
+        })
+        .await;
+    }
+}
+
+#[cfg(feature = "etcd")]
+mod etcd {
+    use super::*;
+    use shedlock::etcd::EtcdLockProvider;
+
+    fn url() -> String {
+        env_url("SHEDLOCK_TEST_ETCD_URL")
+    }
+
+    #[tokio::test]
+    async fn etcd_urls_reach_the_same_cluster() {
+        bounded(async {
+            let own = EtcdLockProvider::connect(&url()).await.unwrap();
+            let any = shedlock::connect(&with_scheme("etcd", &url()))
+                .await
+                .unwrap();
+            assert!(matches!(any, AnyLockProvider::Etcd(_)), "{any:?}");
+            assert_same_backend(&any, &own).await;
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_password_shows_neither_in_debug_nor_in_errors() {
+        bounded(async {
+            let outcome =
+                shedlock::connect(&with_password(&with_scheme("etcd", &url()), "root")).await;
+            let shown = match &outcome {
+                Ok(any) => format!("{any:?}"),
+                Err(error) => format!("{error} {error:?}"),
+            };
+            assert_no_secret("the provider or its error", &shown);
+        })
+        .await;
+    }
+}
+
+#[cfg(feature = "mongo")]
+mod mongo {
+    use super::*;
+    use shedlock::mongo::MongoLockProvider;
+
+    /// The test server's URL with the database the locks live in.
+    fn url() -> String {
+        format!(
+            "{}/shedlock_facade",
+            env_url("SHEDLOCK_TEST_MONGO_URL").trim_end_matches('/')
+        )
+    }
+
+    #[tokio::test]
+    async fn mongodb_urls_reach_the_same_server() {
+        bounded(async {
+            let own = MongoLockProvider::connect(&url()).await.unwrap();
+            let any = shedlock::connect(&url()).await.unwrap();
+            assert!(matches!(any, AnyLockProvider::Mongo(_)), "{any:?}");
+            assert_same_backend(&any, &own).await;
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn mongodb_srv_urls_go_to_the_mongo_provider_without_their_password() {
+        bounded(async {
+            // No SRV record exists for this name, so the MongoDB driver's lookup fails.
+            let error = AnyLockProvider::builder()
+                .operation_timeout(Duration::from_secs(3))
+                .connect(&format!("mongodb+srv://app:{SECRET}@locks.invalid/app"))
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(
+                    &error,
+                    ConnectError::Provider(LockError::Backend {
+                        provider: "mongo",
+                        ..
+                    })
+                ),
+                "{error:?}"
+            );
+            assert_no_secret("the SRV error", &error.to_string());
+            assert_no_secret("the SRV error's Debug", &format!("{error:?}"));
+        })
+        .await;
+    }
+}
+
+#[cfg(feature = "zookeeper")]
+mod zookeeper {
+    use super::*;
+    use shedlock::zookeeper::ZookeeperLockProvider;
+
+    fn connect_string() -> String {
+        env_url("SHEDLOCK_TEST_ZOOKEEPER_URL")
+    }
+
+    #[tokio::test]
+    async fn zk_urls_reach_the_same_ensemble() {
+        bounded(async {
+            let own = ZookeeperLockProvider::connect(&connect_string())
+                .await
+                .unwrap();
+            for scheme in ["zk", "zookeeper"] {
+                let any = shedlock::connect(&format!("{scheme}://{}", connect_string()))
+                    .await
+                    .unwrap();
+                assert!(matches!(any, AnyLockProvider::Zookeeper(_)), "{any:?}");
+                assert_same_backend(&any, &own).await;
+            }
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_digest_password_does_not_show_in_debug() {
+        bounded(async {
+            let any =
+                shedlock::connect(&with_password(&format!("zk://{}", connect_string()), "app"))
+                    .await
+                    .unwrap();
+            assert_no_secret("the provider's Debug", &format!("{any:?}"));
+        })
+        .await;
+    }
+}
