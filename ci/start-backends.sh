@@ -102,6 +102,103 @@ if ! redis_ready 2>/dev/null; then
 fi
 wait_until Redis /var/log/redis/ci.log redis_ready
 
+# --- TLS test material: a CA made here, and a server certificate it signs for the name localhost
+# alone (not 127.0.0.1, so a test can reach the same server under a name the certificate lacks).
+# Made once and kept: the tests get the CA's path from ci/test.sh. A test CA, nothing else trusts.
+TLS_DIR="$STATE_DIR/tls"
+tls_material_ready() {
+  [ -s "$TLS_DIR/ca.pem" ] && [ -s "$TLS_DIR/server.pem" ] && [ -s "$TLS_DIR/server.key" ] \
+    && openssl verify -CAfile "$TLS_DIR/ca.pem" "$TLS_DIR/server.pem" >/dev/null 2>&1 \
+    && openssl x509 -in "$TLS_DIR/server.pem" -noout -ext subjectAltName | grep -qx ' *DNS:localhost'
+}
+if ! tls_material_ready; then
+  apt_install openssl
+  log "making a test CA and a server certificate in $TLS_DIR"
+  rm -rf "$TLS_DIR.new" && mkdir -p "$TLS_DIR.new"
+  (
+    cd "$TLS_DIR.new"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
+      -subj "/CN=shedlock-rs CI test CA" -keyout ca.key -out ca.pem \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+      -subj "/CN=localhost" -keyout server.key -out server.csr
+    printf '%s\n' "subjectAltName=DNS:localhost" "basicConstraints=critical,CA:FALSE" \
+      "keyUsage=critical,digitalSignature" "extendedKeyUsage=serverAuth" >server.ext
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile server.ext -out server.pem
+  ) >"$STATE_DIR/tls.log" 2>&1 || { cat "$STATE_DIR/tls.log" >&2; die "openssl could not make the test certificates"; }
+  rm -rf "$TLS_DIR" && mv "$TLS_DIR.new" "$TLS_DIR"
+  tls_material_ready || die "the test certificates in $TLS_DIR do not verify against their CA"
+fi
+
+# --- PostgreSQL over TLS only: a second cluster of the same version, localhost:5433 (127.0.0.1
+# and ::1), user postgres, trust auth, database test, with the certificate above. Its
+# pg_hba.conf has hostssl lines only, so a connection without TLS is refused.
+PG_TLS_PORT=5433
+postgres_tls_ready() {
+  psql "host=localhost port=$PG_TLS_PORT user=postgres dbname=test sslmode=verify-full sslrootcert=$TLS_DIR/ca.pem" \
+    -tAc 'select ssl from pg_stat_ssl where pid = pg_backend_pid()' | grep -q t
+}
+if ! postgres_tls_ready 2>/dev/null; then
+  pg_version=$(ls /etc/postgresql | sort -V | tail -n 1)
+  pg_tls_conf="/etc/postgresql/$pg_version/shedlock_tls"
+  if [ ! -d "$pg_tls_conf" ]; then
+    port_open $PG_TLS_PORT && die "port $PG_TLS_PORT is taken by something that is not the TLS PostgreSQL"
+    log "creating the TLS PostgreSQL cluster on port $PG_TLS_PORT"
+    pg_createcluster --port $PG_TLS_PORT "$pg_version" shedlock_tls >"$STATE_DIR/postgres-tls.log" 2>&1 \
+      || { cat "$STATE_DIR/postgres-tls.log" >&2; die "pg_createcluster failed"; }
+  fi
+  install -o postgres -g postgres -m 0600 "$TLS_DIR/server.key" "$pg_tls_conf/server.key"
+  install -o postgres -g postgres -m 0644 "$TLS_DIR/server.pem" "$pg_tls_conf/server.pem"
+  cat >"$pg_tls_conf/conf.d/shedlock-ci-tls.conf" <<CONF
+listen_addresses = '127.0.0.1,::1'
+ssl = on
+ssl_cert_file = '$pg_tls_conf/server.pem'
+ssl_key_file = '$pg_tls_conf/server.key'
+CONF
+  cat >"$pg_tls_conf/pg_hba.conf" <<HBA
+local   all all                 peer
+hostssl all all 127.0.0.1/32    trust
+hostssl all all ::1/128         trust
+HBA
+  chown postgres:postgres "$pg_tls_conf/conf.d/shedlock-ci-tls.conf" "$pg_tls_conf/pg_hba.conf"
+  log "starting the TLS PostgreSQL"
+  pg_ctlcluster --skip-systemctl-redirect "$pg_version" shedlock_tls restart \
+    || die "the TLS PostgreSQL failed to start (see /var/log/postgresql/postgresql-$pg_version-shedlock_tls.log)"
+  wait_until "TLS PostgreSQL port" /var/log/postgresql port_open $PG_TLS_PORT
+  su postgres -c "psql -p $PG_TLS_PORT -tAc \"select 1 from pg_database where datname='test'\"" | grep -q 1 \
+    || su postgres -c "createdb -p $PG_TLS_PORT test" || die "could not create database test in the TLS PostgreSQL"
+fi
+wait_until "TLS PostgreSQL" "/var/log/postgresql" postgres_tls_ready
+# ShedLock's table, for tests that connect with defaults (shedlock::connect creates no table).
+psql "host=localhost port=$PG_TLS_PORT user=postgres dbname=test sslmode=require" -q -c \
+  'CREATE TABLE IF NOT EXISTS shedlock (name VARCHAR(64) NOT NULL, lock_until TIMESTAMP NOT NULL,
+     locked_at TIMESTAMP NOT NULL, locked_by VARCHAR(255) NOT NULL, PRIMARY KEY (name))' \
+  || die "could not create the shedlock table in the TLS PostgreSQL"
+
+# --- Redis over TLS only: localhost:6380 (127.0.0.1 and ::1) with the certificate above, no
+# plain port.
+REDIS_TLS_PORT=6380
+redis_tls_ready() {
+  redis-cli --tls --cacert "$TLS_DIR/ca.pem" -h localhost -p $REDIS_TLS_PORT ping | grep -q PONG
+}
+if ! redis_tls_ready 2>/dev/null; then
+  if port_open $REDIS_TLS_PORT; then
+    # A TLS Redis of an earlier run, with certificates made since replaced: restarted below.
+    redis-cli --tls --insecure -h 127.0.0.1 -p $REDIS_TLS_PORT shutdown nosave >/dev/null 2>&1 || true
+    sleep 1
+    port_open $REDIS_TLS_PORT && die "port $REDIS_TLS_PORT is taken by something that is not a Redis answering TLS"
+  fi
+  log "starting the TLS Redis"
+  mkdir -p /var/lib/redis-tls /var/log/redis
+  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 0 --tls-port $REDIS_TLS_PORT \
+    --tls-cert-file "$TLS_DIR/server.pem" --tls-key-file "$TLS_DIR/server.key" \
+    --tls-ca-cert-file "$TLS_DIR/ca.pem" --tls-auth-clients no \
+    --save "" --appendonly no --dir /var/lib/redis-tls --logfile /var/log/redis/ci-tls.log \
+    || die "the TLS Redis failed to start"
+fi
+wait_until "TLS Redis" /var/log/redis/ci-tls.log redis_tls_ready
+
 # --- etcd: 127.0.0.1:2379, a single member with its data under $STATE_DIR.
 etcd_ready() { curl -fsS http://127.0.0.1:2379/health | grep -q '"health":"true"'; }
 apt_install etcd-server curl
@@ -114,6 +211,24 @@ if ! etcd_ready 2>/dev/null; then
     --initial-cluster shedlock-ci=http://127.0.0.1:2380 >"$STATE_DIR/etcd.log" 2>&1 &
 fi
 wait_until etcd "$STATE_DIR/etcd.log" etcd_ready
+
+# --- etcd over TLS only: localhost:2381 (127.0.0.1 and ::1) with the certificate above, a
+# single member of its own with its data under $STATE_DIR.
+ETCD_TLS_PORT=2381
+etcd_tls_ready() {
+  curl -fsS --cacert "$TLS_DIR/ca.pem" "https://localhost:$ETCD_TLS_PORT/health" | grep -q '"health":"true"'
+}
+if ! etcd_tls_ready 2>/dev/null; then
+  port_open $ETCD_TLS_PORT && die "port $ETCD_TLS_PORT is taken by something that is not a healthy etcd over TLS"
+  log "starting the TLS etcd"
+  nohup etcd --name shedlock-ci-tls --data-dir "$STATE_DIR/etcd-tls" \
+    --listen-client-urls "https://127.0.0.1:$ETCD_TLS_PORT,https://[::1]:$ETCD_TLS_PORT" \
+    --advertise-client-urls "https://localhost:$ETCD_TLS_PORT" \
+    --cert-file "$TLS_DIR/server.pem" --key-file "$TLS_DIR/server.key" \
+    --listen-peer-urls http://127.0.0.1:2382 --initial-advertise-peer-urls http://127.0.0.1:2382 \
+    --initial-cluster shedlock-ci-tls=http://127.0.0.1:2382 >"$STATE_DIR/etcd-tls.log" 2>&1 &
+fi
+wait_until "TLS etcd" "$STATE_DIR/etcd-tls.log" etcd_tls_ready
 
 # --- ZooKeeper: 127.0.0.1:2181, standalone, data under $STATE_DIR.
 zookeeper_ready() { exec 3<>/dev/tcp/127.0.0.1/2181 && printf 'srvr' >&3 && timeout 2 cat <&3 | grep -q 'Mode: standalone'; }

@@ -14,6 +14,11 @@ export SHEDLOCK_TEST_REDIS_URL=${SHEDLOCK_TEST_REDIS_URL:-redis://127.0.0.1:6379
 export SHEDLOCK_TEST_ETCD_URL=${SHEDLOCK_TEST_ETCD_URL:-http://127.0.0.1:2379}
 export SHEDLOCK_TEST_ZOOKEEPER_URL=${SHEDLOCK_TEST_ZOOKEEPER_URL:-127.0.0.1:2181}
 export SHEDLOCK_TEST_MONGO_URL=${SHEDLOCK_TEST_MONGO_URL:-mongodb://127.0.0.1:27017}
+# TLS-only servers (ci/start-backends.sh) and the CA that signed their certificates.
+export SHEDLOCK_TEST_TLS_CA_FILE=${SHEDLOCK_TEST_TLS_CA_FILE:-${SHEDLOCK_CI_STATE_DIR:-/var/tmp/shedlock-ci}/tls/ca.pem}
+export SHEDLOCK_TEST_POSTGRES_TLS_URL=${SHEDLOCK_TEST_POSTGRES_TLS_URL:-postgres://postgres@localhost:5433/test}
+export SHEDLOCK_TEST_REDIS_TLS_URL=${SHEDLOCK_TEST_REDIS_TLS_URL:-rediss://localhost:6380}
+export SHEDLOCK_TEST_ETCD_TLS_URL=${SHEDLOCK_TEST_ETCD_TLS_URL:-https://localhost:2381}
 
 # Each provider's conformance run writes its report here; the summary is printed at the end.
 export SHEDLOCK_CONFORMANCE_REPORT_DIR=${SHEDLOCK_CONFORMANCE_REPORT_DIR:-$PWD/target/conformance-report}
@@ -22,10 +27,14 @@ mkdir -p "$SHEDLOCK_CONFORMANCE_REPORT_DIR"
 
 cargo test --workspace --all-targets --locked
 cargo test --workspace --doc --locked
-# The workspace build gives the facade its default features only: once more with every provider
-# (connect(url) against each backend) and with none (the errors naming the feature to enable).
+# The workspace build gives the facade the features its members ask for (the examples turn on
+# most backends): once more with every feature (connect(url) against each backend, the macro)
+# and with none (the errors naming the feature to enable).
 cargo test -p shedlock --all-features --locked
 cargo test -p shedlock --no-default-features --locked
+# Without TLS (the providers' TLS features off): a URL that asks for TLS names the feature.
+cargo test -p shedlock-postgres --no-default-features --test tls_disabled --locked
+cargo test -p shedlock-redis --no-default-features --test tls --locked
 
 if compgen -G "$SHEDLOCK_CONFORMANCE_REPORT_DIR/*.md" >/dev/null; then
   echo "== conformance reports =="

@@ -32,14 +32,17 @@ pub enum ConfigurationError {
         lock_at_most_for: Duration,
     },
     /// One of the durations was given as text that does not parse.
-    #[error("lock {name:?}: {field}: {source}")]
+    ///
+    /// The parse error is part of this message, not its `source()`, so a report that prints
+    /// the whole chain says it once.
+    #[error("lock {name:?}: {field}: {error}")]
     InvalidDuration {
         /// The lock the configuration was for.
         name: String,
         /// `lock_at_most_for` or `lock_at_least_for`.
         field: &'static str,
         /// What was wrong with the text.
-        source: DurationParseError,
+        error: DurationParseError,
     },
 }
 
@@ -49,6 +52,35 @@ pub enum ConfigurationError {
 /// Pick it well above the task's longest run, or two nodes may run the task at once.
 /// `lock_at_least_for` keeps the lock after an early finish, so nodes whose clocks or schedules
 /// are a little apart do not run the same tick twice.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use shedlock_core::{ConfigurationError, LockConfiguration};
+///
+/// // Held at most 10 minutes; kept at least 30 s after an early finish.
+/// let report = LockConfiguration::parse("nightly-report", "PT10M", "30s")?;
+/// assert_eq!(report.lock_at_most_for(), Duration::from_secs(600));
+///
+/// // A name computed at run time: one lock per tenant.
+/// let tenant = "acme";
+/// let per_tenant = LockConfiguration::new(
+///     format!("invoices-{tenant}"),
+///     Duration::from_secs(300),
+///     Duration::ZERO,
+/// )?;
+/// assert_eq!(per_tenant.name(), "invoices-acme");
+///
+/// // The rules are checked here, not when the lock is taken.
+/// assert!(matches!(
+///     LockConfiguration::parse("report", "30s", "1m"),
+///     Err(ConfigurationError::LockAtLeastExceedsAtMost { .. })
+/// ));
+/// // A bare number has no unit: "10ms" or "10s"?
+/// assert!(LockConfiguration::parse("report", "10", "0").is_err());
+/// # Ok::<(), ConfigurationError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LockConfiguration {
     name: String,
@@ -74,8 +106,9 @@ impl LockConfiguration {
         })
     }
 
-    /// Like [`new`](Self::new), with durations as text (`"PT30S"`, `"5m"`, `"30000"`); see
-    /// [`parse_duration`](crate::parse_duration).
+    /// Like [`new`](Self::new), with durations as text (`"PT30S"`, `"5m"`, `"500ms"`); see
+    /// [`parse_duration`](crate::parse_duration). A bare number other than `"0"` is refused:
+    /// Java ShedLock reads `"10"` as ten milliseconds, which is rarely what was meant.
     pub fn parse(
         name: impl Into<String>,
         lock_at_most_for: &str,
@@ -83,10 +116,10 @@ impl LockConfiguration {
     ) -> Result<Self, ConfigurationError> {
         let name = name.into();
         let parse = |field, text| {
-            parse_duration(text).map_err(|source| ConfigurationError::InvalidDuration {
+            parse_duration(text).map_err(|error| ConfigurationError::InvalidDuration {
                 name: name.clone(),
                 field,
-                source,
+                error,
             })
         };
         let at_most = parse("lock_at_most_for", lock_at_most_for)?;
@@ -234,23 +267,22 @@ mod tests {
                 .to_string(),
             "lock \"report\": lock_at_least_for (1.000000001s) must not exceed lock_at_most_for (1s)"
         );
-        let config = LockConfiguration::parse("report", "PT1S", "1000").unwrap();
+        let config = LockConfiguration::parse("report", "PT1S", "1000ms").unwrap();
         assert_eq!(config.lock_at_least_for(), S);
     }
 
     #[test]
     fn text_errors_name_the_field_that_does_not_parse() {
         let err = LockConfiguration::parse("report", "PT1M", "P1M").unwrap_err();
-        let ConfigurationError::InvalidDuration {
-            name,
-            field,
-            source,
-        } = &err
-        else {
+        let ConfigurationError::InvalidDuration { name, field, error } = &err else {
             panic!("expected InvalidDuration, got {err:?}");
         };
         assert_eq!((name.as_str(), *field), ("report", "lock_at_least_for"));
-        assert_eq!(source.input, "P1M");
+        assert_eq!(error.input, "P1M");
+        assert!(
+            std::error::Error::source(&err).is_none(),
+            "said once, in the message"
+        );
         assert!(
             err.to_string()
                 .starts_with("lock \"report\": lock_at_least_for: invalid duration \"P1M\": "),
@@ -263,7 +295,7 @@ mod tests {
         let config = LockConfiguration::parse("report", "PT1M", "30s").unwrap();
         assert_eq!(config.lock_at_most_for(), 60 * S);
         assert_eq!(config.lock_at_least_for(), 30 * S);
-        let config = LockConfiguration::parse("report", "1500", "0").unwrap();
+        let config = LockConfiguration::parse("report", "1500ms", "0").unwrap();
         assert_eq!(config.lock_at_most_for(), Duration::from_millis(1500));
     }
 

@@ -61,13 +61,17 @@ pub enum LockError {
         rule: String,
     },
     /// The backend failed or answered something the provider does not understand.
-    #[error("{provider}: {operation} of lock {name:?} failed: {message}")]
+    ///
+    /// The client error is the `source()`, not part of `message`, so a report that walks the
+    /// chain (`anyhow`'s `{:#}`, the executor's log events) shows each cause once.
+    #[error("{provider}: {} failed: {message}", Attempt(*operation, name))]
     Backend {
         /// The provider that talked to the backend.
         provider: &'static str,
         /// What was being done.
         operation: Operation,
-        /// The lock concerned (empty for [`Operation::Connect`]).
+        /// The lock concerned; empty for [`Operation::Connect`], which concerns no lock, and
+        /// then left out of the message.
         name: String,
         /// What went wrong, and where useful what to do about it.
         message: String,
@@ -77,7 +81,8 @@ pub enum LockError {
     },
     /// The backend gave no answer in time; whether the operation took effect is unknown.
     #[error(
-        "{provider}: {operation} of lock {name:?} got no answer within {after:?}; its outcome is unknown"
+        "{provider}: {} got no answer within {after:?}; its outcome is unknown",
+        Attempt(*operation, name)
     )]
     Timeout {
         /// The provider that talked to the backend.
@@ -106,6 +111,18 @@ pub enum LockError {
         "no lock is held by the current task; call this from inside a task run by LockingTaskExecutor"
     )]
     NoActiveLock,
+}
+
+/// "acquire of lock \"report\"", or just "connect" for an operation on no lock.
+struct Attempt<'a>(Operation, &'a str);
+
+impl fmt::Display for Attempt<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Attempt(operation, "") => write!(f, "{operation}"),
+            Attempt(operation, name) => write!(f, "{operation} of lock {name:?}"),
+        }
+    }
 }
 
 impl LockError {
@@ -149,5 +166,80 @@ impl LockError {
             name: name.to_owned(),
             rule: rule.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LockConfiguration;
+
+    /// Each message of `error`'s chain, outermost first.
+    fn chain(error: &(dyn StdError + 'static)) -> Vec<String> {
+        std::iter::successors(Some(error), |&error| error.source())
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    fn assert_said_once(error: &(dyn StdError + 'static)) {
+        let messages = chain(error);
+        for (outer, message) in messages.iter().enumerate() {
+            for inner in &messages[outer + 1..] {
+                assert!(
+                    !message.contains(inner.as_str()),
+                    "{inner:?} is repeated in {message:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_error_on_no_lock_names_no_lock() {
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let error = LockError::backend(
+            "postgres",
+            Operation::Connect,
+            "",
+            "cannot connect to 127.0.0.1:5432",
+            refused,
+        );
+        assert_eq!(
+            error.to_string(),
+            "postgres: connect failed: cannot connect to 127.0.0.1:5432"
+        );
+        let timeout = LockError::Timeout {
+            provider: "redis",
+            operation: Operation::Connect,
+            name: String::new(),
+            after: Duration::from_secs(5),
+        };
+        assert_eq!(
+            timeout.to_string(),
+            "redis: connect got no answer within 5s; its outcome is unknown"
+        );
+        let on_a_lock = LockError::backend_message("redis", Operation::Acquire, "report", "bad");
+        assert_eq!(
+            on_a_lock.to_string(),
+            "redis: acquire of lock \"report\" failed: bad"
+        );
+    }
+
+    #[test]
+    fn each_cause_appears_once_in_the_chain() {
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let backend =
+            LockError::backend("postgres", Operation::Acquire, "job", "no answer", refused);
+        assert_eq!(chain(&backend).len(), 2);
+        assert_said_once(&backend);
+
+        let configuration: LockError = LockConfiguration::parse("job", "10", "0")
+            .unwrap_err()
+            .into();
+        assert_eq!(chain(&configuration).len(), 1);
+        assert!(
+            configuration.to_string().contains("\"10s\""),
+            "{configuration}"
+        );
+        assert_said_once(&configuration);
     }
 }

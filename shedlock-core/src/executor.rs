@@ -10,11 +10,13 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::field::Empty;
+use tracing::{Instrument, Span, debug, info_span, warn};
 
 use crate::configuration::LockConfiguration;
 use crate::error::LockError;
-use crate::provider::{Acquisition, LockHandle, LockProvider};
+use crate::log_fields::{ErrorChain, Timestamp};
+use crate::provider::{Acquisition, LockHandle, LockHolder, LockProvider};
 
 /// What happened to a task handed to the [`LockingTaskExecutor`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,8 +24,14 @@ use crate::provider::{Acquisition, LockHandle, LockProvider};
 pub enum TaskOutcome<T> {
     /// The lock was taken (or already held by this task) and the task ran to this value.
     Executed(T),
-    /// Another node holds the lock; the task did not run.
-    Skipped,
+    /// Another node holds the lock; the task did not run. The holder is described when the
+    /// backend said who it is in the same answer that refused the lock: PostgreSQL, Redis,
+    /// etcd, MongoDB, ZooKeeper and the in-memory provider do (etcd without `held_until`: the
+    /// key's lease is another request). MySQL, MariaDB and SQLite
+    /// cannot (their refused statement returns no row) and give `None`, as does a lock being
+    /// taken over by another node at that moment: finding out would cost every skipped run
+    /// another round trip.
+    Skipped(Option<LockHolder>),
 }
 
 impl<T> TaskOutcome<T> {
@@ -31,7 +39,7 @@ impl<T> TaskOutcome<T> {
     pub fn executed(self) -> Option<T> {
         match self {
             TaskOutcome::Executed(value) => Some(value),
-            TaskOutcome::Skipped => None,
+            TaskOutcome::Skipped(_) => None,
         }
     }
 
@@ -73,6 +81,30 @@ fn innermost_handle() -> Result<Arc<dyn LockHandle>, LockError> {
 /// a [`LockingTaskExecutor`]: a guard for code that must never run unlocked.
 ///
 /// Locks are task-local: code in a task spawned from the locked task sees no lock.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use shedlock_core::{LockConfiguration, LockError, LockingTaskExecutor, assert_locked};
+/// # use shedlock_memory::MemoryLockProvider;
+///
+/// /// Sends the monthly invoices; two nodes doing it at once would bill twice.
+/// async fn send_invoices() -> Result<(), LockError> {
+///     assert_locked()?;
+///     // ... send them
+///     Ok(())
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// let executor = LockingTaskExecutor::new(MemoryLockProvider::new());
+/// let config = LockConfiguration::parse("invoices", "10m", "0")?;
+/// assert!(matches!(send_invoices().await, Err(LockError::NoActiveLock)));
+/// executor.execute(&config, send_invoices()).await?.executed().expect("nobody else holds it")?;
+/// # Ok(())
+/// # }
+/// ```
 pub fn assert_locked() -> Result<(), LockError> {
     innermost_handle().map(|_| ())
 }
@@ -88,6 +120,35 @@ pub fn active_fencing_token() -> Option<u64> {
 /// that finds it needs longer than planned.
 ///
 /// `Ok(false)` means the lock had already expired: another node may be running the task.
+/// Outside a locked task it fails with [`LockError::NoActiveLock`]. For a task that cannot
+/// say in advance how long it needs, [`LockingTaskExecutor::execute_with_keep_alive`]
+/// extends on a schedule instead.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use shedlock_core::{LockConfiguration, LockError, LockingTaskExecutor, extend_active_lock};
+/// # use shedlock_memory::MemoryLockProvider;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// let executor = LockingTaskExecutor::new(MemoryLockProvider::new());
+/// let config = LockConfiguration::parse("import", "1m", "0")?;
+/// let outcome = executor
+///     .execute(&config, async {
+///         let files = 5_000; // more than a minute's work, found out only now
+///         if files > 1_000 && !extend_active_lock(Duration::from_secs(600)).await? {
+///             // Expired already: another node may have started; stop rather than overlap.
+///             return Ok(0);
+///         }
+///         Ok::<_, LockError>(files)
+///     })
+///     .await?;
+/// assert_eq!(outcome.executed().transpose()?, Some(5_000));
+/// # Ok(())
+/// # }
+/// ```
 pub async fn extend_active_lock(lock_at_most_for: Duration) -> Result<bool, LockError> {
     innermost_handle()?.extend(lock_at_most_for).await
 }
@@ -98,6 +159,49 @@ pub async fn extend_active_lock(lock_at_most_for: Duration) -> Result<bool, Lock
 /// run and the error is returned. When the task panics, the lock is released and the panic
 /// continues. A task that runs the same lock name again inside itself, on this executor or a
 /// clone of it, runs it directly.
+///
+/// Each run is a `tracing` span named `shedlock` (fields `lock`, `provider`, `outcome` and,
+/// once taken, `fencing_token`), so the task's own events carry the lock name. Inside it,
+/// debug events say the lock was acquired, skipped (with `holder` and `held_until` when the
+/// backend said), extended and released; warnings say it was lost or could not be taken or
+/// released, with the error and its causes.
+///
+/// # Example
+///
+/// Two nodes on one store: while the first runs the task, the second skips it and hears who
+/// holds the lock.
+///
+/// ```
+/// use std::time::Duration;
+/// use shedlock_core::{LockConfiguration, LockError, LockingTaskExecutor, TaskOutcome};
+/// use shedlock_memory::MemoryLockStore;
+/// # use shedlock_core::SystemClock;
+/// # use std::sync::Arc;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// let store = MemoryLockStore::new();
+/// let node_a = LockingTaskExecutor::new(store.node_with("node-a", Arc::new(SystemClock)));
+/// let node_b = LockingTaskExecutor::new(store.node_with("node-b", Arc::new(SystemClock)));
+/// let config = LockConfiguration::new("report", Duration::from_secs(60), Duration::ZERO)?;
+///
+/// let on_b = node_a
+///     .execute(&config, async { node_b.execute(&config, async { "b ran" }).await })
+///     .await?
+///     .executed()
+///     .expect("node a took the free lock")?;
+/// match on_b {
+///     TaskOutcome::Executed(_) => unreachable!("node a holds the lock"),
+///     TaskOutcome::Skipped(holder) => {
+///         let holder = holder.expect("the memory store says who holds a lock");
+///         assert!(holder.locked_by.unwrap().starts_with("node-a#"));
+///     }
+/// }
+/// // Released once node a's task finished:
+/// assert_eq!(node_b.execute(&config, async { "b ran" }).await?.executed(), Some("b ran"));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct LockingTaskExecutor {
     provider: Arc<dyn LockProvider>,
@@ -138,15 +242,20 @@ impl LockingTaskExecutor {
     where
         F: Future,
     {
-        let held = active_locks();
-        if self.holds(&held, config) {
-            return Ok(TaskOutcome::Executed(task.await));
-        }
-        let Some(handle) = self.acquire(config).await? else {
-            return Ok(TaskOutcome::Skipped);
+        let span = self.run_span(config);
+        let run = async {
+            let held = active_locks();
+            if self.holds(&held, config) {
+                return Ok(TaskOutcome::Executed(task.await));
+            }
+            let handle = match self.acquire(config).await? {
+                Ok(handle) => handle,
+                Err(holder) => return Ok(TaskOutcome::Skipped(holder)),
+            };
+            let result = run_caught(held, &self.provider, config, &handle, task).await;
+            finish(&*handle, result).await
         };
-        let result = run_caught(held, &self.provider, config, &handle, task).await;
-        finish(config, &*handle, result).await
+        record_outcome(&span, run.instrument(span.clone()).await)
     }
 
     /// Like [`execute`](Self::execute), and keeps the lock alive while the task runs: every
@@ -161,6 +270,39 @@ impl LockingTaskExecutor {
     ///
     /// The task is an async closure (`async |lost| { ... }`), so it can borrow from its
     /// surroundings; a closure returning a future works too.
+    ///
+    /// # Example
+    ///
+    /// A long import that stops at the next batch once the lock is lost, instead of running on
+    /// beside another node that has taken it over:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use shedlock_core::{LockConfiguration, LockError, LockingTaskExecutor, TaskOutcome};
+    /// # use shedlock_memory::MemoryLockProvider;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LockError> {
+    /// let executor = LockingTaskExecutor::new(MemoryLockProvider::new());
+    /// // Extended every 100 ms while the import runs, so it may take longer than 300 ms.
+    /// let config = LockConfiguration::parse("import", "300ms", "0")?;
+    /// let outcome = executor
+    ///     .execute_with_keep_alive(&config, async |lost| {
+    ///         let mut imported = 0;
+    ///         for _batch in 0..5 {
+    ///             if lost.is_cancelled() {
+    ///                 break; // another node may be importing now
+    ///             }
+    ///             tokio::time::sleep(Duration::from_millis(100)).await;
+    ///             imported += 1;
+    ///         }
+    ///         imported
+    ///     })
+    ///     .await?;
+    /// assert_eq!(outcome, TaskOutcome::Executed(5), "the lock outlived its 300 ms");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn execute_with_keep_alive<F, T>(
         &self,
         config: &LockConfiguration,
@@ -169,29 +311,47 @@ impl LockingTaskExecutor {
     where
         F: AsyncFnOnce(CancellationToken) -> T,
     {
-        let held = active_locks();
-        if self.holds(&held, config) {
-            return Ok(TaskOutcome::Executed(task(CancellationToken::new()).await));
-        }
-        if !self.provider.capabilities().extend {
-            return Err(LockError::Unsupported {
-                provider: "this provider",
-                operation: crate::Operation::Extend,
-                name: config.name().to_owned(),
-            });
-        }
-        let started = Instant::now();
-        let Some(handle) = self.acquire(config).await? else {
-            return Ok(TaskOutcome::Skipped);
+        let span = self.run_span(config);
+        let run = async {
+            let held = active_locks();
+            if self.holds(&held, config) {
+                return Ok(TaskOutcome::Executed(task(CancellationToken::new()).await));
+            }
+            if !self.provider.capabilities().extend {
+                let error = LockError::Unsupported {
+                    provider: self.provider.provider_name(),
+                    operation: crate::Operation::Extend,
+                    name: config.name().to_owned(),
+                };
+                warn!(error = %ErrorChain(&error), "not run: keep-alive needs extend");
+                return Err(error);
+            }
+            let started = Instant::now();
+            let handle = match self.acquire(config).await? {
+                Ok(handle) => handle,
+                Err(holder) => return Ok(TaskOutcome::Skipped(holder)),
+            };
+            let lost = CancellationToken::new();
+            let keeper = keep_alive(config, handle.clone(), started, lost.clone());
+            let result = tokio::select! {
+                biased;
+                result = run_caught(held, &self.provider, config, &handle, task(lost)) => result,
+                never = keeper => match never {},
+            };
+            finish(&*handle, result).await
         };
-        let lost = CancellationToken::new();
-        let keeper = keep_alive(config, handle.clone(), started, lost.clone());
-        let result = tokio::select! {
-            biased;
-            result = run_caught(held, &self.provider, config, &handle, task(lost)) => result,
-            never = keeper => match never {},
-        };
-        finish(config, &*handle, result).await
+        record_outcome(&span, run.instrument(span.clone()).await)
+    }
+
+    /// The span of one run; `outcome` and `fencing_token` are recorded once known.
+    fn run_span(&self, config: &LockConfiguration) -> Span {
+        info_span!(
+            "shedlock",
+            lock = config.name(),
+            provider = self.provider.provider_name(),
+            outcome = Empty,
+            fencing_token = Empty,
+        )
     }
 
     fn holds(&self, held: &[ActiveLock], config: &LockConfiguration) -> bool {
@@ -200,28 +360,65 @@ impl LockingTaskExecutor {
         })
     }
 
+    /// The handle, or who holds the lock instead. Events name the lock through the run's span.
     async fn acquire(
         &self,
         config: &LockConfiguration,
-    ) -> Result<Option<Arc<dyn LockHandle>>, LockError> {
+    ) -> Result<Result<Arc<dyn LockHandle>, Option<LockHolder>>, LockError> {
         match self.provider.try_lock(config).await {
-            Ok(Acquisition::Acquired(handle)) => Ok(Some(Arc::from(handle))),
+            Ok(Acquisition::Acquired(handle)) => {
+                let fencing_token = handle.fencing_token();
+                if let Some(token) = fencing_token {
+                    Span::current().record("fencing_token", token);
+                }
+                debug!(fencing_token, "acquired");
+                Ok(Ok(Arc::from(handle)))
+            }
             Ok(Acquisition::NotAcquired(holder)) => {
-                let holder = holder.unwrap_or_default();
+                let described = holder.clone().unwrap_or_default();
                 debug!(
-                    lock = config.name(),
-                    holder = holder.locked_by.as_deref().unwrap_or("unknown"),
-                    held_until = ?holder.held_until,
+                    holder = described.locked_by.as_deref(),
+                    held_until = described
+                        .held_until
+                        .map(Timestamp)
+                        .map(tracing::field::display),
                     "skipped: the lock is held elsewhere"
                 );
-                Ok(None)
+                Ok(Err(holder))
             }
             Err(error) => {
-                warn!(lock = config.name(), %error, "not run: the lock outcome is unknown");
+                warn!(error = %ErrorChain(&error), "not run: {}", refusal(&error));
                 Err(error)
             }
         }
     }
+}
+
+/// Why a lock error stopped a run, in the words of the span's `outcome`. Only a backend that
+/// failed or did not answer leaves the outcome unknown; a refusal is known to have written
+/// nothing.
+fn refusal(error: &LockError) -> &'static str {
+    match error {
+        LockError::InvalidName { .. } => "invalid name",
+        LockError::Configuration(_) => "invalid configuration",
+        LockError::Unsupported { .. } => "unsupported",
+        LockError::NoActiveLock => "no active lock",
+        LockError::Backend { .. } | LockError::Timeout { .. } => "outcome unknown",
+    }
+}
+
+/// Records how the run ended on its span and passes the result on.
+fn record_outcome<T>(
+    span: &Span,
+    result: Result<TaskOutcome<T>, LockError>,
+) -> Result<TaskOutcome<T>, LockError> {
+    let outcome = match &result {
+        Ok(TaskOutcome::Executed(_)) => "executed",
+        Ok(TaskOutcome::Skipped(_)) => "skipped",
+        Err(error) => refusal(error),
+    };
+    span.record("outcome", outcome);
+    result
 }
 
 /// Runs the task with its lock pushed on the task-local stack, catching a panic so the lock can
@@ -247,19 +444,19 @@ async fn run_caught<F: Future>(
 /// Releases the lock, then hands back the task's value or continues its panic. A failed release
 /// is logged, not returned: the task has run, and its value must not be lost.
 async fn finish<T>(
-    config: &LockConfiguration,
     handle: &dyn LockHandle,
     result: Result<T, Box<dyn Any + Send>>,
 ) -> Result<TaskOutcome<T>, LockError> {
+    if result.is_err() {
+        Span::current().record("outcome", "panicked");
+    }
     match handle.unlock().await {
-        Ok(true) => {}
+        Ok(true) => debug!("released"),
         Ok(false) => warn!(
-            lock = config.name(),
-            "lock was lost before release: it expired (is lock_at_most_for shorter than the task?) and another node may have run the task"
+            "lock lost before release: it expired (is lock_at_most_for shorter than the task?) and another node may have run the task"
         ),
         Err(error) => warn!(
-            lock = config.name(),
-            %error,
+            error = %ErrorChain(&error),
             "release failed: the lock stays held until lock_at_most_for"
         ),
     }
@@ -290,25 +487,24 @@ async fn keep_alive(
         let answer_by = held_until.checked_sub(interval / 2).unwrap_or(held_until);
         let Ok(extended) = tokio::time::timeout_at(answer_by, handle.extend(at_most)).await else {
             warn!(
-                lock = config.name(),
                 "lock lost: keep-alive's extend did not answer before the lock's last known expiry"
             );
             break;
         };
         match extended {
-            Ok(true) => held_until = sent + at_most,
+            Ok(true) => {
+                held_until = sent + at_most;
+                debug!(lock_at_most_for = ?at_most, "extended");
+            }
             Ok(false) => {
-                warn!(
-                    lock = config.name(),
-                    "lock lost: keep-alive found it expired or taken"
-                );
+                warn!("lock lost: keep-alive found it expired or taken");
                 break;
             }
             Err(error) if Instant::now() + interval < held_until => {
-                warn!(lock = config.name(), %error, "keep-alive extend failed; retrying while the lock is still held");
+                warn!(error = %ErrorChain(&error), "keep-alive extend failed; retrying while the lock is still held");
             }
             Err(error) => {
-                warn!(lock = config.name(), %error, "lock lost: keep-alive could not extend it before it expired");
+                warn!(error = %ErrorChain(&error), "lock lost: keep-alive could not extend it before it expired");
                 break;
             }
         }

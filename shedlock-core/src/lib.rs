@@ -16,7 +16,7 @@
 //! let config = LockConfiguration::parse("nightly-report", "PT10M", "30s")?;
 //! match executor.execute(&config, async { 42 }).await? {
 //!     TaskOutcome::Executed(value) => assert_eq!(value, 42),
-//!     TaskOutcome::Skipped => { /* another node runs it this time */ }
+//!     TaskOutcome::Skipped(_holder) => { /* another node runs it this time */ }
 //! }
 //! # Ok(()) }
 //! ```
@@ -32,6 +32,7 @@ mod duration;
 mod error;
 mod executor;
 mod identity;
+mod log_fields;
 mod provider;
 mod storage;
 

@@ -142,6 +142,12 @@ pub trait LockProvider: Send + Sync + fmt::Debug {
 
     /// What this provider promises.
     fn capabilities(&self) -> Capabilities;
+
+    /// A short name for logs and errors (`"postgres"`), the `provider` field of the
+    /// executor's span. Defaults to the type's path; providers name their backend.
+    fn provider_name(&self) -> &'static str {
+        std::any::type_name::<Self>()
+    }
 }
 
 #[async_trait]
@@ -152,6 +158,10 @@ impl<P: LockProvider + ?Sized> LockProvider for Arc<P> {
 
     fn capabilities(&self) -> Capabilities {
         (**self).capabilities()
+    }
+
+    fn provider_name(&self) -> &'static str {
+        (**self).provider_name()
     }
 }
 

@@ -580,6 +580,10 @@ impl LockProvider for StorageBasedLockProvider {
         // `LockStorage::extend` is required, so every storage has it, declared or not.
         self.storage.capabilities().with_extend(true)
     }
+
+    fn provider_name(&self) -> &'static str {
+        self.storage.provider_name()
+    }
 }
 
 /// The handle of one storage-based acquisition.

@@ -1,49 +1,177 @@
-//! The log lines an operator relies on: a skipped run says who holds the lock and until when,
-//! a lost lock is a warning, and both carry the lock name as a field.
+//! The log an operator relies on: one span per run with the lock, the provider and the outcome,
+//! and events for acquired (with the fencing token), skipped (with the holder and until when),
+//! extended, released and lost. A capturing layer records each field, so these tests assert
+//! what a subscriber receives, not how a formatter prints it.
 
-use std::io::Write;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use shedlock_core::{LockConfiguration, LockingTaskExecutor, ManualClock, TaskOutcome};
+use shedlock_core::{
+    Acquisition, Capabilities, LockConfiguration, LockError, LockProvider, LockingTaskExecutor,
+    ManualClock, TaskOutcome, TimeSource, async_trait,
+};
 use shedlock_memory::MemoryLockStore;
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::{Layer, Registry};
 
-/// Collects everything the subscriber writes.
+type Fields = BTreeMap<String, String>;
+
+#[derive(Debug, Clone)]
+struct CapturedEvent {
+    level: Level,
+    fields: Fields,
+    /// The fields of the span the event happened in, as recorded so far.
+    span: Fields,
+}
+
+impl CapturedEvent {
+    fn message(&self) -> &str {
+        self.fields.get("message").map_or("", String::as_str)
+    }
+}
+
+/// Every span's fields (kept after it closes) and every event.
 #[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
+struct Capture {
+    spans: Arc<Mutex<HashMap<u64, (String, Fields)>>>,
+    events: Arc<Mutex<Vec<CapturedEvent>>>,
+}
 
-impl Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
+struct Collect<'a>(&'a mut Fields);
+
+impl Visit for Collect<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
     }
 
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
     }
 }
 
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _ctx: Context<'_, S>) {
+        let mut fields = Fields::new();
+        attrs.record(&mut Collect(&mut fields));
+        let name = attrs.metadata().name().to_owned();
+        self.spans
+            .lock()
+            .unwrap()
+            .insert(id.into_u64(), (name, fields));
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, _ctx: Context<'_, S>) {
+        if let Some((_, fields)) = self.spans.lock().unwrap().get_mut(&id.into_u64()) {
+            values.record(&mut Collect(fields));
+        }
+    }
+
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        let mut fields = Fields::new();
+        event.record(&mut Collect(&mut fields));
+        let span = ctx
+            .event_span(event)
+            .and_then(|span| {
+                self.spans
+                    .lock()
+                    .unwrap()
+                    .get(&span.id().into_u64())
+                    .cloned()
+            })
+            .map(|(_, fields)| fields)
+            .unwrap_or_default();
+        self.events.lock().unwrap().push(CapturedEvent {
+            level: *event.metadata().level(),
+            fields,
+            span,
+        });
     }
 }
 
-fn capture() -> (Captured, tracing::subscriber::DefaultGuard) {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    (captured, tracing::subscriber::set_default(subscriber))
+impl Capture {
+    fn install(&self) -> tracing::subscriber::DefaultGuard {
+        tracing::subscriber::set_default(Registry::default().with(self.clone()))
+    }
+
+    fn events(&self) -> Vec<CapturedEvent> {
+        self.events.lock().unwrap().clone()
+    }
+
+    fn event(&self, message_start: &str) -> CapturedEvent {
+        let events = self.events();
+        events
+            .iter()
+            .find(|event| event.message().starts_with(message_start))
+            .cloned()
+            .unwrap_or_else(|| panic!("no event {message_start:?} in {events:#?}"))
+    }
+
+    /// The `shedlock` spans, in no particular order.
+    fn runs(&self) -> Vec<Fields> {
+        self.spans
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|(name, _)| name == "shedlock")
+            .map(|(_, fields)| fields.clone())
+            .collect()
+    }
+}
+
+fn field<'a>(fields: &'a Fields, name: &str) -> &'a str {
+    fields
+        .get(name)
+        .unwrap_or_else(|| panic!("no field {name:?} in {fields:?}"))
+}
+
+const START: Duration = Duration::from_secs(1_700_000_000);
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_run_is_a_span_with_acquired_and_released_events() {
+    let capture = Capture::default();
+    let _guard = capture.install();
+    let store = MemoryLockStore::new();
+    let executor = LockingTaskExecutor::new(store.node());
+    let config =
+        LockConfiguration::new("nightly", Duration::from_secs(60), Duration::ZERO).unwrap();
+    let outcome = executor
+        .execute(&config, async { tracing::info!("inside the task") })
+        .await
+        .unwrap();
+    assert_eq!(outcome, TaskOutcome::Executed(()));
+
+    let runs = capture.runs();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(field(&runs[0], "lock"), "nightly");
+    assert_eq!(field(&runs[0], "provider"), "memory");
+    assert_eq!(field(&runs[0], "outcome"), "executed");
+
+    let acquired = capture.event("acquired");
+    assert_eq!(acquired.level, Level::DEBUG);
+    assert_eq!(field(&acquired.span, "lock"), "nightly");
+    let released = capture.event("released");
+    assert_eq!(released.level, Level::DEBUG);
+    // The task's own events carry the lock too.
+    let inside = capture.event("inside the task");
+    assert_eq!(field(&inside.span, "lock"), "nightly");
+    let messages: Vec<_> = capture
+        .events()
+        .iter()
+        .map(|e| e.message().to_owned())
+        .collect();
+    assert_eq!(messages, ["acquired", "inside the task", "released"]);
 }
 
 #[tokio::test(flavor = "current_thread")]
-async fn a_skipped_run_names_the_lock_the_holder_and_the_expiry() {
-    let (captured, _guard) = capture();
-    let clock = ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+async fn a_skipped_run_names_the_holder_and_the_expiry() {
+    let capture = Capture::default();
+    let _guard = capture.install();
+    let clock = ManualClock::new(SystemTime::UNIX_EPOCH + START);
     let store = MemoryLockStore::with_clock(Arc::new(clock.clone()));
     let a = LockingTaskExecutor::new(store.node_with("node-a", Arc::new(clock.clone())));
     let b = LockingTaskExecutor::new(store.node_with("node-b", Arc::new(clock)));
@@ -55,28 +183,109 @@ async fn a_skipped_run_names_the_lock_the_holder_and_the_expiry() {
         .unwrap();
     assert!(matches!(
         outcome,
-        TaskOutcome::Executed(Ok(TaskOutcome::Skipped))
+        TaskOutcome::Executed(Ok(TaskOutcome::Skipped(Some(_))))
     ));
-    let log = captured.text();
-    let line = log
-        .lines()
-        .find(|line| line.contains("skipped"))
-        .unwrap_or_else(|| panic!("no skip event in:\n{log}"));
-    assert!(line.contains("DEBUG"), "{line}");
-    assert!(line.contains("lock=\"nightly\""), "{line}");
-    assert!(line.contains("holder=\"node-a#"), "{line}");
-    assert!(line.contains("held_until=Some("), "{line}");
+    let skipped = capture.event("skipped");
+    assert_eq!(skipped.level, Level::DEBUG);
+    assert!(
+        field(&skipped.fields, "holder").starts_with("node-a#"),
+        "{skipped:?}"
+    );
+    // 1_700_000_000 s + 60 s after the epoch.
+    assert_eq!(
+        field(&skipped.fields, "held_until"),
+        "2023-11-14T22:14:20.000Z"
+    );
+    assert_eq!(field(&skipped.span, "lock"), "nightly");
+    let mut outcomes: Vec<_> = capture
+        .runs()
+        .iter()
+        .map(|run| field(run, "outcome").to_owned())
+        .collect();
+    outcomes.sort();
+    assert_eq!(outcomes, ["executed", "skipped"]);
+}
+
+/// A provider with fencing whose every lock is numbered 42, and which refuses one name.
+#[derive(Debug)]
+struct Fenced {
+    inner: shedlock_memory::MemoryLockProvider,
+}
+
+#[async_trait]
+impl LockProvider for Fenced {
+    async fn try_lock(&self, config: &LockConfiguration) -> Result<Acquisition, LockError> {
+        if config.name() == "bad/name" {
+            return Err(LockError::invalid_name("fenced", config.name(), "no '/'"));
+        }
+        self.inner.try_lock(config).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn provider_name(&self) -> &'static str {
+        "fenced"
+    }
 }
 
 #[tokio::test(flavor = "current_thread")]
-async fn a_lost_lock_is_a_warning_with_the_lock_name() {
-    let (captured, _guard) = capture();
-    let store = MemoryLockStore::new();
-    let a = LockingTaskExecutor::new(store.node());
+async fn a_refused_name_is_an_invalid_name_not_an_unknown_outcome() {
+    let capture = Capture::default();
+    let _guard = capture.install();
+    let executor = LockingTaskExecutor::new(Fenced {
+        inner: MemoryLockStore::new().node(),
+    });
     let config =
-        LockConfiguration::new("hourly", Duration::from_millis(150), Duration::ZERO).unwrap();
-    let outcome = a
+        LockConfiguration::new("bad/name", Duration::from_secs(60), Duration::ZERO).unwrap();
+    let error = executor.execute(&config, async {}).await.unwrap_err();
+    assert!(matches!(error, LockError::InvalidName { .. }), "{error}");
+    let refused = capture.event("not run");
+    assert_eq!(refused.level, Level::WARN);
+    assert_eq!(refused.message(), "not run: invalid name");
+    assert_eq!(
+        field(&refused.fields, "error"),
+        "lock name \"bad/name\" is not accepted by the fenced provider: no '/'"
+    );
+    let runs = capture.runs();
+    assert_eq!(field(&runs[0], "outcome"), "invalid name");
+    assert_eq!(field(&runs[0], "provider"), "fenced");
+    assert!(
+        capture
+            .events()
+            .iter()
+            .all(|e| !e.message().contains("unknown")),
+        "{:#?}",
+        capture.events()
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_panicking_run_is_recorded_as_panicked_and_still_released() {
+    let capture = Capture::default();
+    let _guard = capture.install();
+    let executor = LockingTaskExecutor::new(MemoryLockStore::new().node());
+    let config = LockConfiguration::new("flaky", Duration::from_secs(60), Duration::ZERO).unwrap();
+    let run = executor.execute(&config, async { panic!("boom") });
+    let panicked = futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(run)).await;
+    assert!(panicked.is_err());
+    assert_eq!(field(&capture.runs()[0], "outcome"), "panicked");
+    capture.event("released");
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn keep_alive_reports_extends_then_the_loss() {
+    let capture = Capture::default();
+    let _guard = capture.install();
+    let store = MemoryLockStore::new();
+    let executor = LockingTaskExecutor::new(store.node());
+    let config =
+        LockConfiguration::new("hourly", Duration::from_millis(300), Duration::ZERO).unwrap();
+    let outcome = executor
         .execute_with_keep_alive(&config, async |lost| {
+            // Two extends (at 100 ms and 200 ms), then someone takes the lock over.
+            tokio::time::sleep(Duration::from_millis(250)).await;
             let now = SystemTime::now();
             store.put_record("hourly", now + Duration::from_secs(60), now, "intruder");
             tokio::time::timeout(Duration::from_secs(5), lost.cancelled())
@@ -85,22 +294,152 @@ async fn a_lost_lock_is_a_warning_with_the_lock_name() {
         })
         .await
         .unwrap();
-    assert_eq!(outcome, TaskOutcome::Executed(true));
-    let log = captured.text();
-    let lost = log
-        .lines()
-        .find(|line| line.contains("lock lost"))
-        .unwrap_or_else(|| panic!("no lost-lock event in:\n{log}"));
-    assert!(
-        lost.contains("WARN") && lost.contains("lock=\"hourly\""),
-        "{lost}"
+    assert_eq!(
+        outcome,
+        TaskOutcome::Executed(true),
+        "the task heard of the loss"
     );
-    let release = log
-        .lines()
-        .find(|line| line.contains("lost before release"))
-        .unwrap_or_else(|| panic!("no release warning in:\n{log}"));
-    assert!(
-        release.contains("WARN") && release.contains("lock=\"hourly\""),
-        "{release}"
+    let messages: Vec<_> = capture
+        .events()
+        .iter()
+        .map(|e| e.message().to_owned())
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            "acquired",
+            "extended",
+            "extended",
+            "lock lost: keep-alive found it expired or taken",
+            "lock lost before release: it expired (is lock_at_most_for shorter than the task?) and another node may have run the task",
+        ]
     );
+    let lost = capture.event("lock lost: keep-alive");
+    assert_eq!(lost.level, Level::WARN);
+    assert_eq!(field(&lost.span, "lock"), "hourly");
+    assert_eq!(
+        field(&capture.event("extended").fields, "lock_at_most_for"),
+        "300ms"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_fencing_token_is_a_field_of_the_event_and_the_span() {
+    let capture = Capture::default();
+    let _guard = capture.install();
+    let executor = LockingTaskExecutor::new(FencingCounter::default());
+    let config = LockConfiguration::new("ledger", Duration::from_secs(60), Duration::ZERO).unwrap();
+    executor
+        .execute(&config, async {})
+        .await
+        .unwrap()
+        .executed()
+        .unwrap();
+    assert_eq!(
+        field(&capture.event("acquired").fields, "fencing_token"),
+        "1"
+    );
+    assert_eq!(field(&capture.runs()[0], "fencing_token"), "1");
+    assert_eq!(field(&capture.runs()[0], "provider"), "counter");
+}
+
+/// Grants every lock, numbering the acquisitions: the smallest provider with fencing.
+#[derive(Debug, Default)]
+struct FencingCounter {
+    issued: std::sync::atomic::AtomicU64,
+}
+
+#[derive(Debug)]
+struct Numbered(String, u64);
+
+#[async_trait]
+impl shedlock_core::LockHandle for Numbered {
+    fn name(&self) -> &str {
+        &self.0
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        Some(self.1)
+    }
+
+    fn time_source(&self) -> TimeSource {
+        TimeSource::Server
+    }
+
+    async fn unlock(&self) -> Result<bool, LockError> {
+        Ok(true)
+    }
+
+    async fn extend(&self, _lock_at_most_for: Duration) -> Result<bool, LockError> {
+        Ok(true)
+    }
+}
+
+#[async_trait]
+impl LockProvider for FencingCounter {
+    async fn try_lock(&self, config: &LockConfiguration) -> Result<Acquisition, LockError> {
+        let token = self
+            .issued
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        Ok(Acquisition::Acquired(Box::new(Numbered(
+            config.name().to_owned(),
+            token,
+        ))))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(TimeSource::Server)
+            .with_fencing(true)
+            .with_extend(true)
+    }
+
+    fn provider_name(&self) -> &'static str {
+        "counter"
+    }
+}
+
+/// Forwards to the memory provider without naming itself.
+#[derive(Debug)]
+struct Unnamed(shedlock_memory::MemoryLockProvider);
+
+#[async_trait]
+impl LockProvider for Unnamed {
+    async fn try_lock(&self, config: &LockConfiguration) -> Result<Acquisition, LockError> {
+        self.0.try_lock(config).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_provider_field_names_a_shared_provider_and_defaults_to_the_type() {
+    let capture = Capture::default();
+    let _guard = capture.install();
+    let config = LockConfiguration::new("job", Duration::from_secs(60), Duration::ZERO).unwrap();
+    let shared = Arc::new(MemoryLockStore::new().node());
+    assert_eq!(shared.provider_name(), "memory");
+    let executor = LockingTaskExecutor::new(shared);
+    executor
+        .execute(&config, async {})
+        .await
+        .unwrap()
+        .executed()
+        .unwrap();
+    let unnamed = LockingTaskExecutor::new(Unnamed(MemoryLockStore::new().node()));
+    unnamed
+        .execute(&config, async {})
+        .await
+        .unwrap()
+        .executed()
+        .unwrap();
+    let mut providers: Vec<_> = capture
+        .runs()
+        .iter()
+        .map(|run| field(run, "provider").to_owned())
+        .collect();
+    providers.sort();
+    assert_eq!(providers, ["memory", "tracing_events::Unnamed"]);
 }

@@ -41,7 +41,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     Box::pin(async move {
                         match executor.execute(&config, run_report(replica)).await {
                             Ok(TaskOutcome::Executed(())) => {}
-                            Ok(TaskOutcome::Skipped) => {
+                            Ok(TaskOutcome::Skipped(_)) => {
                                 println!("{replica}: skipped, held elsewhere")
                             }
                             // Fail closed: the lock's state is unknown, so the job did not run.

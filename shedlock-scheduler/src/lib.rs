@@ -83,7 +83,6 @@
 //! locks.
 
 mod error;
-mod holder;
 mod job;
 mod schedule;
 mod scheduler;

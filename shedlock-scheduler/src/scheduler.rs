@@ -9,15 +9,14 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use shedlock_core::{
-    CancellationToken, Clock, LockConfiguration, LockHolder, LockProvider, LockingTaskExecutor,
-    SystemClock, TaskOutcome,
+    CancellationToken, Clock, LockConfiguration, LockError, LockHolder, LockProvider,
+    LockingTaskExecutor, SystemClock, TaskOutcome,
 };
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use crate::error::SchedulerError;
-use crate::holder::{HolderNoting, noting_holder};
 use crate::job::{Job, JobFn, LockName, RunContext};
 use crate::schedule::{Cursor, Tick};
 
@@ -168,7 +167,7 @@ impl SchedulerBuilder {
 
     /// The scheduler, with no jobs yet.
     pub fn build(self) -> Scheduler {
-        let provider: Arc<dyn LockProvider> = Arc::new(HolderNoting::new(self.provider));
+        let provider = self.provider;
         Scheduler {
             shared: Arc::new(Shared {
                 executor: LockingTaskExecutor::from_arc(provider),
@@ -503,18 +502,22 @@ async fn run_once(shared: &Shared, job: &ScheduledJob, tick: Tick) -> RunReport 
                 .await
         }
     };
-    let caught = AssertUnwindSafe(noting_holder(attempt))
-        .catch_unwind()
-        .await;
+    let caught = AssertUnwindSafe(attempt).catch_unwind().await;
     report.outcome = match caught {
         Err(panic) => RunOutcome::Panicked {
             message: panic_message(&*panic),
         },
-        Ok((Err(error), _)) => RunOutcome::LockFailed {
-            error: error.to_string(),
+        // Refused before anything was written: nobody else holds the lock because of it.
+        Ok(Err(error @ (LockError::InvalidName { .. } | LockError::Configuration(_)))) => {
+            RunOutcome::InvalidLock {
+                error: error.to_string(),
+            }
+        }
+        Ok(Err(error)) => RunOutcome::LockFailed {
+            error: with_causes(&error),
         },
-        Ok((Ok(TaskOutcome::Skipped), holder)) => RunOutcome::Skipped { holder },
-        Ok((Ok(TaskOutcome::Executed((result, lost))), _)) => {
+        Ok(Ok(TaskOutcome::Skipped(holder))) => RunOutcome::Skipped { holder },
+        Ok(Ok(TaskOutcome::Executed((result, lost)))) => {
             report.lock_lost = lost;
             match result {
                 None => RunOutcome::Stopped,
@@ -524,6 +527,19 @@ async fn run_once(shared: &Shared, job: &ScheduledJob, tick: Tick) -> RunReport 
         }
     };
     report
+}
+
+/// The error and each of its causes, `": "`-separated: a report is read on its own, and a
+/// [`LockError`] leaves its causes to `source()`.
+fn with_causes(error: &LockError) -> String {
+    let mut text = error.to_string();
+    let mut cause = std::error::Error::source(error);
+    while let Some(error) = cause {
+        text.push_str(": ");
+        text.push_str(&error.to_string());
+        cause = error.source();
+    }
+    text
 }
 
 impl Shared {
@@ -580,10 +596,11 @@ fn log(report: &RunReport) {
             job,
             lock,
             tick,
+            // Left out, not "unknown", when the backend did not say: the executor's own skip
+            // event, in the same run, carries the holder and until when in any case.
             holder = holder
                 .as_ref()
-                .and_then(|holder| holder.locked_by.as_deref())
-                .unwrap_or("unknown"),
+                .and_then(|holder| holder.locked_by.as_deref()),
             "job skipped: its lock is held elsewhere"
         ),
         RunOutcome::LockFailed { error } => warn!(

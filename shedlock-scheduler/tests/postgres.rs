@@ -33,7 +33,7 @@ fn unique(prefix: &str) -> String {
 async fn provider(table: &str, holder: &str) -> PostgresLockProvider {
     PostgresLockProvider::builder_from_url(url())
         .table_name(table)
-        .create_table_if_missing(false)
+        .create_table_if_missing()
         .holder(holder)
         .build()
         .await

@@ -109,6 +109,10 @@ impl LockProvider for AnyLockProvider {
     fn capabilities(&self) -> Capabilities {
         with_provider!(self, provider => provider.capabilities())
     }
+
+    fn provider_name(&self) -> &'static str {
+        with_provider!(self, provider => provider.provider_name())
+    }
 }
 
 macro_rules! from_provider {

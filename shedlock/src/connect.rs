@@ -25,16 +25,12 @@ const SCHEMES: &[(&str, &str)] = &[
     ("valkeys", "redis"),
     ("valkey+unix", "redis"),
     ("etcd", "etcd"),
+    ("etcds", "etcd"),
     ("mongodb", "mongo"),
     ("mongodb+srv", "mongo"),
     ("zk", "zookeeper"),
     ("zookeeper", "zookeeper"),
 ];
-
-/// Schemes that name a backend in a way no provider supports yet: what they mean, and what to
-/// use instead.
-const NOT_YET_SUPPORTED: &[(&str, &str, &str)] =
-    &[("etcds", "etcd over TLS", "etcd:// (plain HTTP)")];
 
 /// The supported schemes, for error messages.
 struct SupportedSchemes;
@@ -84,16 +80,6 @@ pub enum ConnectError {
         scheme: String,
         /// The feature that builds the backend's provider in.
         feature: &'static str,
-    },
-    /// The scheme names a way of reaching a backend (such as TLS) that is not supported yet.
-    #[error("the scheme {scheme:?} ({meaning}) is not supported yet; use {instead}")]
-    NotSupportedYet {
-        /// The scheme as given.
-        scheme: String,
-        /// What the scheme means.
-        meaning: &'static str,
-        /// The supported scheme that comes closest.
-        instead: &'static str,
     },
     /// The scheme is known but the rest of the URL breaks a rule of this crate (the provider's
     /// own rules are reported as [`ConnectError::Provider`]).
@@ -159,7 +145,7 @@ impl AnyLockProvider {
 /// # let _ = provider; Ok(()) }
 /// # #[cfg(not(feature = "memory"))] fn main() {}
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct AnyLockProviderBuilder {
     // Read only by the providers that talk to a server.
     #[cfg_attr(
@@ -175,6 +161,16 @@ pub struct AnyLockProviderBuilder {
         allow(dead_code)
     )]
     operation_timeout: Option<Duration>,
+    tls_root_certificate: Option<Vec<u8>>,
+}
+
+impl fmt::Debug for AnyLockProviderBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AnyLockProviderBuilder")
+            .field("operation_timeout", &self.operation_timeout)
+            .field("tls_root_certificate", &self.tls_root_certificate.is_some())
+            .finish()
+    }
 }
 
 impl AnyLockProviderBuilder {
@@ -186,25 +182,52 @@ impl AnyLockProviderBuilder {
         self
     }
 
+    /// Trusts only this CA (PEM) for a `rediss://` or `etcds://` server, instead of the roots
+    /// the TLS feature brings: for a server whose certificate a private CA signed. The SQL
+    /// databases and MongoDB take their CA in the URL instead (`sslrootcert=/path/ca.pem`,
+    /// `ssl-ca=/path/ca.pem`, `tlsCAFile=/path/ca.pem`), so with their URLs, and with any URL
+    /// that does not ask for TLS, it is an error rather than silently ignored.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use shedlock::AnyLockProvider;
+    ///
+    /// let provider = AnyLockProvider::builder()
+    ///     .tls_root_certificate(std::fs::read("/etc/ssl/private-ca.pem")?)
+    ///     .connect("rediss://redis.internal:6380")
+    ///     .await?;
+    /// # let _ = provider; Ok(()) }
+    /// ```
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_certificate = Some(pem.into());
+        self
+    }
+
     /// Connects to the backend `url` names; see [`connect`](crate::connect).
     pub async fn connect(self, url: &str) -> Result<AnyLockProvider, ConnectError> {
         let scheme = scheme_of(url)?;
         let lower = scheme.to_ascii_lowercase();
-        if let Some((_, meaning, instead)) = NOT_YET_SUPPORTED
-            .iter()
-            .find(|(not_yet, _, _)| *not_yet == lower)
-        {
-            return Err(ConnectError::NotSupportedYet {
-                scheme: scheme.to_owned(),
-                meaning,
-                instead,
-            });
-        }
         let Some(&(_, feature)) = SCHEMES.iter().find(|(known, _)| *known == lower) else {
             return Err(ConnectError::UnknownScheme {
                 scheme: scheme.to_owned(),
             });
         };
+        if self.tls_root_certificate.is_some() && !matches!(feature, "redis" | "etcd") {
+            return Err(ConnectError::InvalidUrl {
+                scheme: scheme.to_owned(),
+                rule: format!(
+                    "a TLS root certificate set on the builder serves rediss:// and etcds:// only; \
+                     give this backend its CA in the URL ({})",
+                    match feature {
+                        "postgres" => "sslrootcert=/path/ca.pem",
+                        "mysql" => "ssl-ca=/path/ca.pem",
+                        "mongo" => "tlsCAFile=/path/ca.pem",
+                        _ => "this backend is not reached over TLS",
+                    }
+                ),
+            });
+        }
         self.connect_to(feature, scheme, url).await
     }
 
@@ -271,8 +294,15 @@ impl AnyLockProviderBuilder {
             #[cfg(feature = "redis")]
             "redis" => {
                 let builder = shedlock_redis::RedisLockProvider::builder();
-                match self.operation_timeout {
+                let builder = match self.operation_timeout {
                     Some(timeout) => builder.operation_timeout(timeout),
+                    None => builder,
+                };
+                match self.tls_root_certificate {
+                    #[cfg(any(feature = "rustls", feature = "rustls-native-roots"))]
+                    Some(pem) => builder.tls_root_certificate(pem),
+                    #[cfg(not(any(feature = "rustls", feature = "rustls-native-roots")))]
+                    Some(_) => return Err(tls_feature_disabled(scheme)),
                     None => builder,
                 }
                 .connect(url)
@@ -283,8 +313,15 @@ impl AnyLockProviderBuilder {
             #[cfg(feature = "etcd")]
             "etcd" => {
                 let builder = shedlock_etcd::EtcdLockProvider::builder();
-                match self.operation_timeout {
+                let builder = match self.operation_timeout {
                     Some(timeout) => builder.operation_timeout(timeout),
+                    None => builder,
+                };
+                match self.tls_root_certificate {
+                    #[cfg(any(feature = "rustls", feature = "rustls-native-roots"))]
+                    Some(pem) => builder.tls_ca_certificate(pem),
+                    #[cfg(not(any(feature = "rustls", feature = "rustls-native-roots")))]
+                    Some(_) => return Err(tls_feature_disabled(scheme)),
                     None => builder,
                 }
                 .connect(&etcd_endpoints(scheme, url))
@@ -372,8 +409,31 @@ fn named_memory_store(
 }
 
 /// `etcd://[user:password@]host:2379[,host:2379...]` as `shedlock-etcd` reads it: the same
-/// endpoints over plain HTTP.
+/// endpoints, each over plain HTTP, or over TLS (`https://`) for `etcds://`.
 #[cfg(feature = "etcd")]
 fn etcd_endpoints(scheme: &str, url: &str) -> String {
-    format!("http://{}", &url[scheme.len() + "://".len()..])
+    let prefix = if scheme.eq_ignore_ascii_case("etcds") {
+        "https://"
+    } else {
+        "http://"
+    };
+    url[scheme.len() + "://".len()..]
+        .split(',')
+        .map(|endpoint| format!("{prefix}{}", endpoint.trim()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A root certificate was given to a build without TLS.
+#[cfg(all(
+    any(feature = "redis", feature = "etcd"),
+    not(any(feature = "rustls", feature = "rustls-native-roots"))
+))]
+fn tls_feature_disabled(scheme: &str) -> ConnectError {
+    ConnectError::InvalidUrl {
+        scheme: scheme.to_owned(),
+        rule: "a TLS root certificate was set, but this build leaves TLS out: enable the \
+               \"rustls\" feature of shedlock"
+            .to_owned(),
+    }
 }

@@ -19,7 +19,7 @@
 //! let config = LockConfiguration::parse("send-newsletter", "PT10M", "30s")?;
 //! match executor.execute(&config, async { /* the job */ }).await? {
 //!     TaskOutcome::Executed(()) => println!("this node ran the job"),
-//!     TaskOutcome::Skipped => println!("another node holds the lock; skipped"),
+//!     TaskOutcome::Skipped(holder) => println!("skipped: the lock is held ({holder:?})"),
 //! }
 //! # Ok(()) }
 //! # #[cfg(not(feature = "memory"))] fn main() {}
@@ -38,7 +38,7 @@
 //! | `postgres://`, `postgresql://` | `shedlock::postgres` | `postgres` |
 //! | `mysql://`, `mariadb://` | `shedlock::mysql` | `mysql` |
 //! | `redis://`, `rediss://`, `redis+unix://`, `valkey://`, `valkeys://`, `valkey+unix://` | `shedlock::redis` | `redis` |
-//! | `etcd://host:2379[,host:2379...]` (plain HTTP) | `shedlock::etcd` | `etcd` (needs `protoc` to build) |
+//! | `etcd://host:2379[,host:2379...]` (plain HTTP), `etcds://` (TLS) | `shedlock::etcd` | `etcd` (needs `protoc` to build) |
 //! | `mongodb://`, `mongodb+srv://` | `shedlock::mongo` | `mongo` |
 //! | `zk://host:2181[,host:2181...][/chroot]`, `zookeeper://` | `shedlock::zookeeper` | `zookeeper` |
 //!
@@ -49,9 +49,16 @@
 //!
 //! The rest of each URL is read by that provider, exactly as its own `connect` reads it
 //! (credentials, database, options; Redis Cluster and Sentinel connections are built with the
-//! `redis` crate and handed to `shedlock::redis::RedisLockProviderBuilder::build`). Not
-//! supported yet: `etcds://` (etcd over TLS). Connection URLs may hold passwords: no error, log
-//! line or `Debug` output of this crate or of a provider shows one.
+//! `redis` crate and handed to `shedlock::redis::RedisLockProviderBuilder::build`). Connection
+//! URLs may hold passwords: no error, log line or `Debug` output of this crate or of a provider
+//! shows one.
+//!
+//! TLS is on by default (feature `rustls`; `rustls-native-roots` trusts the system's store
+//! instead of Mozilla's roots) and chosen by the URL: PostgreSQL `?sslmode=require` (or
+//! `verify-ca`, `verify-full` with `sslrootcert=/path/ca.pem`), MySQL `?ssl-mode=REQUIRED` (or
+//! `VERIFY_CA`, `VERIFY_IDENTITY` with `ssl-ca=`), `rediss://`, `etcds://`, MongoDB
+//! `?tls=true` (`tlsCAFile=`). A private CA for Redis or etcd goes to
+//! [`AnyLockProviderBuilder::tls_root_certificate`]. ZooKeeper is reached without TLS.
 //!
 //! Every provider connects with its defaults (ShedLock's table, keys and collection, server
 //! time). [`AnyLockProvider::builder`] sets what every provider shares (the operation timeout);
@@ -77,6 +84,11 @@ pub use shedlock_core::*;
 /// lock. Hand [`Scheduler::new`](scheduler::Scheduler::new) the provider [`connect`] returns.
 #[cfg(feature = "scheduler")]
 pub use shedlock_scheduler as scheduler;
+
+/// Runs each call of an async fn under a lock (ShedLock's method mode), with the executor as a
+/// parameter: `#[scheduler_lock(name = "report-{region}", lock_at_most_for = "10m")]`.
+#[cfg(feature = "macros")]
+pub use shedlock_macros::scheduler_lock;
 
 /// The in-process provider (`shedlock-memory`).
 #[cfg(feature = "memory")]

@@ -124,27 +124,13 @@ async fn an_unknown_scheme_is_named_with_the_supported_ones() {
         "redis",
         "rediss",
         "etcd",
+        "etcds",
         "mongodb",
         "mongodb+srv",
         "zk",
     ] {
         assert!(message.contains(scheme), "{scheme} missing from: {message}");
     }
-}
-
-#[tokio::test]
-async fn etcd_over_tls_is_refused_as_not_supported_yet() {
-    let error = shedlock::connect(&format!("etcds://root:{SECRET}@127.0.0.1:2379"))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&error, ConnectError::NotSupportedYet { scheme, .. } if scheme == "etcds"),
-        "{error:?}"
-    );
-    let message = error.to_string();
-    assert!(message.contains("not supported yet"), "{message}");
-    assert!(message.contains("etcd://"), "{message}");
-    assert_no_secret("the etcds error", &message);
 }
 
 /// One test per provider feature that is off in this build: its schemes name the feature.
@@ -199,7 +185,7 @@ disabled_feature_test!(
         "valkey+unix"
     ]
 );
-disabled_feature_test!("etcd", etcd_urls_name_the_etcd_feature, ["etcd"]);
+disabled_feature_test!("etcd", etcd_urls_name_the_etcd_feature, ["etcd", "etcds"]);
 disabled_feature_test!(
     "mongo",
     mongo_urls_name_the_mongo_feature,
@@ -324,7 +310,7 @@ mod sqlite {
                 "sqlite://{}?mode=rwc",
                 file.display()
             ))
-            .create_table_if_missing(false)
+            .create_table_if_missing()
             .build()
             .await
             .unwrap();
@@ -355,7 +341,7 @@ mod postgres {
     async fn postgres_and_postgresql_urls_reach_the_same_database() {
         bounded(async {
             let own = PostgresLockProvider::builder_from_url(url())
-                .create_table_if_missing(false)
+                .create_table_if_missing()
                 .build()
                 .await
                 .unwrap();
@@ -403,7 +389,7 @@ mod mysql {
     async fn mysql_and_mariadb_urls_reach_the_same_database() {
         bounded(async {
             let own = MySqlLockProvider::builder_from_url(url())
-                .create_table_if_missing(false)
+                .create_table_if_missing()
                 .build()
                 .await
                 .unwrap();
@@ -470,11 +456,18 @@ mod redis {
                 Err(error) => format!("{error} {error:?}"),
             };
             assert_no_secret("the provider or its error", &shown);
-            let error = shedlock::connect(&format!("rediss://:{SECRET}@127.0.0.1:6379"))
+            // The plain server does not answer a TLS greeting: the attempt is bounded, and
+            // its error shows the URL redacted.
+            let error = AnyLockProvider::builder()
+                .operation_timeout(Duration::from_millis(500))
+                .connect(&format!("rediss://:{SECRET}@127.0.0.1:6379"))
                 .await
                 .unwrap_err();
-            let message = error.to_string();
-            assert!(message.contains("TLS"), "{message}");
+            let message = format!("{error} {error:?}");
+            assert!(
+                message.contains("rediss://:***@127.0.0.1:6379"),
+                "{message}"
+            );
             assert_no_secret("the rediss error", &message);
         })
         .await;
@@ -518,6 +511,34 @@ mod etcd {
                 .unwrap();
             assert!(matches!(any, AnyLockProvider::Etcd(_)), "{any:?}");
             assert_same_backend(&any, &own).await;
+        })
+        .await;
+    }
+
+    /// `etcds://` reaches every endpoint over TLS: the test cluster speaks plain HTTP only, so
+    /// each attempt fails, and never falls back to plain HTTP.
+    #[tokio::test]
+    async fn etcds_urls_reach_every_endpoint_over_tls() {
+        bounded(async {
+            let endpoint = url().trim_start_matches("http://").to_owned();
+            for etcds in [
+                format!("etcds://root:{SECRET}@{endpoint}"),
+                format!("etcds://{endpoint},{endpoint}"),
+            ] {
+                let error = AnyLockProvider::builder()
+                    .operation_timeout(Duration::from_secs(2))
+                    .connect(&etcds)
+                    .await
+                    .unwrap_err();
+                let message = format!("{error} {error:?}");
+                assert!(matches!(error, ConnectError::Provider(_)), "{message}");
+                assert!(message.contains("https://"), "{message}");
+                assert!(
+                    !message.contains("http://"),
+                    "fell back to plain HTTP: {message}"
+                );
+                assert_no_secret("the etcds error", &message);
+            }
         })
         .await;
     }

@@ -89,7 +89,7 @@ pub async fn check_backend_unreachable<H: ConformanceHarness>(
     let outcome = match &executed {
         Err(_) => "no answer".to_owned(),
         Ok(Ok(TaskOutcome::Executed(()))) => "executed".to_owned(),
-        Ok(Ok(TaskOutcome::Skipped)) => "skipped".to_owned(),
+        Ok(Ok(TaskOutcome::Skipped(_))) => "skipped".to_owned(),
         Ok(Err(error)) => format!("error: {error}"),
     };
     trace.record(

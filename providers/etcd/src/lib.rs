@@ -69,6 +69,14 @@
 //! granted for that attempt, in the background, which removes the key if the put did land. The
 //! lease belongs to that attempt alone, so this can never free anyone else's lock.
 //!
+//! # TLS
+//!
+//! `https://` endpoints connect over TLS, with the `tls-rustls` feature (on by default): rustls
+//! on ring, trusting Mozilla's roots, compiled in (`tls-rustls-native-roots`: the system's store
+//! instead). A cluster whose certificates a private CA signed, as etcd's own TLS guides set up,
+//! needs that CA: [`EtcdLockProviderBuilder::tls_ca_certificate`]. All endpoints use TLS or none
+//! do. A build without TLS refuses `https://` with an error naming the feature.
+//!
 //! # Credentials
 //!
 //! A user and password may come in the URL (`http://user:password@host:2379`, percent-encoded)
@@ -135,6 +143,8 @@ pub struct EtcdLockProviderBuilder {
     holder: String,
     operation_timeout: Duration,
     credentials: Option<Credentials>,
+    #[cfg(feature = "tls")]
+    tls_ca_certificate: Option<Vec<u8>>,
 }
 
 impl Default for EtcdLockProviderBuilder {
@@ -145,6 +155,8 @@ impl Default for EtcdLockProviderBuilder {
             holder: shedlock_core::default_holder(),
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
             credentials: None,
+            #[cfg(feature = "tls")]
+            tls_ca_certificate: None,
         }
     }
 }
@@ -189,8 +201,30 @@ impl EtcdLockProviderBuilder {
         self
     }
 
-    /// Connects to `url` (`http://[user:password@]host:2379`, or `host:2379`; several
-    /// endpoints separated by commas; any other scheme is refused before anything connects)
+    /// Trusts only this CA (PEM) for `https://` endpoints, instead of the roots the crate's TLS
+    /// feature brings: for a cluster whose certificates a private CA signed, as etcd's own
+    /// TLS setup guides do. [`connect`](Self::connect) refuses it with `http://` endpoints, which
+    /// would not use it.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use shedlock_etcd::EtcdLockProvider;
+    ///
+    /// let provider = EtcdLockProvider::builder()
+    ///     .tls_ca_certificate(std::fs::read("/etc/etcd/ca.pem")?)
+    ///     .connect("https://etcd-0.internal:2379,https://etcd-1.internal:2379")
+    ///     .await?;
+    /// # let _ = provider; Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_ca_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_ca_certificate = Some(pem.into());
+        self
+    }
+
+    /// Connects to `url` (`http://[user:password@]host:2379`, `https://...` for TLS, or
+    /// `host:2379` for plain HTTP; several endpoints separated by commas, all over TLS or none;
+    /// any other scheme is refused before anything connects)
     /// and checks, within the operation timeout, that etcd answers a read of the lock keys;
     /// then measures the shortest lease etcd grants, the provider's declared time
     /// precision. Fails with a [`LockError::Backend`] naming the redacted URL otherwise.
@@ -242,6 +276,9 @@ impl EtcdLockProviderBuilder {
         let mut options = ConnectOptions::new()
             .with_connect_timeout(self.operation_timeout)
             .with_timeout(self.operation_timeout);
+        if self.uses_tls(&endpoints, &endpoint)? {
+            options = self.with_tls(options);
+        }
         if let Some(credentials) = credentials {
             options = options.with_user(credentials.user, credentials.password);
         }
@@ -268,6 +305,69 @@ impl EtcdLockProviderBuilder {
                 )
             })?;
         Ok(self.finish(client, endpoint))
+    }
+
+    /// Whether `endpoints` (checked by [`check_endpoint_scheme`]) are reached over TLS: all
+    /// `https://`, or none. Refuses a mix, TLS without this crate's TLS feature, and a CA
+    /// certificate without TLS, where it would be silently ignored.
+    fn uses_tls(&self, endpoints: &[String], redacted: &str) -> Result<bool, LockError> {
+        let is_https = |endpoint: &String| {
+            endpoint
+                .get(..HTTPS.len())
+                .is_some_and(|scheme| scheme.eq_ignore_ascii_case(HTTPS))
+        };
+        let tls = endpoints.iter().any(is_https);
+        let rule = if tls && !endpoints.iter().all(is_https) {
+            "some endpoints are https:// and some are not: a client reaches all of them over TLS, \
+             or none"
+                .to_owned()
+        } else if tls && !cfg!(feature = "tls") {
+            "https:// endpoints need TLS, which this build leaves out: enable the \"tls-rustls\" \
+             feature of shedlock-etcd (on by default), or the \"rustls\" feature of shedlock"
+                .to_owned()
+        } else if !tls && self.has_tls_ca_certificate() {
+            format!(
+                "a TLS CA certificate was set but {redacted} does not use TLS: use https:// \
+                 endpoints, or leave the certificate out"
+            )
+        } else {
+            return Ok(tls);
+        };
+        Err(LockError::backend_message(
+            PROVIDER,
+            Operation::Connect,
+            "",
+            rule,
+        ))
+    }
+
+    #[cfg(feature = "tls")]
+    fn has_tls_ca_certificate(&self) -> bool {
+        self.tls_ca_certificate.is_some()
+    }
+
+    #[cfg(not(feature = "tls"))]
+    fn has_tls_ca_certificate(&self) -> bool {
+        false
+    }
+
+    /// `options` with TLS: the CA given to [`tls_ca_certificate`](Self::tls_ca_certificate),
+    /// else the roots of this crate's TLS feature. (etcd-client's own default for an
+    /// `https://` endpoint trusts no root at all.)
+    #[cfg(feature = "tls")]
+    fn with_tls(&self, options: ConnectOptions) -> ConnectOptions {
+        use etcd_client::{Certificate, TlsOptions};
+        let tls = match &self.tls_ca_certificate {
+            Some(pem) => TlsOptions::new().ca_certificate(Certificate::from_pem(pem)),
+            None => TlsOptions::new().with_enabled_roots(),
+        };
+        options.with_tls(tls)
+    }
+
+    /// Never called: [`uses_tls`](Self::uses_tls) refuses TLS in a build without it.
+    #[cfg(not(feature = "tls"))]
+    fn with_tls(&self, options: ConnectOptions) -> ConnectOptions {
+        options
     }
 
     /// Uses a client the application already has (credentials and timeouts are the client's;
@@ -315,17 +415,18 @@ impl EtcdLockProviderBuilder {
     }
 }
 
-/// Refuses an endpoint meant for another backend, or one over TLS, before the client reads it,
-/// naming its scheme (never the rest of the URL, which may hold a password). An endpoint without
-/// a scheme (`host:2379`) is plain HTTP, as `etcd-client` reads it.
+/// The scheme of an endpoint over TLS, as `etcd-client` reads it.
+const HTTPS: &str = "https://";
+
+/// Refuses an endpoint meant for another backend before the client reads it, naming its scheme
+/// (never the rest of the URL, which may hold a password). An endpoint without a scheme
+/// (`host:2379`) is plain HTTP, as `etcd-client` reads it.
 fn check_endpoint_scheme(endpoint: &str) -> Result<(), LockError> {
     let Some((scheme, _)) = endpoint.split_once("://") else {
         return Ok(());
     };
-    let rule = if scheme.eq_ignore_ascii_case("http") {
+    let rule = if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https") {
         return Ok(());
-    } else if scheme.eq_ignore_ascii_case("https") {
-        "https:// (etcd over TLS) is not supported by the etcd provider yet; use http://".to_owned()
     } else {
         let scheme = if scheme
             .chars()
@@ -337,7 +438,7 @@ fn check_endpoint_scheme(endpoint: &str) -> Result<(), LockError> {
         };
         format!(
             "the endpoint's scheme is {scheme}, which is not etcd's: the etcd provider accepts \
-             http://host:port or host:port, several separated by commas"
+             http://host:port, https://host:port or host:port, several separated by commas"
         )
     };
     Err(LockError::backend_message(
@@ -677,6 +778,10 @@ impl LockProvider for EtcdLockProvider {
             .with_fencing(true)
             .with_extend(true)
             .with_time_precision(self.inner.time_precision)
+    }
+
+    fn provider_name(&self) -> &'static str {
+        PROVIDER
     }
 }
 

@@ -468,7 +468,7 @@ async fn credentials_never_appear_in_errors_or_debug_output() {
 }
 
 #[tokio::test]
-async fn endpoints_of_other_backends_and_tls_are_refused_before_connecting() {
+async fn endpoints_of_other_backends_and_a_mix_of_tls_and_plain_are_refused_before_connecting() {
     for (url, expected) in [
         (
             format!("redis://:{SECRET}@127.0.0.1:6379"),
@@ -479,8 +479,9 @@ async fn endpoints_of_other_backends_and_tls_are_refused_before_connecting() {
             "the endpoint's scheme is \"postgres\"",
         ),
         (
-            format!("https://root:{SECRET}@127.0.0.1:2379"),
-            "https:// (etcd over TLS) is not supported by the etcd provider yet",
+            format!("http://127.0.0.1:2379,https://root:{SECRET}@127.0.0.1:2379"),
+            "some endpoints are https:// and some are not: a client reaches all of them over TLS, \
+             or none",
         ),
     ] {
         let error = EtcdLockProvider::connect(&url).await.unwrap_err();

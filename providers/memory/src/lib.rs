@@ -18,7 +18,7 @@
 //!     // While node A runs the task, node B skips it.
 //!     node_b.execute(&config, async {}).await
 //! }).await?;
-//! assert!(matches!(outer, TaskOutcome::Executed(Ok(TaskOutcome::Skipped))));
+//! assert!(matches!(outer, TaskOutcome::Executed(Ok(TaskOutcome::Skipped(Some(_))))));
 //! # Ok(()) }
 //! ```
 
@@ -104,5 +104,9 @@ impl LockProvider for MemoryLockProvider {
 
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
+    }
+
+    fn provider_name(&self) -> &'static str {
+        self.inner.provider_name()
     }
 }

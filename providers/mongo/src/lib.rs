@@ -98,6 +98,13 @@
 //! driver only: the provider's `Debug` output, its errors and its messages show the URL with
 //! the password (and `authMechanismProperties`) masked.
 //!
+//! # TLS
+//!
+//! The `mongodb` driver is built with its default TLS, rustls on ring: `?tls=true` in the URL
+//! turns it on (`mongodb+srv://` URLs have it on unless `tls=false`), `tlsCAFile=/path/ca.pem`
+//! trusts a private CA, `tlsCertificateKeyFile=` presents a client certificate. Nothing in this
+//! crate changes that; the test server here runs without TLS, so that path is the driver's own.
+//!
 //! Tested on SecantusDB 0.5.3-beta.196 (a MongoDB 8.2 wire-compatible server on WiredTiger,
 //! announcing a one-node replica set), with the `mongodb` driver 3.9; the conformance kit can
 //! also start the official `mongo` image with testcontainers where Docker runs.

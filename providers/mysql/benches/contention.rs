@@ -38,7 +38,7 @@ fn config() -> LockConfiguration {
 async fn node() -> MySqlLockProvider {
     MySqlLockProvider::builder_from_url(url())
         .table_name(TABLE)
-        .create_table_if_missing(true)
+        .create_table_with_fencing_if_missing()
         .max_connections(2)
         .build()
         .await

@@ -111,13 +111,36 @@
 //! use shedlock_mysql::MySqlLockProvider;
 //! # async fn run() -> Result<(), shedlock_core::LockError> {
 //! let provider = MySqlLockProvider::builder_from_url("mysql://app@db/app")
-//!     .create_table_if_missing(true)
+//!     .create_table_with_fencing_if_missing()
 //!     .build()
 //!     .await?;
 //! let executor = LockingTaskExecutor::new(provider);
 //! let config = LockConfiguration::new("report", Duration::from_secs(60), Duration::ZERO)?;
 //! executor.execute(&config, async { /* at most one node at a time */ }).await?;
 //! # Ok(()) }
+//! ```
+//!
+//! # TLS
+//!
+//! The URL asks for it: `?ssl-mode=REQUIRED` (encrypted, the certificate not checked),
+//! `VERIFY_CA` (signed by a trusted CA) or `VERIFY_IDENTITY` (and issued for the URL's host);
+//! `ssl-ca=/path/ca.pem` trusts a private CA, as cloud databases need. The default, `PREFERRED`,
+//! uses TLS when the server offers it and falls back to plain otherwise, so it protects against
+//! nothing: say `REQUIRED` or stronger where the network is not yours. With the `tls-rustls`
+//! feature (on by default) the roots trusted without `ssl-ca` are Mozilla's, compiled in;
+//! `tls-rustls-native-roots` trusts the system's store instead. Without either, a URL that
+//! needs TLS fails to connect with an error naming the feature.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), shedlock_core::LockError> {
+//! use shedlock_mysql::MySqlLockProvider;
+//!
+//! let provider = MySqlLockProvider::builder_from_url(
+//!     "mysql://app@db.example.com/app?ssl-mode=VERIFY_IDENTITY&ssl-ca=/etc/ssl/db-ca.pem",
+//! )
+//! .build()
+//! .await?;
+//! # let _ = provider; Ok(()) }
 //! ```
 //!
 //! [`Capabilities::max_name_chars`]: shedlock_core::Capabilities::max_name_chars

@@ -581,7 +581,9 @@ impl SqlBackend for MySqlBackend {
             return Ok(AcquireAnswer::Missing);
         }
         if id == 0 {
-            return Ok(AcquireAnswer::NotAcquired);
+            // An UPDATE has no RETURNING in MySQL or MariaDB, and the holder could only be
+            // read by a second statement, another round trip on every skipped run.
+            return Ok(AcquireAnswer::NotAcquired(None));
         }
         if done.rows_affected() == 0 {
             return Err(LockError::backend_message(

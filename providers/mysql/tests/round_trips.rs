@@ -24,7 +24,7 @@ fn unique(prefix: &str) -> String {
 async fn provider(url: String, table: &str) -> MySqlLockProvider {
     MySqlLockProvider::builder_from_url(url)
         .table_name(table)
-        .create_table_if_missing(true)
+        .create_table_with_fencing_if_missing()
         .build()
         .await
         .unwrap()

@@ -67,7 +67,7 @@ fn config() -> LockConfiguration {
 async fn node() -> PostgresLockProvider {
     PostgresLockProvider::builder_from_url(url())
         .table_name(TABLE)
-        .create_table_if_missing(true)
+        .create_table_with_fencing_if_missing()
         .max_connections(2)
         .build()
         .await

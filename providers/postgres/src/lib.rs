@@ -116,13 +116,36 @@
 //! use shedlock_postgres::PostgresLockProvider;
 //! # async fn run() -> Result<(), shedlock_core::LockError> {
 //! let provider = PostgresLockProvider::builder_from_url("postgres://app@db/app")
-//!     .create_table_if_missing(true)
+//!     .create_table_with_fencing_if_missing()
 //!     .build()
 //!     .await?;
 //! let executor = LockingTaskExecutor::new(provider);
 //! let config = LockConfiguration::new("report", Duration::from_secs(60), Duration::ZERO)?;
 //! executor.execute(&config, async { /* at most one node at a time */ }).await?;
 //! # Ok(()) }
+//! ```
+//!
+//! # TLS
+//!
+//! The URL asks for it, as with `libpq`: `?sslmode=require` (encrypted, the certificate not
+//! checked), `verify-ca` (signed by a trusted CA) or `verify-full` (and issued for the URL's
+//! host); `sslrootcert=/path/ca.pem` trusts a private CA, as cloud databases need. The default,
+//! `prefer`, uses TLS when the server offers it and falls back to plain otherwise, so it
+//! protects against nothing: say `require` or stronger where the network is not yours. With the
+//! `tls-rustls` feature (on by default) the roots trusted without `sslrootcert` are Mozilla's,
+//! compiled in; `tls-rustls-native-roots` trusts the system's store instead. Without either, a
+//! URL that needs TLS fails to connect with an error naming the feature.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), shedlock_core::LockError> {
+//! use shedlock_postgres::PostgresLockProvider;
+//!
+//! let provider = PostgresLockProvider::builder_from_url(
+//!     "postgres://app@db.example.com/app?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem",
+//! )
+//! .build()
+//! .await?;
+//! # let _ = provider; Ok(()) }
 //! ```
 //!
 //! [`Capabilities::max_name_chars`]: shedlock_core::Capabilities::max_name_chars

@@ -27,13 +27,13 @@ async fn pool() -> sqlx::PgPool {
 }
 
 async fn provider_on(table: &str, fencing: bool) -> PostgresLockProvider {
-    PostgresLockProvider::builder_from_url(url())
-        .table_name(table)
-        .create_table_if_missing(fencing)
-        .holder("rust-node")
-        .build()
-        .await
-        .unwrap()
+    let builder = PostgresLockProvider::builder_from_url(url()).table_name(table);
+    let builder = if fencing {
+        builder.create_table_with_fencing_if_missing()
+    } else {
+        builder.create_table_if_missing()
+    };
+    builder.holder("rust-node").build().await.unwrap()
 }
 
 /// Reads `table`'s rows back.
@@ -317,7 +317,7 @@ async fn custom_schema_table_and_column_names_work() {
     let qualified = format!("{schema}.Job_Locks");
     let build = || {
         shared::renamed_table_and_columns(PostgresLockProvider::builder(pool.clone()), &qualified)
-            .create_table_if_missing(true)
+            .create_table_with_fencing_if_missing()
             .build()
     };
     let (node_a, node_b) = (build().await.unwrap(), build().await.unwrap());
@@ -436,7 +436,7 @@ async fn lock_statements_run_outside_the_callers_transaction() {
     let table = unique("pg_tx");
     let provider = PostgresLockProvider::builder(pool.clone())
         .table_name(&table)
-        .create_table_if_missing(false)
+        .create_table_if_missing()
         .build()
         .await
         .unwrap();
@@ -547,7 +547,21 @@ async fn errors_on_a_dropped_table_name_the_statement_and_the_acquire_fails_clos
         .unwrap_err();
     let text = error.to_string();
     assert!(text.contains("acquire of lock \"job\" failed"), "{text}");
-    assert!(text.contains("does not exist"), "{text}");
+    // The server's words are the cause, said once: in `source()`, not again in the message.
+    let chain: Vec<String> =
+        std::iter::successors(Some(&error as &(dyn std::error::Error + 'static)), |&e| {
+            e.source()
+        })
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        chain
+            .iter()
+            .filter(|message| message.contains("does not exist"))
+            .count(),
+        1,
+        "{chain:?}"
+    );
     assert!(
         provider
             .try_lock(&config("job", MINUTE, Duration::ZERO))
@@ -651,7 +665,7 @@ async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting() 
     let provider = tokio::time::timeout(
         Duration::from_secs(30),
         PostgresLockProvider::builder_from_url(postgresql)
-            .create_table_if_missing(false)
+            .create_table_if_missing()
             .build(),
     )
     .await

@@ -24,7 +24,7 @@ fn unique(prefix: &str) -> String {
 async fn provider(url: String, table: &str) -> PostgresLockProvider {
     PostgresLockProvider::builder_from_url(url)
         .table_name(table)
-        .create_table_if_missing(true)
+        .create_table_with_fencing_if_missing()
         .build()
         .await
         .unwrap()
@@ -82,7 +82,7 @@ async fn an_acquire_never_waits_for_another_transaction_holding_the_row() {
     let table = unique("pg_row_lock");
     let provider = PostgresLockProvider::builder_from_url(url())
         .table_name(&table)
-        .create_table_if_missing(true)
+        .create_table_with_fencing_if_missing()
         .operation_timeout(Duration::from_secs(3))
         .build()
         .await
@@ -118,5 +118,53 @@ async fn an_acquire_never_waits_for_another_transaction_holding_the_row() {
             panic!("the free lock was refused once the transaction ended: {holder:?}")
         }
     }
+    drop_table(&table).await;
+}
+
+/// A refused acquire says who holds the lock and until when, in its one round trip: the
+/// take-over statement reads the held row anyway.
+#[tokio::test]
+async fn a_refused_acquire_names_the_holder_in_the_same_round_trip() {
+    use std::time::{Duration, SystemTime};
+
+    use shedlock_core::{Acquisition, LockConfiguration, LockProvider};
+
+    let table = unique("pg_holder");
+    let (proxy, proxied) = round_trips::proxy_for(&url()).await;
+    let holder = provider(proxied, &table).await.with_holder("node-a");
+    let contender = holder.node().with_holder("node-b");
+    let config = LockConfiguration::new("job", Duration::from_secs(60), Duration::ZERO).unwrap();
+    let handle = holder
+        .try_lock(&config)
+        .await
+        .unwrap()
+        .into_handle()
+        .unwrap();
+    // The contender's first attempt inserts (refused), then takes over (refused): the
+    // take-over is the one that names the holder; after it the name is known.
+    assert!(!contender.try_lock(&config).await.unwrap().is_acquired());
+
+    let asked = SystemTime::now();
+    let before = proxy.round_trips();
+    let refused = contender.try_lock(&config).await.unwrap();
+    assert_eq!(
+        proxy.round_trips() - before,
+        1,
+        "refused acquire of a known name"
+    );
+    let Acquisition::NotAcquired(Some(held)) = refused else {
+        panic!("refused without naming the holder: {refused:?}");
+    };
+    assert!(
+        held.locked_by.as_deref().unwrap().starts_with("node-a#"),
+        "{held:?}"
+    );
+    // The server's clock and this one agree within a second here: both are this machine's.
+    let left = held.held_until.unwrap().duration_since(asked).unwrap();
+    assert!(
+        left > Duration::from_secs(58) && left <= Duration::from_secs(61),
+        "{left:?}"
+    );
+    assert!(handle.unlock().await.unwrap());
     drop_table(&table).await;
 }

@@ -61,6 +61,15 @@
 //! may step back. This is Redis' limitation, shared by ShedLock; use fencing tokens with a
 //! resource that keeps the highest token it has seen if that matters.
 //!
+//! # TLS
+//!
+//! `rediss://` (or `valkeys://`) connects over TLS, with the `tls-rustls` feature (on by
+//! default): rustls on ring, trusting Mozilla's roots, compiled in (`tls-rustls-native-roots`:
+//! the system's store instead). A server whose certificate a private CA signed, as managed Redis
+//! services and self-signed setups have, needs that CA:
+//! [`RedisLockProviderBuilder::tls_root_certificate`]. A build without TLS refuses `rediss://`
+//! with an error naming the feature.
+//!
 //! # Credentials
 //!
 //! Connection URLs may contain a password. The provider keeps only a redacted copy
@@ -76,7 +85,7 @@ use async_trait::async_trait;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use shedlock_core::{
     Acquisition, Capabilities, ConfigurationError, LockConfiguration, LockError, LockHandle,
-    LockProvider, Operation, TimeSource,
+    LockHolder, LockProvider, Operation, TimeSource,
 };
 use tokio::time::Instant;
 use tracing::debug;
@@ -104,6 +113,8 @@ pub struct RedisLockProviderBuilder {
     holder: String,
     operation_timeout: Duration,
     fencing: bool,
+    #[cfg(feature = "tls")]
+    tls_root_certificate: Option<Vec<u8>>,
 }
 
 impl Default for RedisLockProviderBuilder {
@@ -114,6 +125,8 @@ impl Default for RedisLockProviderBuilder {
             holder: shedlock_core::default_holder(),
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
             fencing: false,
+            #[cfg(feature = "tls")]
+            tls_root_certificate: None,
         }
     }
 }
@@ -158,6 +171,27 @@ impl RedisLockProviderBuilder {
         self
     }
 
+    /// Trusts only this CA (PEM, one or more certificates) for a `rediss://` server, instead of
+    /// the roots the crate's TLS feature brings: for a server whose certificate a private CA
+    /// signed, such as a self-signed test server or a cloud provider's own CA.
+    /// [`connect`](Self::connect) refuses it with a plain `redis://` URL, which would not use it.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use shedlock_redis::RedisLockProvider;
+    ///
+    /// let provider = RedisLockProvider::builder()
+    ///     .tls_root_certificate(std::fs::read("/etc/redis/ca.pem")?)
+    ///     .connect("rediss://redis.internal:6380")
+    ///     .await?;
+    /// # let _ = provider; Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_certificate = Some(pem.into());
+        self
+    }
+
     /// Connects to `url` (`redis://[user:password@]host[:port][/db]`, `rediss://`,
     /// `redis+unix://`, and the same under Valkey's names) with a connection manager that
     /// reconnects in the background, and waits for the first connection. A URL of any other
@@ -185,12 +219,20 @@ impl RedisLockProviderBuilder {
             )
         })?
         .map_err(|error| {
+            let hint = if refused_credentials(&error) {
+                "it refused the credentials: check the user name and password in the URL"
+            } else if is_tls_url(url) && error.to_string().contains("certificate") {
+                "its TLS certificate was not accepted (for a certificate a private CA signed, \
+                 give that CA to RedisLockProviderBuilder::tls_root_certificate)"
+            } else {
+                "is it running and reachable?"
+            };
             LockError::backend(
                 PROVIDER,
                 Operation::Connect,
                 "",
                 format!(
-                    "could not connect to Redis at {endpoint} (gave up after {:?}): is it running and reachable?",
+                    "could not connect to Redis at {endpoint} (gave up after {:?}): {hint}",
                     started.elapsed()
                 ),
                 error,
@@ -237,8 +279,9 @@ impl RedisLockProviderBuilder {
         url: &str,
         endpoint: &str,
     ) -> Result<(redis::Client, ConnectionManagerConfig), LockError> {
-        check_url_scheme(url)?;
-        let client = redis::Client::open(url).map_err(|error| {
+        let tls = check_url_scheme(url)?;
+        self.check_tls_settings(url)?;
+        let client = self.open_client(url, tls).map_err(|error| {
             LockError::backend(
                 PROVIDER,
                 Operation::Connect,
@@ -252,6 +295,37 @@ impl RedisLockProviderBuilder {
             .set_connection_timeout(Some(self.operation_timeout))
             .set_number_of_retries(2);
         Ok((client, config))
+    }
+
+    /// The `redis` crate's client for `url`, over TLS when `tls` (the URL's scheme asked for it).
+    #[cfg(feature = "tls")]
+    fn open_client(&self, url: &str, tls: bool) -> redis::RedisResult<redis::Client> {
+        if tls {
+            // The redis crate asks rustls for the process's crypto provider. This crate's
+            // feature turns on ring alone, but an application whose other dependencies turn on
+            // aws-lc-rs too has two and no default, and rustls would then panic: ring is made
+            // the default unless the application installed one already.
+            if rustls::crypto::CryptoProvider::get_default().is_none() {
+                let _ = rustls::crypto::ring::default_provider().install_default();
+            }
+        }
+        match &self.tls_root_certificate {
+            Some(pem) => redis::Client::build_with_tls(
+                url,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem.clone()),
+                },
+            ),
+            None => redis::Client::open(url),
+        }
+    }
+
+    /// The `redis` crate's client for `url`, which [`check_url_scheme`] found not to ask for
+    /// TLS: this build has none.
+    #[cfg(not(feature = "tls"))]
+    fn open_client(&self, url: &str, _tls: bool) -> redis::RedisResult<redis::Client> {
+        redis::Client::open(url)
     }
 
     fn validate(&self) -> Result<(), LockError> {
@@ -283,6 +357,26 @@ impl RedisLockProviderBuilder {
         Ok(())
     }
 
+    /// Refuses a TLS root certificate with a URL that does not use TLS, where it would be
+    /// silently ignored.
+    fn check_tls_settings(&self, url: &str) -> Result<(), LockError> {
+        #[cfg(feature = "tls")]
+        if self.tls_root_certificate.is_some() && !is_tls_url(url) {
+            return Err(LockError::backend_message(
+                PROVIDER,
+                Operation::Connect,
+                "",
+                format!(
+                    "a TLS root certificate was set but {} does not use TLS: use rediss:// (or \
+                     valkeys://), or leave the certificate out",
+                    shedlock_core::redact_url(url)
+                ),
+            ));
+        }
+        let _ = url;
+        Ok(())
+    }
+
     fn finish<C>(self, connection: C, endpoint: String) -> RedisLockProvider<C> {
         RedisLockProvider {
             inner: Arc::new(Inner {
@@ -299,8 +393,8 @@ impl RedisLockProviderBuilder {
     }
 }
 
-/// The URL schemes the `redis` crate connects with: plain TCP, TLS (`rediss`, when the `redis`
-/// crate is built with a TLS feature) and Unix sockets, under Redis' and Valkey's names.
+/// The URL schemes the `redis` crate connects with: plain TCP, TLS (`rediss`, `valkeys`: this
+/// crate's `tls-rustls` feature) and Unix sockets, under Redis' and Valkey's names.
 const URL_SCHEMES: &[&str] = &[
     "redis",
     "rediss",
@@ -311,9 +405,23 @@ const URL_SCHEMES: &[&str] = &[
     "unix",
 ];
 
+/// The schemes of [`URL_SCHEMES`] that connect over TLS.
+const TLS_URL_SCHEMES: &[&str] = &["rediss", "valkeys"];
+
+/// Whether `url`'s scheme is one of [`TLS_URL_SCHEMES`].
+fn is_tls_url(url: &str) -> bool {
+    url.split_once("://").is_some_and(|(scheme, _)| {
+        TLS_URL_SCHEMES
+            .iter()
+            .any(|tls| scheme.eq_ignore_ascii_case(tls))
+    })
+}
+
 /// Refuses a URL meant for another backend before the `redis` crate reads it, naming its
-/// scheme (never the rest of the URL, which may hold a password) and the accepted ones.
-fn check_url_scheme(url: &str) -> Result<(), LockError> {
+/// scheme (never the rest of the URL, which may hold a password) and the accepted ones; and a
+/// TLS URL when this build has no TLS, naming the feature that adds it. Returns whether the URL
+/// asks for TLS.
+fn check_url_scheme(url: &str) -> Result<bool, LockError> {
     let scheme = url
         .split_once("://")
         .map(|(scheme, _)| scheme)
@@ -324,7 +432,20 @@ fn check_url_scheme(url: &str) -> Result<(), LockError> {
                 .iter()
                 .any(|accepted| scheme.eq_ignore_ascii_case(accepted)) =>
         {
-            return Ok(());
+            let tls = is_tls_url(url);
+            if tls && !cfg!(feature = "tls") {
+                return Err(LockError::backend_message(
+                    PROVIDER,
+                    Operation::Connect,
+                    "",
+                    format!(
+                        "the URL's scheme {scheme:?} asks for TLS, which this build leaves out: \
+                         enable the \"tls-rustls\" feature of shedlock-redis (on by default), or \
+                         the \"rustls\" feature of shedlock"
+                    ),
+                ));
+            }
+            return Ok(tls);
         }
         Some(scheme) => format!("the URL's scheme is {scheme:?}"),
         None => "the text is not a URL (no scheme:// in front)".to_owned(),
@@ -492,7 +613,9 @@ where
             Operation::Extend => "the lock keeps its previous expiry",
             _ => "",
         };
-        let cause = if error.is_io_error() || error.is_connection_refusal() {
+        let cause = if refused_credentials(&error) {
+            "refused the credentials (check the user name and password in the URL)"
+        } else if error.is_io_error() || error.is_connection_refusal() {
             "is unreachable"
         } else {
             "failed"
@@ -505,6 +628,13 @@ where
             error,
         ))
     }
+}
+
+/// Whether Redis refused the URL's credentials (or asked for some): a wrong password is not
+/// an unreachable server, and saying "is it running?" sends the operator the wrong way.
+fn refused_credentials(error: &redis::RedisError) -> bool {
+    error.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(error.code(), Some("WRONGPASS" | "NOAUTH"))
 }
 
 #[async_trait]
@@ -521,36 +651,36 @@ where
         let key = storage::lock_key(&inner.key_prefix, &inner.env, name);
         let value = storage::lock_value(&inner.holder);
         let mut connection = inner.connection.clone();
-        let acquired = if inner.fencing {
-            let counter = storage::fencing_key(&key);
-            inner
-                .call(
-                    Operation::Acquire,
-                    name,
-                    storage::acquire_fenced(
-                        &mut connection,
-                        &inner.scripts,
-                        &key,
-                        &counter,
-                        &value,
-                        at_most_ms,
-                    ),
-                )
-                .await
-                .map(|token| token.map(Some))
-        } else {
-            inner
-                .call(
-                    Operation::Acquire,
-                    name,
-                    storage::acquire(&mut connection, &key, &value, at_most_ms),
-                )
-                .await
-                .map(|acquired| acquired.then_some(None))
-        };
-        let fencing_token = match acquired {
-            Ok(Some(token)) => token,
-            Ok(None) => return Ok(Acquisition::NotAcquired(None)),
+        let counter = inner.fencing.then(|| storage::fencing_key(&key));
+        let reply = inner
+            .call(
+                Operation::Acquire,
+                name,
+                storage::acquire(
+                    &mut connection,
+                    &inner.scripts,
+                    &key,
+                    counter.as_deref(),
+                    &value,
+                    at_most_ms,
+                ),
+            )
+            .await;
+        let fencing_token = match reply {
+            Ok(storage::AcquireReply::Acquired(token)) => token,
+            Ok(storage::AcquireReply::Held {
+                value: held_by,
+                ttl_ms,
+            }) => {
+                // Redis gives the time left, not an instant: held_until is this node's clock
+                // plus it, off by the node's clock error and the reply's travel time.
+                let held_until =
+                    ttl_ms.map(|ms| std::time::SystemTime::now() + Duration::from_millis(ms));
+                return Ok(Acquisition::NotAcquired(Some(LockHolder {
+                    locked_by: Some(storage::holder_of(&held_by).to_owned()),
+                    held_until,
+                })));
+            }
             Err(error) => {
                 self.clean_up_unknown_acquire(key, value);
                 return Err(error);
@@ -575,6 +705,10 @@ where
             .with_fencing(self.inner.fencing)
             .with_extend(true)
             .with_time_precision(Duration::from_millis(1))
+    }
+
+    fn provider_name(&self) -> &'static str {
+        PROVIDER
     }
 }
 

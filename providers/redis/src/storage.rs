@@ -51,16 +51,22 @@ pub(crate) fn ceil_millis(duration: Duration) -> Option<u64> {
     u64::try_from(millis).ok().filter(|&ms| ms <= MAX_TTL_MS)
 }
 
-/// Acquire with a fencing token: the `SET NX PX` and the counter's `INCR` in one script.
+/// Acquire: ShedLock's `SET NX PX`, plus the fencing counter's `INCR` when fencing is on, and
+/// on refusal the holder's value and remaining TTL, read in the same script so a skipped run
+/// can say who holds the lock without another round trip.
 ///
-/// `KEYS[1]` lock key, `KEYS[2]` its fencing counter (same hash slot); `ARGV[1]` our value,
-/// `ARGV[2]` lock_at_most_for in ms. Returns the new token (>= 1), or 0 when the key exists.
-/// The counter has no TTL and survives release, so tokens never repeat.
-const ACQUIRE_FENCED: &str = r"
+/// `KEYS[1]` lock key, `KEYS[2]` (fencing only) its fencing counter (same hash slot);
+/// `ARGV[1]` our value, `ARGV[2]` lock_at_most_for in ms. Returns `{1, token}` when the key was
+/// set (token 0 without fencing), `{0, value, pttl}` when it exists. The counter has no TTL and
+/// survives release, so tokens never repeat.
+const ACQUIRE: &str = r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return redis.call('INCR', KEYS[2])
+  if KEYS[2] then
+    return {1, redis.call('INCR', KEYS[2])}
+  end
+  return {1, 0}
 end
-return 0
+return {0, redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}
 ";
 
 /// Extend: only while the key still holds our value, set its TTL to the new lock_at_most_for.
@@ -117,7 +123,7 @@ return 0
 /// over the wire only the first time a server sees it, after its `NOSCRIPT` answer).
 #[derive(Clone)]
 pub(crate) struct Scripts {
-    acquire_fenced: Script,
+    acquire: Script,
     extend: Script,
     release: Script,
     delete_if_ours: Script,
@@ -126,7 +132,7 @@ pub(crate) struct Scripts {
 impl Scripts {
     pub(crate) fn new() -> Self {
         Self {
-            acquire_fenced: Script::new(ACQUIRE_FENCED),
+            acquire: Script::new(ACQUIRE),
             extend: Script::new(EXTEND),
             release: Script::new(RELEASE),
             delete_if_ours: Script::new(DELETE_IF_OURS),
@@ -134,42 +140,66 @@ impl Scripts {
     }
 }
 
-/// `SET key value NX PX at_most_ms`: ShedLock's acquire. `true` when the key was set.
-pub(crate) async fn acquire<C: ConnectionLike + Send>(
-    conn: &mut C,
-    key: &str,
-    value: &str,
-    at_most_ms: u64,
-) -> redis::RedisResult<bool> {
-    let reply: Option<String> = redis::cmd("SET")
-        .arg(key)
-        .arg(value)
-        .arg("NX")
-        .arg("PX")
-        .arg(at_most_ms)
-        .query_async(conn)
-        .await?;
-    Ok(reply.is_some())
+/// What [`ACQUIRE`] answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    /// The key is ours; the new fencing token, when fencing is on.
+    Acquired(Option<u64>),
+    /// The key holds another acquisition's value, for this many more milliseconds (`None`
+    /// when the key has no TTL, which only a hand-made key can lack).
+    Held { value: String, ttl_ms: Option<u64> },
 }
 
-/// [`ACQUIRE_FENCED`]: `Some(token)` when the key was set.
-pub(crate) async fn acquire_fenced<C: ConnectionLike + Send>(
+/// [`ACQUIRE`], with `counter_key` when fencing is on.
+pub(crate) async fn acquire<C: ConnectionLike + Send>(
     conn: &mut C,
     scripts: &Scripts,
     key: &str,
-    counter_key: &str,
+    counter_key: Option<&str>,
     value: &str,
     at_most_ms: u64,
-) -> redis::RedisResult<Option<u64>> {
-    let token: i64 = scripts
-        .acquire_fenced
-        .key(key)
-        .key(counter_key)
+) -> redis::RedisResult<AcquireReply> {
+    let mut invocation = scripts.acquire.key(key);
+    if let Some(counter_key) = counter_key {
+        invocation.key(counter_key);
+    }
+    let reply: Vec<redis::Value> = invocation
         .arg(value)
         .arg(at_most_ms)
         .invoke_async(conn)
         .await?;
-    Ok(u64::try_from(token).ok().filter(|&token| token > 0))
+    let unexpected = || {
+        redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "the acquire script answered in an unexpected shape",
+        ))
+    };
+    match <[redis::Value; 2]>::try_from(reply) {
+        Ok([redis::Value::Int(1), token]) => {
+            let token: u64 = redis::from_redis_value(token)?;
+            Ok(AcquireReply::Acquired(counter_key.map(|_| token)))
+        }
+        Ok(_) => Err(unexpected()),
+        Err(reply) => {
+            let [_, held_by, ttl] =
+                <[redis::Value; 3]>::try_from(reply).map_err(|_| unexpected())?;
+            let ttl: i64 = redis::from_redis_value(ttl)?;
+            Ok(AcquireReply::Held {
+                value: redis::from_redis_value(held_by)?,
+                ttl_ms: u64::try_from(ttl).ok(),
+            })
+        }
+    }
+}
+
+/// The holder part of a lock value: what follows the `@` of ShedLock's
+/// `ADDED:<time>@<holder>`, which this provider writes as `<holder>:<uuid>`. A value in
+/// another format is shown whole.
+pub(crate) fn holder_of(value: &str) -> &str {
+    value
+        .strip_prefix("ADDED:")
+        .and_then(|rest| rest.split_once('@'))
+        .map_or(value, |(_, holder)| holder)
 }
 
 /// [`EXTEND`]: `Some(ms the previous TTL had left)` when extended, `None` when not ours.
@@ -254,6 +284,15 @@ mod tests {
         let (holder, uuid) = holder_uuid.rsplit_once(':').unwrap();
         assert_eq!(holder, "host-1");
         uuid::Uuid::parse_str(uuid).unwrap();
+    }
+
+    #[test]
+    fn the_holder_is_read_from_shedlocks_value() {
+        let ours = lock_value("host-1");
+        assert!(holder_of(&ours).starts_with("host-1:"), "{ours}");
+        // Java ShedLock's own value: the host name after the '@'.
+        assert_eq!(holder_of("ADDED:2024-01-01T00:00:00.000Z@web-3"), "web-3");
+        assert_eq!(holder_of("set by hand"), "set by hand");
     }
 
     #[test]

@@ -728,3 +728,42 @@ async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting() 
     assert!(message.contains("Invalid database number"), "{message}");
     assert!(!message.contains(SECRET), "{message}");
 }
+
+/// A wrong user name or password is named as such, once, not reported as a server that may be
+/// down: the operator must fix the URL, not the network.
+#[tokio::test(flavor = "multi_thread")]
+async fn refused_credentials_are_reported_as_such() {
+    let base = redis_url();
+    let wrong_user = base.replacen(
+        "redis://",
+        &format!("redis://nobody-{}:{SECRET}@", unique_env()),
+        1,
+    );
+    let started = Instant::now();
+    let error = RedisLockProvider::builder()
+        .operation_timeout(Duration::from_secs(2))
+        .connect(&wrong_user)
+        .await
+        .unwrap_err();
+    assert_answered_within(started, Duration::from_secs(4));
+    let text = error.to_string();
+    assert!(text.contains("refused the credentials"), "{text}");
+    assert!(!text.contains("reachable"), "{text}");
+    let full = full_text(&error);
+    assert!(!full.contains(SECRET), "{full}");
+    // The server's own words appear once, in the source, not again in the message.
+    let mut messages = vec![error.to_string()];
+    let mut source = error.source();
+    while let Some(cause) = source {
+        messages.push(cause.to_string());
+        source = cause.source();
+    }
+    for (outer, message) in messages.iter().enumerate() {
+        for inner in &messages[outer + 1..] {
+            assert!(
+                !message.contains(inner.as_str()),
+                "{inner:?} repeated in {message:?}"
+            );
+        }
+    }
+}

@@ -84,9 +84,26 @@ async fn every_operation_is_one_round_trip(fencing: bool) {
     let (handle, round_trips) = wire.measure(holder.try_lock(&job)).await;
     assert_eq!(round_trips, 1, "acquire of a new name (fencing {fencing})");
     let handle = acquired(handle);
+    let asked = std::time::SystemTime::now();
     let (refused, round_trips) = wire.measure(contender.try_lock(&job)).await;
-    assert!(matches!(refused.unwrap(), Acquisition::NotAcquired(_)));
     assert_eq!(round_trips, 1, "refused acquire (fencing {fencing})");
+    // The same round trip says who holds the lock and until when (10 s from the acquire).
+    let Acquisition::NotAcquired(Some(held)) = refused.unwrap() else {
+        panic!("refused without naming the holder (fencing {fencing})");
+    };
+    let holder_name = shedlock_core::default_holder();
+    assert!(
+        held.locked_by
+            .as_deref()
+            .unwrap()
+            .starts_with(&format!("{holder_name}:")),
+        "{held:?}"
+    );
+    let left = held.held_until.unwrap().duration_since(asked).unwrap();
+    assert!(
+        left > Duration::from_secs(9) && left <= Duration::from_secs(11),
+        "{left:?}"
+    );
     let (extended, round_trips) = wire.measure(handle.extend(Duration::from_secs(20))).await;
     assert!(extended.unwrap());
     assert_eq!(round_trips, 1, "extend (fencing {fencing})");

@@ -5,7 +5,9 @@ use std::fmt;
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
-use shedlock_core::{HeldRecord, LockError, LockRecord, NodeTime, Operation, TimeSource};
+use shedlock_core::{
+    BoxError, HeldRecord, LockError, LockHolder, LockRecord, NodeTime, Operation, TimeSource,
+};
 use sqlx::{Connection, Database};
 
 use crate::schema::TableSchema;
@@ -127,13 +129,15 @@ pub enum AcquireStatement {
 }
 
 /// What an acquire statement found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AcquireAnswer {
     /// The statement took the lock; the new fencing token (meaningful only with the fencing
     /// column).
     Acquired(u64),
-    /// Someone else holds it (or, for [`AcquireStatement::Insert`], the row exists).
-    NotAcquired,
+    /// Someone else holds it (or, for [`AcquireStatement::Insert`], the row exists); who and
+    /// until when, if the same statement could read it. A backend never runs a second
+    /// statement to find out: that would cost every skipped run another round trip.
+    NotAcquired(Option<LockHolder>),
     /// [`AcquireStatement::TakeOver`] found no row for the name.
     Missing,
 }
@@ -226,6 +230,9 @@ pub fn client_time_parameter<B: SqlBackend>(
 }
 
 /// A failed statement of `B` as a lock error, saying what a pool timeout most likely means.
+///
+/// The client error is the source and is not repeated in the message: a report that walks the
+/// chain shows it once.
 pub fn statement_error<B: SqlBackend>(
     operation: Operation,
     name: &str,
@@ -236,7 +243,19 @@ pub fn statement_error<B: SqlBackend>(
             "no database connection became available in time ({})",
             B::UNREACHABLE_HINT
         ),
-        other => format!("the statement failed: {other}"),
+        sqlx::Error::Database(_) => "the database refused the statement".to_owned(),
+        sqlx::Error::Io(_) => "the connection to the database failed".to_owned(),
+        _ => "the statement failed".to_owned(),
     };
-    LockError::backend(B::PROVIDER, operation, name, message, error)
+    LockError::backend(B::PROVIDER, operation, name, message, cause_of(error))
+}
+
+/// The cause to report for `error`: sqlx's database and I/O errors repeat their cause's text
+/// in their own message, so the cause itself is the source instead, and is said once.
+pub(crate) fn cause_of(error: sqlx::Error) -> BoxError {
+    match error {
+        sqlx::Error::Database(refusal) => refusal,
+        sqlx::Error::Io(io) => Box::new(io),
+        other => Box::new(other),
+    }
 }

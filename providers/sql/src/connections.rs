@@ -110,7 +110,14 @@ impl<B: SqlBackend> OwnConnections<B> {
         };
         let connection = match reusable {
             Some(connection) => connection,
-            None => self.open().await?,
+            // A slot was free, so a timeout here is the server's, not a wait for a busy
+            // connection: say so rather than pass on `PoolTimedOut`, whose message blames a pool.
+            None => self.open().await.map_err(|error| match error {
+                sqlx::Error::PoolTimedOut => {
+                    sqlx::Error::Io(opening_timed_out(self.connect_timeout))
+                }
+                other => other,
+            })?,
         };
         Ok(Lease {
             owner: self,
@@ -118,6 +125,14 @@ impl<B: SqlBackend> OwnConnections<B> {
             _slot: slot,
         })
     }
+}
+
+/// Why opening a connection failed when it took longer than `timeout`.
+fn opening_timed_out(timeout: Duration) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("opening a connection took longer than {timeout:?}"),
+    )
 }
 
 /// One connection, lent for one statement. Dropped without [`Checkout::finish`] (the statement

@@ -126,10 +126,18 @@ impl<B: SqlBackend> SqlLockProviderBuilder<B> {
         self
     }
 
-    /// Creates the table at connect if it does not exist, with the fencing column when
-    /// `fencing` is true. An existing table is left as it is.
-    pub fn create_table_if_missing(mut self, fencing: bool) -> Self {
-        self.create_table = Some(fencing);
+    /// Creates ShedLock's table at connect if it does not exist. An existing table is left as
+    /// it is, whatever its columns.
+    pub fn create_table_if_missing(mut self) -> Self {
+        self.create_table = Some(false);
+        self
+    }
+
+    /// Like [`create_table_if_missing`](Self::create_table_if_missing), with the fencing column
+    /// too, so acquisitions carry a fencing token. An existing table is left as it is: one
+    /// without the column keeps working, without tokens.
+    pub fn create_table_with_fencing_if_missing(mut self) -> Self {
+        self.create_table = Some(true);
         self
     }
 
@@ -193,15 +201,7 @@ impl<B: SqlBackend> SqlLockProviderBuilder<B> {
                             "{target}: no connection within {timeout:?} (is the server reachable?)"
                         )));
                     }
-                    Err(e) => {
-                        return Err(LockError::backend(
-                            B::PROVIDER,
-                            Operation::Connect,
-                            "",
-                            format!("{target}: cannot connect: {e}"),
-                            e,
-                        ));
-                    }
+                    Err(e) => return Err(cannot_connect::<B>(&target, e)),
                 }
                 Connections::Own(own)
             }
@@ -256,6 +256,25 @@ impl<B: SqlBackend> SqlLockProviderBuilder<B> {
             self.clock,
         ))
     }
+}
+
+/// A connect that failed with `error`, naming the TLS feature to turn on when the URL asked for
+/// TLS that this build of sqlx lacks (sqlx's own message names none of this crate's features).
+fn cannot_connect<B: SqlBackend>(target: &str, error: sqlx::Error) -> LockError {
+    if matches!(&error, sqlx::Error::Tls(tls) if tls.to_string().contains("without TLS support")) {
+        return connect_error::<B>(format!(
+            "{target} asks for TLS, which this build leaves out: enable the \"tls-rustls\" \
+             feature of shedlock-{provider} (on by default), or the \"rustls\" feature of shedlock",
+            provider = B::PROVIDER
+        ));
+    }
+    LockError::backend(
+        B::PROVIDER,
+        Operation::Connect,
+        "",
+        format!("{target}: cannot connect"),
+        crate::backend::cause_of(error),
+    )
 }
 
 fn connect_error<B: SqlBackend>(message: String) -> LockError {

@@ -102,7 +102,8 @@ impl LockTable {
             return fail(format!(
                 "the lock table {table} does not exist (or this user cannot see it). Create it \
                  with:\n{create_table}\nor let the provider do it: call \
-                 create_table_if_missing(..) on the builder",
+                 create_table_if_missing() on the builder (or \
+                 create_table_with_fencing_if_missing() for fencing tokens)",
                 table = self.table()
             ));
         }

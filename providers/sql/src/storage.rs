@@ -146,7 +146,7 @@ impl<B: SqlBackend> SqlStorage<B> {
             AcquireAnswer::Acquired(token) => RecordOutcome::Acquired {
                 fencing_token: self.schema.fencing.then_some(token),
             },
-            AcquireAnswer::NotAcquired => RecordOutcome::NotAcquired(None),
+            AcquireAnswer::NotAcquired(holder) => RecordOutcome::NotAcquired(holder),
             AcquireAnswer::Missing => RecordOutcome::Missing,
         })
     }

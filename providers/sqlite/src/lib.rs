@@ -69,7 +69,7 @@
 //! use shedlock_sqlite::SqliteLockProvider;
 //! # async fn run() -> Result<(), shedlock_core::LockError> {
 //! let provider = SqliteLockProvider::builder_from_url("sqlite://locks.db?mode=rwc")
-//!     .create_table_if_missing(true)
+//!     .create_table_with_fencing_if_missing()
 //!     .build()
 //!     .await?;
 //! let executor = LockingTaskExecutor::new(provider);

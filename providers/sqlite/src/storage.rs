@@ -271,7 +271,9 @@ impl SqlBackend for SqliteBackend {
                 .try_get::<i64, _>(0)
                 .map(|token| AcquireAnswer::Acquired(token as u64))
                 .map_err(acquire_error),
-            None => Ok(AcquireAnswer::NotAcquired),
+            // RETURNING yields only rows the statement changed, and a refused upsert changes
+            // none; reading the holder would take a second statement on every skipped run.
+            None => Ok(AcquireAnswer::NotAcquired(None)),
         }
     }
 

@@ -28,12 +28,13 @@ async fn admin(url: &str) -> SqlitePool {
 }
 
 async fn node(url: &str, fencing: bool) -> SqliteLockProvider {
-    SqliteLockProvider::builder_from_url(url)
-        .create_table_if_missing(fencing)
-        .holder("rust-node")
-        .build()
-        .await
-        .unwrap()
+    let builder = SqliteLockProvider::builder_from_url(url);
+    let builder = if fencing {
+        builder.create_table_with_fencing_if_missing()
+    } else {
+        builder.create_table_if_missing()
+    };
+    builder.holder("rust-node").build().await.unwrap()
 }
 
 /// Reads `table`'s rows back; times are checked to be in the documented text format.
@@ -275,7 +276,7 @@ async fn custom_table_and_column_names_work() {
             SqliteLockProvider::builder_from_url(url.clone()),
             "main.job_locks",
         )
-        .create_table_if_missing(false)
+        .create_table_if_missing()
         .build()
     };
     let (a, b) = (build().await.unwrap(), build().await.unwrap());
@@ -313,7 +314,7 @@ async fn server_time_ignores_node_clocks_and_client_time_uses_them() {
 async fn lock_statements_run_outside_the_callers_transaction() {
     let pool = admin(&database_url()).await;
     let provider = SqliteLockProvider::builder(pool)
-        .create_table_if_missing(false)
+        .create_table_if_missing()
         .build()
         .await
         .unwrap();

@@ -131,6 +131,13 @@
 //! at its last known version: if the write did land, a later release answers `false` and the
 //! lock ends at its `lock_until`.
 //!
+//! # TLS
+//!
+//! Not supported: connections to ZooKeeper are plain TCP. The `zookeeper-client` crate can speak
+//! TLS (`tcp+tls://` endpoints, its `tls` feature), but this provider does not wire it up; where
+//! the network between nodes and ensemble is not trusted, reach ZooKeeper through a TLS tunnel
+//! (a sidecar or service mesh), or use a backend this crate family reaches over TLS.
+//!
 //! # Credentials
 //!
 //! Digest credentials may come in front of the connect string (`user:password@host:2181`,
@@ -733,6 +740,10 @@ impl LockProvider for ZookeeperLockProvider {
             .with_extend(true)
             .with_max_name_chars(MAX_NAME_CHARS)
             .with_time_precision(2 * self.inner.max_clock_uncertainty + Duration::from_millis(1))
+    }
+
+    fn provider_name(&self) -> &'static str {
+        PROVIDER
     }
 }
 

@@ -149,12 +149,15 @@ impl<B: PlantRecords> SqlHarness<B> {
     /// shape is an error, not a silently different configuration.
     async fn prepare_table(&self) -> Result<(), SetupError> {
         let run = self.run;
-        let provider = SqlLockProvider::<B>::builder(self.admin.clone())
+        let builder = SqlLockProvider::<B>::builder(self.admin.clone())
             .table_name(run.table)
-            .time_source(run.time_source)
-            .create_table_if_missing(run.fencing)
-            .build()
-            .await?;
+            .time_source(run.time_source);
+        let builder = if run.fencing {
+            builder.create_table_with_fencing_if_missing()
+        } else {
+            builder.create_table_if_missing()
+        };
+        let provider = builder.build().await?;
         if provider.has_fencing() != run.fencing {
             return Err(format!(
                 "table {} {} the fencing column, but this run is meant to be {:?}: drop the table",

@@ -1,0 +1,207 @@
+//! The Redis provider over TLS, against a server that listens for TLS only and whose
+//! certificate a test CA signed for `localhost` only (ci/start-backends.sh makes both):
+//! `SHEDLOCK_TEST_REDIS_TLS_URL` (with the host `localhost`), `SHEDLOCK_TEST_TLS_CA_FILE`, and
+//! the plain server `SHEDLOCK_TEST_REDIS_URL`.
+
+#[cfg(not(feature = "tls"))]
+#[tokio::test]
+async fn rediss_without_tls_names_the_feature_to_enable() {
+    let error = shedlock_redis::RedisLockProvider::connect("rediss://:secret-pass@localhost:6380")
+        .await
+        .unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.ends_with(
+            "the URL's scheme \"rediss\" asks for TLS, which this build leaves out: enable the \
+             \"tls-rustls\" feature of shedlock-redis (on by default), or the \"rustls\" feature \
+             of shedlock"
+        ),
+        "{message}"
+    );
+    assert!(
+        !format!("{message} {error:?}").contains("secret-pass"),
+        "{error:?}"
+    );
+}
+
+/// Over TLS: needs this crate's TLS feature (on by default).
+#[cfg(feature = "tls")]
+mod over_tls {
+    use std::time::Duration;
+
+    use shedlock_core::{LockConfiguration, LockError, LockProvider};
+    use shedlock_redis::{RedisLockProvider, RedisLockProviderBuilder};
+
+    fn env(var: &str, what: &str, example: &str) -> String {
+        std::env::var(var).unwrap_or_else(|_| {
+            panic!("{var} is not set: these tests need {what}, e.g. {var}={example}")
+        })
+    }
+
+    fn tls_url() -> String {
+        env(
+            "SHEDLOCK_TEST_REDIS_TLS_URL",
+            "a Redis server that listens for TLS only",
+            "rediss://localhost:6380",
+        )
+    }
+
+    fn plain_url() -> String {
+        env(
+            "SHEDLOCK_TEST_REDIS_URL",
+            "a Redis server without TLS",
+            "redis://127.0.0.1:6379",
+        )
+    }
+
+    fn ca() -> Vec<u8> {
+        let path = env(
+            "SHEDLOCK_TEST_TLS_CA_FILE",
+            "the CA that signed the TLS test servers' certificates",
+            "/var/tmp/shedlock-ci/tls/ca.pem",
+        );
+        std::fs::read(&path).unwrap_or_else(|e| panic!("read the test CA {path}: {e}"))
+    }
+
+    /// `url` with its scheme replaced by `scheme`.
+    fn with_scheme(url: &str, scheme: &str) -> String {
+        format!("{scheme}://{}", url.split_once("://").expect("a URL").1)
+    }
+
+    /// `url` with its host replaced by `host`.
+    fn with_host(url: &str, host: &str) -> String {
+        let (scheme, rest) = url.split_once("://").expect("a URL");
+        let (user_info, rest) = match rest.split_once('@') {
+            Some((user_info, rest)) => (format!("{user_info}@"), rest),
+            None => (String::new(), rest),
+        };
+        let host_end = rest.find([':', '/', '?', '#']).unwrap_or(rest.len());
+        format!("{scheme}://{user_info}{host}{}", &rest[host_end..])
+    }
+
+    fn builder() -> RedisLockProviderBuilder {
+        RedisLockProvider::builder()
+            .env(format!("tls-{}", uuid::Uuid::new_v4().simple()))
+            .operation_timeout(Duration::from_secs(5))
+    }
+
+    async fn within<T>(future: impl Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(30), future)
+            .await
+            .expect("within 30 s")
+    }
+
+    /// The error's whole chain, as a person reading a log sees it.
+    fn chain(error: &LockError) -> String {
+        let mut text = format!("{error}");
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            text.push_str(&format!(" / {cause}"));
+            source = cause.source();
+        }
+        text
+    }
+
+    #[tokio::test]
+    async fn rediss_with_the_servers_ca_locks_and_releases() {
+        let provider = within(builder().tls_root_certificate(ca()).connect(&tls_url()))
+            .await
+            .unwrap();
+        let config =
+            LockConfiguration::new("report", Duration::from_secs(60), Duration::ZERO).unwrap();
+        let handle = within(provider.try_lock(&config))
+            .await
+            .unwrap()
+            .into_handle()
+            .expect("a fresh lock is acquired over TLS");
+        assert!(
+            !within(provider.try_lock(&config))
+                .await
+                .unwrap()
+                .is_acquired(),
+            "the held lock excludes another attempt"
+        );
+        assert!(within(handle.unlock()).await.unwrap(), "released over TLS");
+        assert!(
+            within(provider.try_lock(&config))
+                .await
+                .unwrap()
+                .is_acquired(),
+            "the released lock can be taken again"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_tls_port_refuses_plain_redis_and_the_plain_port_refuses_tls() {
+        // The TLS-only server's port does not speak plain Redis...
+        let plain_to_tls = within(builder().connect(&with_scheme(&tls_url(), "redis")))
+            .await
+            .unwrap_err();
+        assert!(
+            chain(&plain_to_tls).contains("could not connect to Redis"),
+            "{}",
+            chain(&plain_to_tls)
+        );
+        // ...and the plain server does not speak TLS, so what works above really is TLS. (It
+        // answers the TLS greeting with nothing a TLS client reads, so this ends in the timeout.)
+        let tls_to_plain = within(
+            builder()
+                .operation_timeout(Duration::from_secs(1))
+                .tls_root_certificate(ca())
+                .connect(&with_scheme(&plain_url(), "rediss")),
+        )
+        .await
+        .unwrap_err();
+        let text = chain(&tls_to_plain);
+        assert!(
+            text.contains("could not connect to Redis")
+                || text.contains("did not answer within 1s"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_host_name_the_certificate_does_not_name_is_refused() {
+        // The certificate names localhost; 127.0.0.1 is the same server under another name. The
+        // password (the server asks for none) must not show in the error.
+        let url = with_host(&tls_url(), ":tls-test-secret@127.0.0.1");
+        let error = within(builder().tls_root_certificate(ca()).connect(&url))
+            .await
+            .unwrap_err();
+        let text = chain(&error);
+        assert!(
+            text.contains("certificate not valid for name \"127.0.0.1\""),
+            "the error says the certificate is not for this name: {text}"
+        );
+        assert!(!text.contains("tls-test-secret"), "{text}");
+        assert!(
+            !format!("{error:?}").contains("tls-test-secret"),
+            "{error:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_certificate_no_trusted_ca_signed_is_refused() {
+        // Without the test CA the trusted roots are the public ones, which did not sign it.
+        let error = within(builder().connect(&tls_url())).await.unwrap_err();
+        let text = chain(&error);
+        assert!(
+            text.contains("UnknownIssuer") && text.contains("tls_root_certificate"),
+            "the error says who signed the certificate is not trusted: {text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_root_certificate_with_a_plain_url_is_refused_before_connecting() {
+        let error = builder()
+            .tls_root_certificate(ca())
+            .connect("redis://:secret-pass@localhost:1")
+            .await
+            .unwrap_err();
+        let text = chain(&error);
+        assert!(
+            text.contains("a TLS root certificate was set but redis://:***@localhost:1 does not use TLS: use rediss://"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,6 @@
+use shedlock_macros::scheduler_lock;
+
+#[scheduler_lock(name = "report", lock_at_most_for = "10 minutes")]
+async fn report(executor: &shedlock::LockingTaskExecutor) {}
+
+fn main() {}
