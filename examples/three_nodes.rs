@@ -2,12 +2,14 @@
 //! them runs the job and the other two skip it.
 //!
 //! `cargo run -p shedlock-examples --example three_nodes [ticks]`
+//!
+//! For nodes that are separate processes on a real backend, see `scheduled_job.rs`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use shedlock_core::{LockConfiguration, LockingTaskExecutor, TaskOutcome};
+use shedlock_core::{LockConfiguration, LockingTaskExecutor};
 use shedlock_memory::MemoryLockStore;
 
 const TICK: Duration = Duration::from_millis(500);
@@ -34,8 +36,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 };
                 match executor.execute(&config, job).await {
-                    Ok(TaskOutcome::Executed(())) => println!("tick {tick}: {node} ran the job"),
-                    Ok(TaskOutcome::Skipped) => println!("tick {tick}: {node} skipped"),
+                    Ok(outcome) if outcome.was_executed() => {
+                        println!("tick {tick}: {node} ran the job")
+                    }
+                    Ok(_skipped) => println!("tick {tick}: {node} skipped"),
                     Err(error) => println!("tick {tick}: {node} did not run the job: {error}"),
                 }
             }
