@@ -547,6 +547,10 @@ async fn errors_on_a_dropped_table_name_the_statement_and_the_acquire_fails_clos
         .unwrap_err();
     let text = error.to_string();
     assert!(text.contains("acquire of lock \"job\" failed"), "{text}");
+    assert!(
+        text.contains("the database refused the statement"),
+        "{text}"
+    );
     // The server's words are the cause, said once: in `source()`, not again in the message.
     let chain: Vec<String> =
         std::iter::successors(Some(&error as &(dyn std::error::Error + 'static)), |&e| {
@@ -671,4 +675,33 @@ async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting() 
     .await
     .expect("connecting took over 30 s");
     provider.unwrap();
+}
+
+#[tokio::test]
+async fn a_pool_with_no_free_connection_is_a_timeout_that_says_so() {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_millis(200))
+        .connect(&url())
+        .await
+        .unwrap();
+    let table = unique("pg_busy");
+    let provider = PostgresLockProvider::builder(pool.clone())
+        .table_name(&table)
+        .create_table_if_missing()
+        .build()
+        .await
+        .unwrap();
+    let held = pool.acquire().await.unwrap();
+    let error = provider
+        .try_lock(&config("job", MINUTE, Duration::ZERO))
+        .await
+        .unwrap_err();
+    let text = error.to_string();
+    assert!(
+        text.contains("no database connection became available in time"),
+        "{text}"
+    );
+    drop(held);
+    exec(&pool, &format!("DROP TABLE {table}")).await;
 }
