@@ -5,9 +5,10 @@ use std::time::Duration;
 use proc_macro2::Span;
 use shedlock_core::{ConfigurationError, LockConfiguration, parse_duration};
 use syn::meta::ParseNestedMeta;
-use syn::{Expr, LitStr, Path};
+use syn::{Expr, Ident, LitStr, Path};
 
-const KEYS: &str = "`name`, `lock_at_most_for`, `lock_at_least_for`, `executor`, `crate`";
+const KEYS: &str =
+    "`name`, `lock_at_most_for`, `lock_at_least_for`, `keep_alive`, `executor`, `crate`";
 
 /// A duration as written (for error spans and the generated docs) and as parsed.
 pub(crate) struct DurationArgument {
@@ -22,6 +23,8 @@ pub(crate) struct LockAttribute {
     pub(crate) lock_at_most_for: DurationArgument,
     /// Zero when not given, as ShedLock's `lockAtLeastFor` default.
     pub(crate) lock_at_least_for: Option<DurationArgument>,
+    /// The name the body gives the lock-lost signal, when the lock is kept alive.
+    pub(crate) keep_alive: Option<Ident>,
     /// The expression that gives the executor, when the attribute names it.
     pub(crate) executor: Option<Expr>,
     /// Where `LockConfiguration`, `TaskOutcome` and `LockError` are found.
@@ -33,6 +36,7 @@ struct Arguments {
     name: Option<LitStr>,
     lock_at_most_for: Option<LitStr>,
     lock_at_least_for: Option<LitStr>,
+    keep_alive: Option<Ident>,
     executor: Option<Expr>,
     crate_path: Option<Path>,
     /// Problems found while reading, reported together so one build shows them all.
@@ -49,6 +53,16 @@ impl Arguments {
             "name" => set(&mut self.name, meta.value()?.parse()?),
             "lock_at_most_for" => set(&mut self.lock_at_most_for, meta.value()?.parse()?),
             "lock_at_least_for" => set(&mut self.lock_at_least_for, meta.value()?.parse()?),
+            "keep_alive" => {
+                let value = meta.value()?;
+                let ident = value.parse::<Ident>().map_err(|error| {
+                    syn::Error::new(
+                        error.span(),
+                        "`keep_alive` takes the name the body uses for the lock-lost signal, as in `keep_alive = lost`; the body then checks `lost.is_cancelled()`",
+                    )
+                })?;
+                set(&mut self.keep_alive, ident)
+            }
             "executor" => set(&mut self.executor, meta.value()?.parse()?),
             "crate" => set(&mut self.crate_path, meta.value()?.parse()?),
             _ => {
@@ -124,6 +138,7 @@ impl Arguments {
             name,
             lock_at_most_for,
             lock_at_least_for: lock_at_least_for.flatten(),
+            keep_alive: self.keep_alive,
             executor: self.executor,
             crate_path: self
                 .crate_path

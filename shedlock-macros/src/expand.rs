@@ -66,8 +66,17 @@ pub(crate) fn expand(attribute: LockAttribute, function: ItemFn) -> syn::Result<
         }
     });
     let config = Ident::new("config", Span::mixed_site());
-    let execute = quote_spanned! {executor.span()=>
-        (#executor).execute(&#config, async { #output_hint #block })
+    let execute = match &attribute.keep_alive {
+        None => quote_spanned! {executor.span()=>
+            (#executor).execute(&#config, async { #output_hint #block })
+        },
+        // The signal's name comes from the attribute, with its span, so the body sees it.
+        Some(lost) => quote_spanned! {executor.span()=>
+            (#executor).execute_with_keep_alive(
+                &#config,
+                async |#lost: #krate::CancellationToken| { #output_hint #block },
+            )
+        },
     };
     let docs = docs(&attribute);
     Ok(quote! {
@@ -217,8 +226,14 @@ fn docs(attribute: &LockAttribute) -> TokenStream {
         .map_or_else(String::new, |at_least| {
             format!(", at least {:?}", at_least.literal.value())
         });
+    let kept_alive = attribute
+        .keep_alive
+        .as_ref()
+        .map_or_else(String::new, |lost| {
+            format!(", kept alive while the call runs; `{lost}` is cancelled if the lock is lost")
+        });
     let text = format!(
-        " Each call runs under the lock `{}` (held at most {:?}{at_least}): it returns \
+        " Each call runs under the lock `{}` (held at most {:?}{at_least}{kept_alive}): it returns \
          `TaskOutcome::Executed` with the body's value when it ran, `TaskOutcome::Skipped` when \
          another node holds the lock, and a `LockError` when the lock could not be taken or its \
          outcome is unknown (then the body did not run).",

@@ -39,6 +39,34 @@
 //! with the executor). A call inside the body that takes the same lock name on the same
 //! executor runs directly, as the executor's re-entrancy rule says.
 //!
+//! # Calls that may outlast `lock_at_most_for`: `keep_alive`
+//!
+//! `keep_alive = lost` runs the call with
+//! [`LockingTaskExecutor::execute_with_keep_alive`]: the lock is extended while the call runs,
+//! so a call longer than `lock_at_most_for` keeps its lock, and `lost` (a
+//! `CancellationToken`, the name is yours) is cancelled if the lock is lost anyway (an extend
+//! refused or failing): the body checks `lost.is_cancelled()` between steps and stops, since
+//! another node may be running the same work by then. `lock_at_most_for` then only bounds how
+//! long a dead node keeps the lock. The provider must support extend; one that does not makes
+//! every call an error rather than a run without the promised protection.
+//!
+//! ```
+//! use shedlock::LockingTaskExecutor;
+//! # use shedlock_macros::scheduler_lock;
+//!
+//! #[scheduler_lock(name = "import", lock_at_most_for = "1m", keep_alive = lost)]
+//! async fn import(executor: &LockingTaskExecutor, batches: &[u32]) -> usize {
+//!     let mut imported = 0;
+//!     for _batch in batches {
+//!         if lost.is_cancelled() {
+//!             break; // another node may be importing now
+//!         }
+//!         imported += 1;
+//!     }
+//!     imported
+//! }
+//! ```
+//!
 //! # How the call finds its executor
 //!
 //! From a parameter, not from a global: the executor (and so the provider, the backend and its

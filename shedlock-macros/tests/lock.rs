@@ -288,3 +288,82 @@ async fn crate_points_the_expansion_at_the_core() {
         core_only::job(&node).await;
     assert_eq!(outcome.unwrap().executed(), Some("ran"));
 }
+
+/// Runs for `run_for`, far longer than its 300 ms `lock_at_most_for`, checking the lost signal
+/// on the way; answers how many of its steps ran and whether the lock was ever lost.
+#[scheduler_lock(name = "import", lock_at_most_for = "300ms", keep_alive = lost)]
+async fn import(
+    executor: &LockingTaskExecutor,
+    run_for: Duration,
+    entered: &Notify,
+) -> (u32, bool) {
+    entered.notify_one();
+    let mut steps = 0;
+    let deadline = tokio::time::Instant::now() + run_for;
+    while tokio::time::Instant::now() < deadline {
+        if lost.is_cancelled() {
+            return (steps, true);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        steps += 1;
+    }
+    (steps, lost.is_cancelled())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_holds_the_lock_past_lock_at_most_for_and_names_the_lost_signal() {
+    let (node, other) = two_nodes();
+    let entered = Notify::new();
+    let call = import(&node, Duration::from_millis(1_200), &entered);
+    let watch = async {
+        entered.notified().await;
+        // Three times the lock's 300 ms: without keep-alive the lock would have expired.
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        is_free(&other, "import").await
+    };
+    let (outcome, free_meanwhile) = timeout(LIMIT, async { tokio::join!(call, watch) })
+        .await
+        .unwrap();
+    assert!(
+        !free_meanwhile,
+        "another node took the lock while the call ran"
+    );
+    let (steps, lost) = outcome.unwrap().executed().expect("the call ran");
+    assert!(!lost, "the lock was reported lost while it was kept alive");
+    assert!(steps >= 20, "the call stopped early, after {steps} steps");
+    assert!(is_free(&other, "import").await, "the lock was not released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_cancels_the_signal_when_the_lock_is_lost() {
+    let store = MemoryLockStore::new();
+    let node = LockingTaskExecutor::new(store.node());
+    let entered = Notify::new();
+    let call = import(&node, Duration::from_secs(5), &entered);
+    let steal = async {
+        entered.notified().await;
+        // What an operator's force-unlock does, or an expiry: the record no longer names this
+        // acquisition, so the next extend answers false.
+        assert!(store.remove_record("import"));
+        let thief = LockingTaskExecutor::new(store.node());
+        let config =
+            LockConfiguration::new("import", Duration::from_secs(60), Duration::ZERO).unwrap();
+        let (taken, release) = oneshot::channel::<()>();
+        let hold = thief.execute(&config, async {
+            let _ = taken;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        });
+        drop(release);
+        hold.await.unwrap().was_executed()
+    };
+    let (outcome, stolen) = timeout(LIMIT, async { tokio::join!(call, steal) })
+        .await
+        .unwrap();
+    assert!(stolen, "the thief could not take the removed lock");
+    let (steps, lost) = outcome.unwrap().executed().expect("the call ran");
+    assert!(lost, "the call was never told its lock was lost");
+    assert!(
+        steps < 100,
+        "the call ran to its end ({steps} steps) after losing its lock"
+    );
+}
