@@ -110,6 +110,11 @@ impl Rule {
         id: "shedlock-records",
         text: "A provider that uses ShedLock's storage layout honours the records Java ShedLock writes: a record whose lock_until has not passed keeps every node out, and one whose lock_until has passed is taken over like any expired lock.",
     };
+    /// What an operator sees and frees is what nodes hold.
+    pub const ADMIN: Rule = Rule {
+        id: "admin",
+        text: "A provider's LockAdmin shows every lock under a prefix exactly once, as held while it is held, with the holder's identity; and force_unlock frees a lock only if the acquisition it names still holds it, after which any node may take it at once and the former holder's release and extend change nothing.",
+    };
     /// The harness itself must do what the kit asks of it.
     pub const HARNESS: Rule = Rule {
         id: "harness",

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
-use shedlock_core::{BoxError, Clock, LockProvider};
+use shedlock_core::{BoxError, Clock, LockAdmin, LockProvider};
 
 /// Why the harness could not do its own part (open a pool, make a node, plant a record, clean
 /// up): a fault of the test setup, not a lock outcome, so the provider's [`LockError`]
@@ -123,6 +123,15 @@ pub trait ConformanceHarness: Send + Sync + 'static {
         let _ = node;
         Support::not_applicable(
             "the harness provides no clear_name_cache() hook (providers without a name cache have nothing to clear)",
+        )
+    }
+
+    /// `node`'s operator view, for the admin checks: a provider that implements [`LockAdmin`]
+    /// answers `Support::Supported(node)`.
+    fn admin<'node>(&self, node: &'node Self::Node) -> Support<&'node dyn LockAdmin> {
+        let _ = node;
+        Support::not_applicable(
+            "the harness provides no admin() hook, so listing and force-unlock are not checked; implement it when the provider implements LockAdmin",
         )
     }
 

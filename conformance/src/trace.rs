@@ -3,7 +3,11 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use shedlock_core::{Acquisition, LockConfiguration, LockError, LockHandle, LockProvider};
+use futures_util::TryStreamExt;
+use shedlock_core::{
+    Acquisition, AcquisitionId, LockAdmin, LockConfiguration, LockError, LockHandle, LockInfo,
+    LockProvider, list_all_locks,
+};
 use tokio::time::Instant;
 
 use crate::failure::{CheckFailure, Event, Rule};
@@ -458,6 +462,92 @@ impl Trace {
     ) -> Result<Timed<bool>, CheckFailure> {
         let timed = self.try_extend(node, handle, lock_at_most_for).await?;
         self.answered_without_error(node, &format!("extend {:?}", handle.name()), timed)
+    }
+}
+
+impl Trace {
+    /// Every lock under `prefix`, read `page_size` at a time, recorded as one request; an
+    /// error fails the check.
+    pub async fn list_locks(
+        &self,
+        node: &str,
+        admin: &dyn LockAdmin,
+        prefix: &str,
+        page_size: usize,
+    ) -> Result<Vec<LockInfo>, CheckFailure> {
+        let action = format!("list locks under {prefix:?}, {page_size} per page");
+        let timed = self
+            .request(
+                node,
+                action.clone(),
+                list_all_locks(admin, prefix, page_size).try_collect::<Vec<_>>(),
+                |result| match result {
+                    Ok(locks) => format!("{} locks", locks.len()),
+                    Err(error) => format!("error: {error}"),
+                },
+            )
+            .await?;
+        Ok(self.answered_without_error(node, &action, timed)?.value)
+    }
+
+    /// `inspect_lock`, recorded; an error fails the check.
+    pub async fn inspect_lock(
+        &self,
+        node: &str,
+        admin: &dyn LockAdmin,
+        name: &str,
+    ) -> Result<Option<LockInfo>, CheckFailure> {
+        let action = format!("inspect {name:?}");
+        let timed = self
+            .request(
+                node,
+                action.clone(),
+                admin.inspect_lock(name),
+                |result| match result {
+                    Ok(Some(lock)) => format!(
+                        "{} by {}",
+                        lock.state,
+                        lock.locked_by.as_deref().unwrap_or("(no holder stored)")
+                    ),
+                    Ok(None) => "no such lock".to_owned(),
+                    Err(error) => format!("error: {error}"),
+                },
+            )
+            .await?;
+        Ok(self.answered_without_error(node, &action, timed)?.value)
+    }
+
+    /// `force_unlock`, recorded; an error fails the check, the answer must be `expected`.
+    pub async fn must_force_unlock_with(
+        &self,
+        node: &str,
+        admin: &dyn LockAdmin,
+        name: &str,
+        acquisition: &AcquisitionId,
+        expected: bool,
+        why: &str,
+    ) -> Result<(), CheckFailure> {
+        let action = format!("force_unlock {name:?} of acquisition {acquisition}");
+        let timed = self
+            .request(
+                node,
+                action.clone(),
+                admin.force_unlock(name, acquisition),
+                describe_answer,
+            )
+            .await?;
+        let answered = self.answered_without_error(node, &action, timed)?;
+        if answered.value != expected {
+            return Err(self.failure(
+                Rule::ADMIN,
+                format!(
+                    "node {node}: {action} returned Ok({}) (answered {}): {why}",
+                    answered.value,
+                    self.at(answered.answered)
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 

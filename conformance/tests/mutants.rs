@@ -14,8 +14,9 @@ use shedlock_conformance::{
     SEED_VARIABLE, SetupError, Support, Verdict, async_trait, check_model, check_model_with,
 };
 use shedlock_core::{
-    Acquisition, Capabilities, Clock, HeldRecord, LockConfiguration, LockError, LockHandle,
-    LockProvider, LockRecord, LockStorage, MonotonicClock, NodeTime, Operation, RecordOutcome,
+    Acquisition, AcquisitionId, Capabilities, Clock, HeldRecord, LockAdmin, LockConfiguration,
+    LockError, LockHandle, LockInfo, LockPage, LockProvider, LockRecord, LockState, LockStorage,
+    MonotonicClock, NodeTime, Operation, PageCursor, PageRequest, RecordOutcome,
     StorageBasedLockProvider, SystemClock, TimeSource,
 };
 
@@ -87,6 +88,16 @@ enum Defect {
     IgnoresForeignRecords,
     /// The harness cannot make a node.
     HarnessCannotConnect,
+    /// Force-unlock frees whoever holds the lock, not only the acquisition it names.
+    ForceUnlockIgnoresAcquisition,
+    /// Force-unlock answers true but leaves the lock held.
+    ForceUnlockLeavesItHeld,
+    /// A listing reads its prefix as a SQL `LIKE` pattern (`%`, `_` unescaped).
+    PrefixIsAPattern,
+    /// Each page after the first starts again at its own first name: the cursor is not honoured.
+    PagesRestart,
+    /// A listing shows every record as held, expired or not.
+    EveryRecordHeld,
 }
 
 /// Each mutant, the check that must catch it, and the rule that check must quote.
@@ -218,6 +229,19 @@ const MUTANTS: &[(Defect, Check, Rule)] = &[
         Rule::SHEDLOCK_RECORDS,
     ),
     (
+        Defect::ForceUnlockIgnoresAcquisition,
+        Check::AdminForceUnlock,
+        Rule::ADMIN,
+    ),
+    (
+        Defect::ForceUnlockLeavesItHeld,
+        Check::AdminForceUnlock,
+        Rule::ADMIN,
+    ),
+    (Defect::PrefixIsAPattern, Check::AdminListing, Rule::ADMIN),
+    (Defect::PagesRestart, Check::AdminListing, Rule::ADMIN),
+    (Defect::EveryRecordHeld, Check::AdminListing, Rule::ADMIN),
+    (
         Defect::HarnessCannotConnect,
         Check::AcquireSkipRelease,
         Rule::HARNESS,
@@ -232,6 +256,8 @@ struct Record {
     lock_until: SystemTime,
     locked_at: SystemTime,
     locked_by: String,
+    /// The token of the acquisition that wrote it; `None` for a planted record.
+    fencing_token: Option<u64>,
 }
 
 /// Which operation asks for "now", so a defect can use the wrong clock in one of them only.
@@ -346,6 +372,7 @@ impl MutantStore {
                 lock_until,
                 locked_at,
                 locked_by: record.locked_by.to_owned(),
+                fencing_token: Some(token),
             },
             RecordOutcome::Acquired {
                 fencing_token: Some(token),
@@ -559,6 +586,100 @@ impl LockProvider for MutantNode {
     }
 }
 
+/// Whether `name` matches `pattern` as SQL `LIKE` does (`%` any run, `_` any one character),
+/// as a provider that forgot to escape a prefix would match it.
+fn like(name: &[char], pattern: &[char]) -> bool {
+    match pattern.split_first() {
+        None => name.is_empty(),
+        Some(('%', rest)) => (0..=name.len()).any(|skip| like(&name[skip..], rest)),
+        Some(('_', rest)) => !name.is_empty() && like(&name[1..], rest),
+        Some((c, rest)) => name.first() == Some(c) && like(&name[1..], rest),
+    }
+}
+
+impl MutantNode {
+    fn info(&self, name: &str, record: &Record) -> LockInfo {
+        let now = self.store.clock.now();
+        let acquisition =
+            AcquisitionId::new(format!("{:?}/{}", record.locked_at, record.locked_by));
+        let mut info = LockInfo::new(name, LockState::Free, acquisition)
+            .with_locked_by(&record.locked_by)
+            .with_locked_at(record.locked_at)
+            .judged_at(record.lock_until, now);
+        info.fencing_token = record.fencing_token;
+        if self.store.defect == Defect::EveryRecordHeld {
+            info.judged_at(record.lock_until.max(now + Duration::from_millis(1)), now)
+        } else {
+            info
+        }
+    }
+}
+
+#[async_trait]
+impl LockAdmin for MutantNode {
+    async fn list_locks(&self, request: &PageRequest) -> Result<LockPage, LockError> {
+        let records = self.store.records.lock().unwrap();
+        let pattern: Vec<char> = format!("{}%", request.prefix).chars().collect();
+        let matches = |name: &String| match self.store.defect {
+            Defect::PrefixIsAPattern => like(&name.chars().collect::<Vec<_>>(), &pattern),
+            _ => name.starts_with(&request.prefix),
+        };
+        let after = match (self.store.defect, &request.after) {
+            (Defect::PagesRestart, _) | (_, None) => None,
+            (_, Some(cursor)) => Some(cursor.as_str()),
+        };
+        let mut names: Vec<&String> = records
+            .keys()
+            .filter(|name| matches(name))
+            .filter(|name| after.is_none_or(|after| name.as_str() > after))
+            .collect();
+        names.sort();
+        let more = names.len() > request.limit;
+        names.truncate(request.limit);
+        // The restarting mutant still moves its cursor, or its listing would never end.
+        let next = match (more, names.last()) {
+            (true, Some(last)) => Some(PageCursor::new(last.as_str())),
+            _ => None,
+        };
+        let locks = names
+            .into_iter()
+            .map(|name| self.info(name, &records[name]))
+            .collect();
+        Ok(LockPage { locks, next })
+    }
+
+    async fn inspect_lock(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        let records = self.store.records.lock().unwrap();
+        Ok(records.get(name).map(|record| self.info(name, record)))
+    }
+
+    async fn force_unlock(
+        &self,
+        name: &str,
+        acquisition: &AcquisitionId,
+    ) -> Result<bool, LockError> {
+        let mut records = self.store.records.lock().unwrap();
+        let now = self.store.clock.now();
+        let Some(record) = records.get_mut(name) else {
+            return Ok(false);
+        };
+        let named = format!("{:?}/{}", record.locked_at, record.locked_by) == acquisition.as_str();
+        let held = record.lock_until > now;
+        match self.store.defect {
+            Defect::ForceUnlockLeavesItHeld if held && named => Ok(true),
+            Defect::ForceUnlockIgnoresAcquisition if held => {
+                record.lock_until = now;
+                Ok(true)
+            }
+            _ if held && named => {
+                record.lock_until = now;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+}
+
 /// A handle that asks the store every time, with no memory of its own release.
 #[derive(Debug)]
 struct ForgetfulHandle {
@@ -641,6 +762,10 @@ impl ConformanceHarness for MutantHarness {
         Support::Supported(())
     }
 
+    fn admin<'node>(&self, node: &'node MutantNode) -> Support<&'node dyn LockAdmin> {
+        Support::Supported(node)
+    }
+
     async fn write_record(&self, record: &PlantedRecord) -> Result<Support<()>, SetupError> {
         self.store.records.lock().unwrap().insert(
             self.store.key(&record.name),
@@ -648,6 +773,7 @@ impl ConformanceHarness for MutantHarness {
                 lock_until: record.lock_until,
                 locked_at: record.locked_at,
                 locked_by: record.locked_by.clone(),
+                fencing_token: None,
             },
         );
         Ok(Support::Supported(()))

@@ -23,6 +23,12 @@ pub enum Operation {
     Extend,
     /// Releasing a held lock. A failed release leaves the lock until `lock_at_most_for`.
     Release,
+    /// Listing locks, for an operator.
+    List,
+    /// Reading one lock, for an operator.
+    Inspect,
+    /// Freeing a lock on an operator's request. A failed one may or may not have freed it.
+    ForceUnlock,
 }
 
 impl fmt::Display for Operation {
@@ -32,6 +38,9 @@ impl fmt::Display for Operation {
             Operation::Acquire => "acquire",
             Operation::Extend => "extend",
             Operation::Release => "release",
+            Operation::List => "list",
+            Operation::Inspect => "inspect",
+            Operation::ForceUnlock => "force-unlock",
         })
     }
 }

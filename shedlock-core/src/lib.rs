@@ -25,6 +25,7 @@
 //! with records implements [`LockStorage`] and gets the algorithm from
 //! [`StorageBasedLockProvider`]; others implement [`LockProvider`] directly.
 
+mod admin;
 mod clock;
 mod configuration;
 mod credentials;
@@ -38,6 +39,10 @@ mod storage;
 
 /// The attribute a [`LockStorage`] or [`LockProvider`] implementation puts on its `impl`
 /// block, re-exported so a provider crate needs no dependency of its own for it.
+pub use admin::{
+    AcquisitionId, DEFAULT_PAGE_SIZE, LockAdmin, LockInfo, LockPage, LockState, PageCursor,
+    PageRequest, list_all_locks,
+};
 pub use async_trait::async_trait;
 pub use clock::{Clock, ManualClock, MonotonicClock, SkewedClock, SystemClock};
 pub use configuration::{ConfigurationError, LockConfiguration};

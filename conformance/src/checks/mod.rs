@@ -1,6 +1,7 @@
 //! The checks, each a plain public async function over a [`ConformanceHarness`], and the
 //! catalogue the runner turns into one named test each.
 
+mod admin;
 mod basics;
 mod concurrency;
 mod extend;
@@ -23,6 +24,7 @@ use crate::trace::{HeldLock, HeldProbe, Trace};
 use shedlock_core::LockProvider;
 use tokio::time::Instant;
 
+pub use admin::{check_admin_force_unlock, check_admin_listing};
 pub use basics::check_acquire_skip_release;
 pub use concurrency::{check_fencing_tokens_increase, check_mutual_exclusion};
 pub use extend::{check_extend, check_extend_refused_when_not_declared};
@@ -72,12 +74,16 @@ pub enum Check {
     NameCacheClearedMidway,
     /// [`check_shedlock_record_takeover`]
     ShedlockRecordTakeover,
+    /// [`check_admin_listing`]
+    AdminListing,
+    /// [`check_admin_force_unlock`]
+    AdminForceUnlock,
 }
 
 impl Check {
     /// Every check, in the order the runner lists them. The long-running ones come first so
     /// that parallel test threads finish together.
-    pub const ALL: [Check; 16] = [
+    pub const ALL: [Check; 18] = [
         Check::Model,
         Check::MutualExclusion,
         Check::AcquireSkipRelease,
@@ -94,6 +100,8 @@ impl Check {
         Check::NameEdgeCases,
         Check::NameCacheClearedMidway,
         Check::ShedlockRecordTakeover,
+        Check::AdminListing,
+        Check::AdminForceUnlock,
     ];
 
     /// The test name `cargo test` shows and filters on.
@@ -115,6 +123,8 @@ impl Check {
             Check::Model => "model",
             Check::NameCacheClearedMidway => "name_cache_cleared_midway",
             Check::ShedlockRecordTakeover => "shedlock_record_takeover",
+            Check::AdminListing => "admin_listing",
+            Check::AdminForceUnlock => "admin_force_unlock",
         }
     }
 
@@ -137,6 +147,8 @@ impl Check {
             Check::Model => "md",
             Check::NameCacheClearedMidway => "nc",
             Check::ShedlockRecordTakeover => "sr",
+            Check::AdminListing => "ls",
+            Check::AdminForceUnlock => "fu",
         }
     }
 
@@ -175,6 +187,8 @@ impl Check {
             Check::Model => check_model(harness, names).await,
             Check::NameCacheClearedMidway => check_name_cache_cleared_midway(harness, names).await,
             Check::ShedlockRecordTakeover => check_shedlock_record_takeover(harness, names).await,
+            Check::AdminListing => check_admin_listing(harness, names).await,
+            Check::AdminForceUnlock => check_admin_force_unlock(harness, names).await,
         }
     }
 }

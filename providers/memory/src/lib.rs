@@ -29,8 +29,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use shedlock_core::{
-    Acquisition, Capabilities, Clock, LockConfiguration, LockError, LockProvider, MonotonicClock,
-    StorageBasedLockProvider,
+    Acquisition, AcquisitionId, Capabilities, Clock, LockAdmin, LockConfiguration, LockError,
+    LockInfo, LockPage, LockProvider, MonotonicClock, PageRequest, StorageBasedLockProvider,
 };
 
 pub use storage::MemoryLockStore;
@@ -46,6 +46,7 @@ impl MemoryLockStore {
     pub fn node(&self) -> MemoryLockProvider {
         MemoryLockProvider {
             inner: StorageBasedLockProvider::new(self.clone()),
+            store: self.clone(),
         }
     }
 
@@ -57,6 +58,7 @@ impl MemoryLockStore {
             inner: StorageBasedLockProvider::new(self.clone())
                 .with_holder(holder)
                 .with_clock(node_clock),
+            store: self.clone(),
         }
     }
 }
@@ -71,6 +73,9 @@ impl Default for MemoryLockStore {
 #[derive(Debug)]
 pub struct MemoryLockProvider {
     inner: StorageBasedLockProvider,
+    /// The store again, for the operator's view ([`LockAdmin`]), which the lock algorithm
+    /// does not need.
+    store: MemoryLockStore,
 }
 
 impl MemoryLockProvider {
@@ -108,5 +113,25 @@ impl LockProvider for MemoryLockProvider {
 
     fn provider_name(&self) -> &'static str {
         self.inner.provider_name()
+    }
+}
+
+/// A node sees and frees the locks of its whole store.
+#[async_trait]
+impl LockAdmin for MemoryLockProvider {
+    async fn list_locks(&self, request: &PageRequest) -> Result<LockPage, LockError> {
+        self.store.list_locks(request).await
+    }
+
+    async fn inspect_lock(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        self.store.inspect_lock(name).await
+    }
+
+    async fn force_unlock(
+        &self,
+        name: &str,
+        acquisition: &AcquisitionId,
+    ) -> Result<bool, LockError> {
+        self.store.force_unlock(name, acquisition).await
     }
 }

@@ -6,8 +6,9 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use shedlock_core::{
-    Capabilities, Clock, HeldRecord, LockError, LockHolder, LockRecord, LockStorage, NodeTime,
-    RecordOutcome, TimeSource,
+    AcquisitionId, Capabilities, Clock, HeldRecord, LockAdmin, LockError, LockHolder, LockInfo,
+    LockPage, LockRecord, LockState, LockStorage, NodeTime, PageCursor, PageRequest, RecordOutcome,
+    TimeSource,
 };
 
 /// One lock's record, shaped like ShedLock's row, plus the fencing counter.
@@ -16,6 +17,9 @@ struct Record {
     lock_until: SystemTime,
     locked_at: SystemTime,
     locked_by: String,
+    /// The token of the acquisition that wrote this record; 0 for a record planted by
+    /// [`MemoryLockStore::put_record`], which no acquisition of this store wrote.
+    fencing_token: u64,
 }
 
 #[derive(Debug, Default)]
@@ -71,6 +75,7 @@ impl MemoryLockStore {
                 lock_until,
                 locked_at,
                 locked_by: locked_by.to_owned(),
+                fencing_token: 0,
             },
         );
     }
@@ -86,33 +91,66 @@ fn describe(record: &Record) -> LockHolder {
 impl Record {
     /// Makes `record` the holder. The record is overwritten in place, reusing its `locked_by`
     /// buffer: a name taken over and over allocates nothing here.
-    fn hold(&mut self, record: &LockRecord<'_>, now: SystemTime) {
+    fn hold(&mut self, record: &LockRecord<'_>, now: SystemTime, fencing_token: u64) {
         self.lock_until = now + record.lock_at_most_for;
         self.locked_at = now;
         self.locked_by.clear();
         self.locked_by.push_str(record.locked_by);
+        self.fencing_token = fencing_token;
+    }
+
+    /// This acquisition as [`LockAdmin::force_unlock`] compares it: the fencing token is
+    /// unique per acquisition, and a planted record (token 0) is told apart by its holder and
+    /// time, as a Java node's host name alone would not be.
+    fn acquisition(&self) -> AcquisitionId {
+        let locked_at = self
+            .locked_at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        AcquisitionId::new(format!(
+            "{}@{locked_at}/{}",
+            self.fencing_token, self.locked_by
+        ))
+    }
+
+    fn info(&self, name: &str, now: SystemTime) -> LockInfo {
+        let info = LockInfo::new(name, LockState::Free, self.acquisition())
+            .with_locked_by(&self.locked_by)
+            .with_locked_at(self.locked_at)
+            .judged_at(self.lock_until, now);
+        match self.fencing_token {
+            0 => info,
+            token => info.with_fencing_token(token),
+        }
     }
 }
 
 impl Records {
     /// Creates the record of a name that has none, held by `record`.
     fn insert_held(&mut self, record: &LockRecord<'_>, now: SystemTime) -> RecordOutcome {
+        let fencing_token = self.next_fencing_token();
         self.by_name.insert(
             record.name.to_owned(),
             Record {
                 lock_until: now + record.lock_at_most_for,
                 locked_at: now,
                 locked_by: record.locked_by.to_owned(),
+                fencing_token,
             },
         );
-        self.next_fencing_token()
+        acquired(fencing_token)
     }
 
-    fn next_fencing_token(&mut self) -> RecordOutcome {
+    fn next_fencing_token(&mut self) -> u64 {
         self.last_fencing_token += 1;
-        RecordOutcome::Acquired {
-            fencing_token: Some(self.last_fencing_token),
-        }
+        self.last_fencing_token
+    }
+}
+
+fn acquired(fencing_token: u64) -> RecordOutcome {
+    RecordOutcome::Acquired {
+        fencing_token: Some(fencing_token),
     }
 }
 
@@ -146,14 +184,19 @@ impl LockStorage for MemoryLockStore {
     async fn update_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
         let now = self.clock.now();
         let mut records = self.records.lock().unwrap();
-        match records.by_name.get_mut(record.name) {
+        let Records {
+            by_name,
+            last_fencing_token,
+        } = &mut *records;
+        match by_name.get_mut(record.name) {
             None => Ok(records.insert_held(record, now)),
             Some(existing) if existing.lock_until > now => {
                 Ok(RecordOutcome::NotAcquired(Some(describe(existing))))
             }
             Some(expired) => {
-                expired.hold(record, now);
-                Ok(records.next_fencing_token())
+                *last_fencing_token += 1;
+                expired.hold(record, now, *last_fencing_token);
+                Ok(acquired(*last_fencing_token))
             }
         }
     }
@@ -181,6 +224,61 @@ impl LockStorage for MemoryLockStore {
         match records.by_name.get_mut(&held.name) {
             Some(record) if record.locked_by == held.locked_by && record.lock_until > now => {
                 record.lock_until = now.max(record.locked_at + held.lock_at_least_for);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+}
+
+/// The store's own view for operators: every record, judged by the store's clock.
+#[async_trait]
+impl LockAdmin for MemoryLockStore {
+    /// Pages in name order; the cursor is the last name of the previous page.
+    async fn list_locks(&self, request: &PageRequest) -> Result<LockPage, LockError> {
+        let now = self.clock.now();
+        let records = self.records.lock().unwrap();
+        let after = request.after.as_ref().map(PageCursor::as_str);
+        let mut names: Vec<&String> = records
+            .by_name
+            .keys()
+            .filter(|name| name.starts_with(&request.prefix))
+            .filter(|name| after.is_none_or(|after| name.as_str() > after))
+            .collect();
+        names.sort_unstable();
+        let more = names.len() > request.limit;
+        names.truncate(request.limit);
+        let locks: Vec<LockInfo> = names
+            .iter()
+            .map(|name| records.by_name[*name].info(name, now))
+            .collect();
+        let next = match (more, locks.last()) {
+            (true, Some(last)) => Some(PageCursor::new(last.name.clone())),
+            _ => None,
+        };
+        Ok(LockPage { locks, next })
+    }
+
+    async fn inspect_lock(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        let now = self.clock.now();
+        let records = self.records.lock().unwrap();
+        Ok(records
+            .by_name
+            .get(name)
+            .map(|record| record.info(name, now)))
+    }
+
+    /// Frees by setting `lock_until` to now: the record stays, as after a release.
+    async fn force_unlock(
+        &self,
+        name: &str,
+        acquisition: &AcquisitionId,
+    ) -> Result<bool, LockError> {
+        let now = self.clock.now();
+        let mut records = self.records.lock().unwrap();
+        match records.by_name.get_mut(name) {
+            Some(record) if record.lock_until > now && record.acquisition() == *acquisition => {
+                record.lock_until = now;
                 Ok(true)
             }
             _ => Ok(false),

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use shedlock_conformance::shedlock_core::LockAdmin;
 use shedlock_conformance::{
     Clock, ConformanceHarness, PlantedRecord, SetupError, Support, async_trait,
 };
@@ -24,6 +25,10 @@ impl ConformanceHarness for MemoryHarness {
 
     async fn node(&self, clock: Arc<dyn Clock>) -> Result<MemoryLockProvider, SetupError> {
         Ok(self.store.node_with("conformance-node", clock))
+    }
+
+    fn admin<'node>(&self, node: &'node MemoryLockProvider) -> Support<&'node dyn LockAdmin> {
+        Support::Supported(node)
     }
 
     async fn write_record(&self, record: &PlantedRecord) -> Result<Support<()>, SetupError> {
