@@ -293,4 +293,13 @@ if ! mongo_ready 2>/dev/null; then
 fi
 wait_until "MongoDB (SecantusDB)" "$STATE_DIR/mongo.log" mongo_ready
 
+# --- The deployments beyond one plain server, each its own script (idempotent, loud on failure):
+# TLS-only MariaDB (3307), ZooKeeper (2282) and MongoDB (27018) with the CA above, and Redis
+# Cluster (7000-7005) and Sentinel (6390-6391, sentinels 26390-26392).
+ci_dir=$(dirname "$0")
+"$ci_dir/start-mariadb-tls.sh"
+"$ci_dir/start-zookeeper-tls.sh"
+"$ci_dir/start-mongo-tls.sh"
+"$ci_dir/start-redis-topologies.sh"
+
 log "all backends are up"

@@ -19,6 +19,15 @@ export SHEDLOCK_TEST_TLS_CA_FILE=${SHEDLOCK_TEST_TLS_CA_FILE:-${SHEDLOCK_CI_STAT
 export SHEDLOCK_TEST_POSTGRES_TLS_URL=${SHEDLOCK_TEST_POSTGRES_TLS_URL:-postgres://postgres@localhost:5433/test}
 export SHEDLOCK_TEST_REDIS_TLS_URL=${SHEDLOCK_TEST_REDIS_TLS_URL:-rediss://localhost:6380}
 export SHEDLOCK_TEST_ETCD_TLS_URL=${SHEDLOCK_TEST_ETCD_TLS_URL:-https://localhost:2381}
+export SHEDLOCK_TEST_MYSQL_TLS_URL=${SHEDLOCK_TEST_MYSQL_TLS_URL:-mysql://root@localhost:3307/test}
+export SHEDLOCK_TEST_MONGO_TLS_URL=${SHEDLOCK_TEST_MONGO_TLS_URL:-mongodb://localhost:27018}
+export SHEDLOCK_TEST_ZOOKEEPER_TLS_URL=${SHEDLOCK_TEST_ZOOKEEPER_TLS_URL:-zk+tls://localhost:2282}
+# The TLS ZooKeeper requires a client certificate (ZooKeeper's default), signed by the same CA.
+export SHEDLOCK_TEST_ZOOKEEPER_TLS_CLIENT_CERT=${SHEDLOCK_TEST_ZOOKEEPER_TLS_CLIENT_CERT:-${SHEDLOCK_CI_STATE_DIR:-/var/tmp/shedlock-ci}/zookeeper-tls/client.pem}
+export SHEDLOCK_TEST_ZOOKEEPER_TLS_CLIENT_KEY=${SHEDLOCK_TEST_ZOOKEEPER_TLS_CLIENT_KEY:-${SHEDLOCK_CI_STATE_DIR:-/var/tmp/shedlock-ci}/zookeeper-tls/client.key}
+# Redis Cluster (3 masters, 3 replicas) and Redis Sentinel (ci/start-redis-topologies.sh).
+export SHEDLOCK_TEST_REDIS_CLUSTER_URL=${SHEDLOCK_TEST_REDIS_CLUSTER_URL:-redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002}
+export SHEDLOCK_TEST_REDIS_SENTINEL_URL=${SHEDLOCK_TEST_REDIS_SENTINEL_URL:-redis+sentinel://127.0.0.1:26390,127.0.0.1:26391,127.0.0.1:26392/shedlock}
 
 # Each provider's conformance run writes its report here; the summary is printed at the end.
 export SHEDLOCK_CONFORMANCE_REPORT_DIR=${SHEDLOCK_CONFORMANCE_REPORT_DIR:-$PWD/target/conformance-report}
@@ -35,6 +44,10 @@ cargo test -p shedlock --no-default-features --locked
 # Without TLS (the providers' TLS features off): a URL that asks for TLS names the feature.
 cargo test -p shedlock-postgres --no-default-features --test tls_disabled --locked
 cargo test -p shedlock-redis --no-default-features --test tls --locked
+cargo test -p shedlock-mysql --no-default-features --test tls_disabled --locked
+cargo test -p shedlock-zookeeper --no-default-features --test tls --locked
+# The CLI with every backend: list and unlock against each server started above.
+cargo test -p shedlock-cli --all-features --locked
 
 if compgen -G "$SHEDLOCK_CONFORMANCE_REPORT_DIR/*.md" >/dev/null; then
   echo "== conformance reports =="

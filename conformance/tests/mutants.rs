@@ -15,8 +15,8 @@ use shedlock_conformance::{
 };
 use shedlock_core::{
     Acquisition, AcquisitionId, Capabilities, Clock, HeldRecord, LockAdmin, LockConfiguration,
-    LockError, LockHandle, LockInfo, LockPage, LockProvider, LockRecord, LockState, LockStorage,
-    MonotonicClock, NodeTime, Operation, PageCursor, PageRequest, RecordOutcome,
+    LockError, LockHandle, LockHolder, LockInfo, LockPage, LockProvider, LockRecord, LockState,
+    LockStorage, MonotonicClock, NodeTime, Operation, PageCursor, PageRequest, RecordOutcome,
     StorageBasedLockProvider, SystemClock, TimeSource,
 };
 
@@ -98,6 +98,8 @@ enum Defect {
     PagesRestart,
     /// A listing shows every record as held, expired or not.
     EveryRecordHeld,
+    /// A listing leaves out the holder its refused acquisitions name.
+    ListsNoHolder,
 }
 
 /// Each mutant, the check that must catch it, and the rule that check must quote.
@@ -241,6 +243,7 @@ const MUTANTS: &[(Defect, Check, Rule)] = &[
     (Defect::PrefixIsAPattern, Check::AdminListing, Rule::ADMIN),
     (Defect::PagesRestart, Check::AdminListing, Rule::ADMIN),
     (Defect::EveryRecordHeld, Check::AdminListing, Rule::ADMIN),
+    (Defect::ListsNoHolder, Check::AdminListing, Rule::ADMIN),
     (
         Defect::HarnessCannotConnect,
         Check::AcquireSkipRelease,
@@ -447,11 +450,21 @@ impl LockStorage for MutantStore {
         }
         let now = self.now(Step::Acquire, record.now);
         let key = self.key(record.name);
-        let exists = self.records.lock().unwrap().contains_key(&key);
+        let holder = self
+            .records
+            .lock()
+            .unwrap()
+            .get(&key)
+            .map(|existing| LockHolder {
+                locked_by: Some(existing.locked_by.clone()),
+                held_until: Some(existing.lock_until),
+            });
+        let exists = holder.is_some();
         if self.defect == Defect::InsertRefused
             || (exists && self.defect != Defect::InsertOverwritesHeld)
         {
-            return Ok(RecordOutcome::NotAcquired(None));
+            // A refusal names the holder, as most backends can in the same round trip.
+            return Ok(RecordOutcome::NotAcquired(holder));
         }
         self.racy_pause().await;
         let (taken, outcome) = self.take(record, now, None);
@@ -477,7 +490,10 @@ impl LockStorage for MutantStore {
                         "the record is locked",
                     ));
                 }
-                Ok(RecordOutcome::NotAcquired(None))
+                Ok(RecordOutcome::NotAcquired(Some(LockHolder {
+                    locked_by: Some(existing.locked_by.clone()),
+                    held_until: Some(existing.lock_until),
+                })))
             }
             Some(existing)
                 if self.defect == Defect::IgnoresForeignRecords
@@ -607,6 +623,9 @@ impl MutantNode {
             .with_locked_at(record.locked_at)
             .judged_at(record.lock_until, now);
         info.fencing_token = record.fencing_token;
+        if self.store.defect == Defect::ListsNoHolder {
+            info.locked_by = None;
+        }
         if self.store.defect == Defect::EveryRecordHeld {
             info.judged_at(record.lock_until.max(now + Duration::from_millis(1)), now)
         } else {

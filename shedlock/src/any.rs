@@ -2,7 +2,10 @@
 
 use std::pin::Pin;
 
-use shedlock_core::{Acquisition, Capabilities, LockConfiguration, LockError, LockProvider};
+use shedlock_core::{
+    Acquisition, AcquisitionId, Capabilities, LockAdmin, LockConfiguration, LockError, LockInfo,
+    LockPage, LockProvider, PageRequest,
+};
 
 /// The provider [`connect`](crate::connect) returns, whichever backend the URL named.
 ///
@@ -112,6 +115,41 @@ impl LockProvider for AnyLockProvider {
 
     fn provider_name(&self) -> &'static str {
         with_provider!(self, provider => provider.provider_name())
+    }
+}
+
+/// Every provider of this family is also its backend's [`LockAdmin`], so the provider an
+/// application already holds can list and free locks (the `shedlock` CLI and the HTTP view use
+/// exactly this).
+#[cfg_attr(
+    not(any(
+        feature = "memory",
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "redis",
+        feature = "etcd",
+        feature = "mongo",
+        feature = "zookeeper"
+    )),
+    allow(unused_variables)
+)]
+#[shedlock_core::async_trait]
+impl LockAdmin for AnyLockProvider {
+    async fn list_locks(&self, request: &PageRequest) -> Result<LockPage, LockError> {
+        with_provider!(self, provider => provider.list_locks(request).await)
+    }
+
+    async fn inspect_lock(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        with_provider!(self, provider => provider.inspect_lock(name).await)
+    }
+
+    async fn force_unlock(
+        &self,
+        name: &str,
+        acquisition: &AcquisitionId,
+    ) -> Result<bool, LockError> {
+        with_provider!(self, provider => provider.force_unlock(name, acquisition).await)
     }
 }
 

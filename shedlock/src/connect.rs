@@ -21,9 +21,18 @@ const SCHEMES: &[(&str, &str)] = &[
     ("redis", "redis"),
     ("rediss", "redis"),
     ("redis+unix", "redis"),
+    ("unix", "redis"),
+    ("redis+cluster", "redis"),
+    ("rediss+cluster", "redis"),
+    ("redis+sentinel", "redis"),
+    ("rediss+sentinel", "redis"),
     ("valkey", "redis"),
     ("valkeys", "redis"),
     ("valkey+unix", "redis"),
+    ("valkey+cluster", "redis"),
+    ("valkeys+cluster", "redis"),
+    ("valkey+sentinel", "redis"),
+    ("valkeys+sentinel", "redis"),
     ("etcd", "etcd"),
     ("etcds", "etcd"),
     ("mongodb", "mongo"),
@@ -182,7 +191,8 @@ impl AnyLockProviderBuilder {
         self
     }
 
-    /// Trusts only this CA (PEM) for a `rediss://` or `etcds://` server, instead of the roots
+    /// Trusts only this CA (PEM) for a `rediss://` (or `rediss+cluster://`,
+    /// `rediss+sentinel://`) or `etcds://` server, instead of the roots
     /// the TLS feature brings: for a server whose certificate a private CA signed. The SQL
     /// databases and MongoDB take their CA in the URL instead (`sslrootcert=/path/ca.pem`,
     /// `ssl-ca=/path/ca.pem`, `tlsCAFile=/path/ca.pem`), so with their URLs, and with any URL

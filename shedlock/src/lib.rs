@@ -75,6 +75,10 @@
 
 mod any;
 mod connect;
+#[cfg(feature = "http")]
+pub mod http;
+#[cfg(feature = "json")]
+pub mod json;
 
 pub use any::AnyLockProvider;
 pub use connect::{AnyLockProviderBuilder, ConnectError, connect};

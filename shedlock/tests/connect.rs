@@ -133,6 +133,34 @@ async fn an_unknown_scheme_is_named_with_the_supported_ones() {
     }
 }
 
+#[tokio::test]
+async fn an_unknown_plus_form_of_a_known_scheme_is_an_unknown_scheme() {
+    for scheme in [
+        "redis+shard",
+        "rediss+replica",
+        "valkey+proxy",
+        "postgres+srv",
+    ] {
+        let error = shedlock::connect(&format!("{scheme}://app:{SECRET}@h1:1,h2:2/x"))
+            .await
+            .unwrap_err();
+        let ConnectError::UnknownScheme { scheme: named } = &error else {
+            panic!("{scheme}: expected UnknownScheme, got {error:?}");
+        };
+        assert_eq!(named, scheme);
+        let message = error.to_string();
+        for known in [
+            "redis+cluster",
+            "rediss+cluster",
+            "redis+sentinel",
+            "rediss+sentinel",
+        ] {
+            assert!(message.contains(known), "{known} missing from: {message}");
+        }
+        assert_no_secret("the unknown-scheme error", &format!("{message} {error:?}"));
+    }
+}
+
 /// One test per provider feature that is off in this build: its schemes name the feature.
 macro_rules! disabled_feature_test {
     ($feature:literal, $test:ident, [$($scheme:literal),+]) => {
@@ -180,9 +208,18 @@ disabled_feature_test!(
         "redis",
         "rediss",
         "redis+unix",
+        "unix",
+        "redis+cluster",
+        "rediss+cluster",
+        "redis+sentinel",
+        "rediss+sentinel",
         "valkey",
         "valkeys",
-        "valkey+unix"
+        "valkey+unix",
+        "valkey+cluster",
+        "valkeys+cluster",
+        "valkey+sentinel",
+        "valkeys+sentinel"
     ]
 );
 disabled_feature_test!("etcd", etcd_urls_name_the_etcd_feature, ["etcd", "etcds"]);
@@ -471,6 +508,83 @@ mod redis {
             assert_no_secret("the rediss error", &message);
         })
         .await;
+    }
+
+    #[tokio::test]
+    async fn cluster_and_sentinel_urls_reach_the_same_backends_as_the_provider_crate() {
+        bounded(async {
+            for var in [
+                "SHEDLOCK_TEST_REDIS_CLUSTER_URL",
+                "SHEDLOCK_TEST_REDIS_SENTINEL_URL",
+            ] {
+                let url = env_url(var);
+                let (form, rest) = url.split_once("://").unwrap();
+                let valkey_form = format!("{}://{rest}", form.replacen("redis", "valkey", 1));
+                let own = RedisLockProvider::connect(&url).await.unwrap();
+                for url in [&url, &valkey_form] {
+                    let any = shedlock::connect(url).await.unwrap();
+                    assert!(matches!(any, AnyLockProvider::Redis(_)), "{url}: {any:?}");
+                    assert_same_backend(&any, &own).await;
+                }
+            }
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn cluster_and_sentinel_passwords_show_neither_in_debug_nor_in_errors() {
+        bounded(async {
+            for var in [
+                "SHEDLOCK_TEST_REDIS_CLUSTER_URL",
+                "SHEDLOCK_TEST_REDIS_SENTINEL_URL",
+            ] {
+                // The test servers know no such user: refused, and the error is clean.
+                let url = with_password(&env_url(var), "nobody");
+                let outcome = AnyLockProvider::builder()
+                    .operation_timeout(Duration::from_secs(2))
+                    .connect(&url)
+                    .await;
+                let shown = match &outcome {
+                    Ok(any) => format!("{any:?}"),
+                    Err(error) => format!("{error} {error:?}"),
+                };
+                assert!(outcome.is_err(), "{var}: the servers have no user 'nobody'");
+                assert_no_secret("the provider's error", &shown);
+                assert!(shown.contains("nobody:***@"), "{shown}");
+            }
+            // A malformed URL is the provider's error, naming the rule, without the password.
+            let error = shedlock::connect(&format!("redis+sentinel://app:{SECRET}@h1,h2"))
+                .await
+                .unwrap_err();
+            assert!(matches!(error, ConnectError::Provider(_)), "{error:?}");
+            let message = error.to_string();
+            assert!(message.contains("it names no master"), "{message}");
+            assert_no_secret(
+                "the malformed sentinel URL error",
+                &format!("{message} {error:?}"),
+            );
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn unix_socket_urls_go_to_the_redis_provider() {
+        for url in [
+            "unix:///nonexistent/redis.sock",
+            "redis+unix:///nonexistent/redis.sock",
+        ] {
+            let error = AnyLockProvider::builder()
+                .operation_timeout(Duration::from_secs(2))
+                .connect(url)
+                .await
+                .unwrap_err();
+            let message = error.to_string();
+            assert!(
+                matches!(error, ConnectError::Provider(_))
+                    && message.contains("could not connect to Redis at"),
+                "{url}: {message}"
+            );
+        }
     }
 
     #[tokio::test]

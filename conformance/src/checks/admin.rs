@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use shedlock_core::{LockAdmin, LockHandle, LockInfo, LockProvider, LockState};
+use shedlock_core::{Acquisition, LockAdmin, LockHandle, LockInfo, LockProvider, LockState};
 
 use crate::failure::{CheckFailure, Rule, Verdict};
 use crate::harness::{ConformanceHarness, Support};
@@ -44,10 +44,11 @@ fn listed<'list>(
     Ok(first)
 }
 
-/// A held lock as listed: held, with a holder, time left within its `lock_at_most_for`, and
-/// the handle's fencing token where the provider declares fencing.
+/// A held lock as listed: held, with a holder where the backend stores one, time left within
+/// its `lock_at_most_for`, and the handle's fencing token where the provider declares fencing.
 fn check_held(
     trace: &Trace,
+    stores_holder: bool,
     lock: Option<&LockInfo>,
     name: &str,
     handle: Option<&dyn LockHandle>,
@@ -61,8 +62,10 @@ fn check_held(
     if lock.state != LockState::Held {
         return fail(format!("it is held, but shown as {}", lock.state));
     }
-    if lock.locked_by.is_none() {
-        return fail("it is held, but no holder is shown".to_owned());
+    if stores_holder && lock.locked_by.is_none() {
+        return fail(
+            "it is held, but no holder is shown, though a refused try_lock names one".to_owned(),
+        );
     }
     match lock.remaining {
         None => return fail("it is held, but no remaining time is shown".to_owned()),
@@ -115,6 +118,21 @@ pub async fn check_admin_listing<H: ConformanceHarness>(
             .await?;
         handles.push(handle.value);
     }
+    // Some layouts store no holder (Curator's ZooKeeper nodes hold only lock_until): the
+    // listing must name one exactly when a refused try_lock does.
+    let stores_holder = match trace
+        .acquire("B", &b, &config(&held_names[0], long, Duration::ZERO))
+        .await?
+        .value
+    {
+        Acquisition::NotAcquired(holder) => holder.is_some_and(|holder| holder.locked_by.is_some()),
+        Acquisition::Acquired(_) => {
+            return Err(trace.failure(
+                Rule::MUTUAL_EXCLUSION,
+                format!("node B got lock {:?}, which node A holds", held_names[0]),
+            ));
+        }
+    };
     let released = format!("{prefix}released");
     let handle = trace
         .must_acquire_free("A", &a, &config(&released, long, Duration::ZERO))
@@ -148,10 +166,26 @@ pub async fn check_admin_listing<H: ConformanceHarness>(
     let precision = capabilities.time_precision;
     for (name, handle) in held_names.iter().zip(&handles) {
         let lock = listed(&trace, &locks, name)?;
-        check_held(&trace, lock, name, Some(&**handle), long, precision)?;
+        check_held(
+            &trace,
+            stores_holder,
+            lock,
+            name,
+            Some(&**handle),
+            long,
+            precision,
+        )?;
     }
     let kept_lock = listed(&trace, &locks, &kept)?;
-    check_held(&trace, kept_lock, &kept, None, long, precision)?;
+    check_held(
+        &trace,
+        stores_holder,
+        kept_lock,
+        &kept,
+        None,
+        long,
+        precision,
+    )?;
     if let Some(lock) = listed(&trace, &locks, &released)?
         && lock.state != LockState::Free
     {
@@ -174,6 +208,7 @@ pub async fn check_admin_listing<H: ConformanceHarness>(
         (Some(lock), Some(listed)) if lock.acquisition == listed.acquisition => {
             check_held(
                 &trace,
+                stores_holder,
                 Some(lock),
                 &held_names[0],
                 Some(&*handles[0]),

@@ -60,6 +60,18 @@
 //! build script with "Could not find `protoc`" (Cargo runs that script before this crate's
 //! own build script, which repeats the advice where it gets the chance).
 //!
+//! # Seeing and freeing locks
+//!
+//! [`EtcdLockProvider`] implements [`LockAdmin`](shedlock_core::LockAdmin) for operators. A
+//! lock is a key only while held (release deletes it, an ended lease takes it away), so a
+//! listing shows held locks; a key whose lease has just ended and which etcd has not yet
+//! deleted shows as free. The remaining time is the lease's TTL by etcd's clock, rounded up to
+//! a whole second (etcd reports whole seconds); `held_until` is this process's clock plus
+//! that. An acquisition id is `<create_revision>/<value>` (the revision is also the fencing
+//! token), and force-unlock is one transaction deleting the key if both still match. Costs: a
+//! page is one `Range` plus one `LeaseTimeToLive` per held lock on it (sent concurrently:
+//! etcd has no call reading several leases), inspect two calls, force-unlock one.
+//!
 //! # Unknown outcomes
 //!
 //! Every operation is bounded by the operation timeout (5 s unless set), applied per request by
@@ -83,6 +95,7 @@
 //! or from [`EtcdLockProviderBuilder::credentials`]. The provider keeps only a redacted copy of
 //! the URL for its `Debug` output, error messages and log lines.
 
+mod admin;
 mod credentials;
 mod storage;
 
@@ -595,6 +608,10 @@ impl Inner {
             Operation::Acquire => "whether the lock was taken is unknown, so the task must not run",
             Operation::Release => "the lock stays held until lock_at_most_for at the latest",
             Operation::Extend => "the lock keeps its previous expiry",
+            Operation::List | Operation::Inspect => "nothing was changed",
+            Operation::ForceUnlock => {
+                "whether the lock was freed is unknown: inspect it again before retrying"
+            }
             _ => "",
         };
         let cause = if unreachable {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use etcd_client::{Client, DeleteOptions, PutOptions};
+use shedlock_conformance::shedlock_core::LockAdmin;
 use shedlock_conformance::{
     Clock, ConformanceHarness, PlantedRecord, SetupError, Support, async_trait, backends,
 };
@@ -40,6 +41,10 @@ impl ConformanceHarness for Harness {
     /// etcd keeps time with leases: the node's clock is not used for anything.
     async fn node(&self, _clock: Arc<dyn Clock>) -> Result<EtcdLockProvider, SetupError> {
         Ok(self.builder().connect(&self.url).await?)
+    }
+
+    fn admin<'node>(&self, node: &'node EtcdLockProvider) -> Support<&'node dyn LockAdmin> {
+        Support::Supported(node)
     }
 
     async fn unreachable_node(&self) -> Result<Support<EtcdLockProvider>, SetupError> {

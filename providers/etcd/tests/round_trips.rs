@@ -17,7 +17,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use shedlock_conformance::CountingProxy;
-use shedlock_core::{Acquisition, LockConfiguration, LockError, LockHandle, LockProvider};
+use shedlock_core::{
+    Acquisition, LockAdmin, LockConfiguration, LockError, LockHandle, LockProvider, PageRequest,
+};
 use shedlock_etcd::EtcdLockProvider;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -116,6 +118,17 @@ impl Wire {
 
     /// Runs `operation` on a quiet wire and returns its result and what it cost.
     async fn measure<T>(&self, operation: impl Future<Output = T>) -> (T, Cost) {
+        let (result, cost) = self.measure_concurrent(operation).await;
+        assert!(
+            (cost.calls..=3 * cost.calls).contains(&cost.round_trips),
+            "each call is one round trip, or up to three with HTTP/2 flow control: {cost:?}"
+        );
+        (result, cost)
+    }
+
+    /// [`measure`](Self::measure) for an operation that sends some calls at once, which can
+    /// share a round trip: its round trips are not held to one or more per call.
+    async fn measure_concurrent<T>(&self, operation: impl Future<Output = T>) -> (T, Cost) {
         let before = self.quiet_calls().await;
         let round_trips = self.proxy.round_trips();
         let result = operation.await;
@@ -127,10 +140,6 @@ impl Wire {
             background_calls,
             round_trips,
         };
-        assert!(
-            (cost.calls..=3 * cost.calls).contains(&cost.round_trips),
-            "each call is one round trip, or up to three with HTTP/2 flow control: {cost:?}"
-        );
         (result, cost)
     }
 }
@@ -276,4 +285,58 @@ async fn every_operation_is_its_minimum_of_grpc_calls() {
         2,
         "release within lock_at_least_for: a lease of the rest + the owner-checked move",
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn admin_operations_are_one_call_plus_a_ttl_read_per_held_lock() {
+    let wire = Wire::start().await;
+    let env = format!("wire-admin-{}", uuid::Uuid::new_v4().simple());
+    let holder = wire.provider(&env).await;
+    let operator = wire.provider(&env).await;
+    let mut handles = Vec::new();
+    for name in ["a", "b", "c"] {
+        handles.push(acquired(
+            holder.try_lock(&config(name, Duration::ZERO)).await,
+        ));
+    }
+
+    let (page, cost) = wire
+        .measure_concurrent(operator.list_locks(&PageRequest::first("").with_limit(10)))
+        .await;
+    assert_eq!(page.unwrap().locks.len(), 3);
+    assert_eq!(
+        (cost.calls, cost.background_calls),
+        (4, 0),
+        "a page: one Range, then one LeaseTimeToLive per held lock"
+    );
+    assert!(
+        (2..=3 * cost.calls).contains(&cost.round_trips),
+        "the Range, then the TTL reads sent together: {cost:?}"
+    );
+    let (page, cost) = wire
+        .measure_concurrent(operator.list_locks(&PageRequest::first("").with_limit(2)))
+        .await;
+    assert_eq!(page.unwrap().locks.len(), 2);
+    assert_eq!((cost.calls, cost.background_calls), (3, 0), "a page of two");
+
+    let (seen, cost) = wire.measure(operator.inspect_lock("a")).await;
+    let seen = seen.unwrap().unwrap();
+    assert_calls(cost, 2, "inspect: the key, then its lease's TTL");
+    let (missing, cost) = wire.measure(operator.inspect_lock("never-used")).await;
+    assert!(missing.unwrap().is_none());
+    assert_calls(cost, 1, "inspect of an absent key: the Range alone");
+
+    let (freed, cost) = wire
+        .measure(operator.force_unlock("a", &seen.acquisition))
+        .await;
+    assert!(freed.unwrap());
+    assert_calls(cost, 1, "force-unlock: one transaction");
+    let (freed, cost) = wire
+        .measure(operator.force_unlock("a", &seen.acquisition))
+        .await;
+    assert!(!freed.unwrap());
+    assert_calls(cost, 1, "a stale force-unlock: the same one transaction");
+    for handle in &handles[1..] {
+        assert!(handle.unlock().await.unwrap());
+    }
 }

@@ -87,6 +87,17 @@
 //! clock close to the server's. A Java node's unlock is not owner-checked: a Java node whose
 //! lock expired while its task still ran can shorten a lock a Rust node then took.
 //!
+//! # Seeing and freeing locks
+//!
+//! [`MongoLockProvider`] implements [`LockAdmin`](shedlock_core::LockAdmin) for operators.
+//! Documents are kept after release, so a listing shows free locks as well as held ones, each
+//! judged by the server's `$$NOW` read in the same command; `held_until` is `lockUntil` as
+//! stored. A page is one `aggregate` (`$match` on an `_id` range after the last name of the
+//! previous page, `$sort`, `$limit`, `$project` with `$$NOW`), inspect one `aggregate`. An
+//! acquisition id is `<lockedAt ms>/<fencingToken>/<lockedBy>`; force-unlock is one
+//! `findAndModify` matching those fields and a `lockUntil` after `$$NOW`, setting `lockUntil`
+//! to `$$NOW`, as a release does, so the document and its fencing counter stay.
+//!
 //! # Consistency, timeouts, credentials
 //!
 //! Writes use `w: "majority"` (with `wtimeout` = the operation timeout) and reads
@@ -100,10 +111,20 @@
 //!
 //! # TLS
 //!
-//! The `mongodb` driver is built with its default TLS, rustls on ring: `?tls=true` in the URL
-//! turns it on (`mongodb+srv://` URLs have it on unless `tls=false`), `tlsCAFile=/path/ca.pem`
-//! trusts a private CA, `tlsCertificateKeyFile=` presents a client certificate. Nothing in this
-//! crate changes that; the test server here runs without TLS, so that path is the driver's own.
+//! The `mongodb` driver is built with its default TLS, rustls on ring (its `rustls-tls`
+//! feature, on by default, from Rust and ring's bundled C): the URL's TLS options go to the
+//! driver as they are. `?tls=true` (or `ssl=true`) turns it on (`mongodb+srv://` URLs have it
+//! on unless `tls=false`), trusting Mozilla's roots, compiled in; `tlsCAFile=/path/ca.pem`
+//! trusts a private CA instead; `tlsCertificateKeyFile=/path/client.pem` presents a client
+//! certificate (certificate and unencrypted key in one PEM: an encrypted key's
+//! `tlsCertificateKeyFilePassword` needs the driver's `cert-key-password` feature, which this
+//! crate leaves off). With rustls the driver applies `tlsAllowInvalidCertificates` but not
+//! `tlsAllowInvalidHostnames`. A certificate must name the host the driver connects to, which
+//! for a replica set is each member as the set announces it (`directConnection=true` keeps to
+//! the URL's host). A refused certificate is the connect error's cause, in rustls' words
+//! (`invalid peer certificate: UnknownIssuer`, `certificate not valid for name "..."`).
+//! `tests/tls.rs` checks a lock cycle with `tls=true&tlsCAFile=` and those refusals against a
+//! server that serves TLS only.
 //!
 //! Tested on SecantusDB 0.5.3-beta.196 (a MongoDB 8.2 wire-compatible server on WiredTiger,
 //! announcing a one-node replica set), with the `mongodb` driver 3.9; the conformance kit can
@@ -126,6 +147,7 @@
 //!
 //! [`Capabilities::time_precision`]: shedlock_core::Capabilities::time_precision
 
+mod admin;
 mod credentials;
 mod storage;
 

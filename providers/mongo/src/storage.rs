@@ -20,13 +20,13 @@ use shedlock_core::{
 use crate::{MAX_NAME_CHARS, PROVIDER};
 
 /// ShedLock's field for the instant the lock frees itself.
-const LOCK_UNTIL: &str = "lockUntil";
+pub(crate) const LOCK_UNTIL: &str = "lockUntil";
 /// ShedLock's field for the instant of the acquisition.
-const LOCKED_AT: &str = "lockedAt";
+pub(crate) const LOCKED_AT: &str = "lockedAt";
 /// ShedLock's field for the holder (ours: `<holder>#<id>`, unique per acquisition).
-const LOCKED_BY: &str = "lockedBy";
+pub(crate) const LOCKED_BY: &str = "lockedBy";
 /// This provider's extra field: the last fencing token handed out for the name.
-const FENCING_TOKEN: &str = "fencingToken";
+pub(crate) const FENCING_TOKEN: &str = "fencingToken";
 
 /// MongoDB's duplicate key error: two upserts raced to create the same `_id`.
 const DUPLICATE_KEY: i32 = 11000;
@@ -185,7 +185,12 @@ impl MongoStorage {
     /// The driver's error, with what it means for the lock: a command the server refused
     /// wrote nothing; anything else (no server, a broken connection, an unconfirmed write
     /// concern) leaves the outcome unknown.
-    fn driver_error(&self, operation: Operation, name: &str, error: DriverError) -> LockError {
+    pub(crate) fn driver_error(
+        &self,
+        operation: Operation,
+        name: &str,
+        error: DriverError,
+    ) -> LockError {
         let target = &self.target;
         let (what, refused) = match &*error.kind {
             ErrorKind::ServerSelection { .. } => (
@@ -234,6 +239,11 @@ impl MongoStorage {
             }
             (Operation::Release, false) => {
                 "whether it was released is unknown: it stays held until lock_at_most_for at the latest"
+            }
+            (Operation::List | Operation::Inspect, _) => "nothing was changed",
+            (Operation::ForceUnlock, true) => "nothing was written: the lock was not freed",
+            (Operation::ForceUnlock, false) => {
+                "whether the lock was freed is unknown: inspect it again before retrying"
             }
             (_, true) => "nothing was written: the lock keeps its previous expiry",
             (_, false) => "whether the lock was extended is unknown",

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use mongodb::bson::{DateTime, Regex, doc};
 use mongodb::{Client, Collection, bson::Document};
+use shedlock_conformance::shedlock_core::LockAdmin;
 use shedlock_conformance::{
     Clock, ConformanceHarness, PlantedRecord, SetupError, Support, async_trait, backends,
 };
@@ -48,6 +49,10 @@ impl ConformanceHarness for Harness {
             .connect_lazy("mongodb://app:s3cret@127.0.0.1:1/?directConnection=true")
             .await?;
         Ok(Support::Supported(node))
+    }
+
+    fn admin<'node>(&self, node: &'node MongoLockProvider) -> Support<&'node dyn LockAdmin> {
+        Support::Supported(node)
     }
 
     fn clear_name_cache(&self, node: &MongoLockProvider) -> Support<()> {

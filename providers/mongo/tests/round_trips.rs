@@ -15,8 +15,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use mongodb::bson::{DateTime, Document, doc};
 use shedlock_conformance::CountingProxy;
-use shedlock_core::{Acquisition, LockConfiguration, LockHandle, LockProvider};
+use shedlock_core::{
+    Acquisition, LockAdmin, LockConfiguration, LockHandle, LockProvider, LockState, PageRequest,
+};
 use shedlock_mongo::MongoLockProvider;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -356,6 +359,83 @@ async fn every_lock_operation_is_one_find_and_modify_and_one_round_trip() {
         "the driver's monitoring connections were seen and left out"
     );
     holder.collection().drop().await.unwrap();
+}
+
+/// One `command`, one round trip, on a connection the pool already had, and nothing after it
+/// (no `getMore`, no `killCursors` of a cursor left open).
+async fn assert_alone<T>(wire: &Wire, operation: impl Future<Output = T>, command: &str) -> T {
+    let before = wire.snapshot();
+    let answer = operation.await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        wire.cost_since(&before),
+        Cost {
+            round_trips: 1,
+            commands: vec![command.to_owned()],
+            new_connections: 0,
+        },
+        "one {command}"
+    );
+    answer
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_admin_operation_is_one_command_and_one_round_trip() {
+    let wire = Wire::start().await;
+    let operator = wire.provider().await;
+    let holder = operator.node();
+    let handle = acquired(
+        holder
+            .try_lock(&config("held", Duration::ZERO))
+            .await
+            .unwrap(),
+    );
+    // More documents than a first batch holds by default (101), all on one page.
+    let now = DateTime::now();
+    let documents: Vec<Document> = (0..150)
+        .map(|i| doc! { "_id": format!("bulk-{i:03}"), "lockUntil": now, "lockedAt": now, "lockedBy": "java-host" })
+        .collect();
+    operator.collection().insert_many(documents).await.unwrap();
+
+    let page = assert_alone(
+        &wire,
+        operator.list_locks(&PageRequest::first("bulk-").with_limit(200)),
+        "aggregate",
+    )
+    .await
+    .unwrap();
+    assert_eq!((page.locks.len(), page.next), (150, None));
+    let page = assert_alone(
+        &wire,
+        operator.list_locks(&PageRequest::first("bulk-").with_limit(100)),
+        "aggregate",
+    )
+    .await
+    .unwrap();
+    assert_eq!(page.locks.len(), 100);
+    assert!(page.next.is_some());
+
+    let seen = assert_alone(&wire, operator.inspect_lock("held"), "aggregate")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(seen.state, LockState::Held);
+    let freed = assert_alone(
+        &wire,
+        operator.force_unlock("held", &seen.acquisition),
+        "findAndModify",
+    )
+    .await;
+    assert!(freed.unwrap());
+    let stale = assert_alone(
+        &wire,
+        operator.force_unlock("held", &seen.acquisition),
+        "findAndModify",
+    )
+    .await;
+    assert!(!stale.unwrap());
+    assert!(!handle.unlock().await.unwrap());
+    operator.collection().drop().await.unwrap();
 }
 
 #[test]

@@ -120,6 +120,47 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Seeing and freeing locks
+//!
+//! [`MySqlLockProvider`] is also the table's [`LockAdmin`]: an operator lists the locks whose
+//! names start with a prefix, inspects one, and frees one a dead holder left behind.
+//!
+//! - **List** shows every row, released ones too (ShedLock keeps rows): name, `locked_by`,
+//!   `locked_at`, `lock_until` as `held_until`, the fencing token where the column exists (a row
+//!   no fencing acquisition wrote, such as a Java node's, shows none), and held or free with the
+//!   time left, judged by `UTC_TIMESTAMP(3)` read in the same statement (the node's clock for
+//!   [`TimeSource::Client`], as its lock statements judge). Pages are keyset pages in the name
+//!   column's order, one statement each (`WHERE name > ? AND name LIKE ? ESCAPE '!' ORDER BY
+//!   name LIMIT n + 1`, the prefix's `%`, `_` and `!` escaped), so 100,000 locks are never read
+//!   at once. The prefix matches exactly, also under a case-insensitive collation: its `LIKE`
+//!   matches `Job` for `job`, and such rows are dropped from the page (which may then hold fewer
+//!   locks than asked and still not be the last). Such a collation's key holds no two names it
+//!   calls equal, so paging in its order reads every row exactly once.
+//! - **Inspect** reads one row, as the column's collation compares names (under a
+//!   case-insensitive one, `JOB` finds the row `job`, whose lock it shares); a name the lock
+//!   operations refuse is refused the same way.
+//! - **The acquisition id** is `<locked_by>/<locked_at>/<fencing_token>`, `locked_at` in
+//!   microseconds since the Unix epoch exactly as stored (`TIMESTAMP` or `DATETIME`, any
+//!   precision; `/<fencing_token>` only with the fencing column), each part percent-encoded where
+//!   it holds `%`, `/` or white space: `rust-node#4f1c...e2/1718012345678000/7`. The stored
+//!   `locked_at` makes it name one acquisition even of a Java node, whose `locked_by` is only its
+//!   host name.
+//! - **Force-unlock** is one compare-and-free statement that keeps the row and the fencing
+//!   counter:
+//!
+//! ```sql
+//! UPDATE shedlock SET lock_until = UTC_TIMESTAMP(3)
+//!   WHERE name = ? AND locked_by = ? AND locked_at = ?
+//!     AND fencing_token <=> ?                       -- with the fencing column
+//!     AND lock_until > UTC_TIMESTAMP(3)
+//! ```
+//!
+//! It answers true only if that acquisition still held the lock; the lock is then free for
+//! any node at once, and the old holder's release and extend answer false.
+//!
+//! Each call is one round trip on the provider's own connections, bounded by the operation
+//! timeout (on a pool of yours, sqlx's pings add theirs).
+//!
 //! # TLS
 //!
 //! The URL asks for it: `?ssl-mode=REQUIRED` (encrypted, the certificate not checked),
@@ -145,9 +186,11 @@
 //!
 //! [`Capabilities::max_name_chars`]: shedlock_core::Capabilities::max_name_chars
 //! [`Capabilities::time_precision`]: shedlock_core::Capabilities::time_precision
+//! [`LockAdmin`]: shedlock_core::LockAdmin
 //! [`LockError::InvalidName`]: shedlock_core::LockError::InvalidName
 //! [`TimeSource::Client`]: shedlock_core::TimeSource::Client
 
+mod admin;
 mod storage;
 
 pub use shedlock_sql::{Column, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, LockTable};

@@ -7,11 +7,14 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use shedlock_core::{HeldRecord, LockError, LockRecord, NodeTime, Operation, TimeSource};
 use shedlock_sql::{
     AcquireAnswer, AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement,
-    LockStatements, LockTable, SqlBackend, TableSchema, client_time_parameter, statement_error,
+    LockSelection, LockStatements, LockTable, SqlBackend, StoredAcquisition, StoredLock,
+    TableSchema, client_time_parameter, statement_error,
 };
 use sqlx::mysql::{MySql, MySqlArguments, MySqlConnectOptions, MySqlConnection, MySqlQueryResult};
 use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, Row};
+
+use crate::admin::{self, AdminStatements};
 
 const DIALECT: Dialect = Dialect::MySql;
 
@@ -259,6 +262,7 @@ struct NameColumn {
 #[derive(Debug)]
 pub struct MySqlBackend {
     statements: LockStatements<Statement>,
+    admin: AdminStatements,
     time_source: TimeSource,
     name_column: NameColumn,
     flavor: Flavor,
@@ -508,6 +512,7 @@ impl SqlBackend for MySqlBackend {
         }
         let backend = Self {
             statements: prepare_statements(table, &schema, time_source),
+            admin: AdminStatements::prepare(table, &schema, time_source),
             time_source,
             name_column,
             flavor,
@@ -520,6 +525,7 @@ impl SqlBackend for MySqlBackend {
     fn unchecked(table: &LockTable, schema: &TableSchema, time_source: TimeSource) -> Self {
         Self {
             statements: prepare_statements(table, schema, time_source),
+            admin: AdminStatements::prepare(table, schema, time_source),
             time_source,
             name_column: NameColumn::default(),
             flavor: Flavor::MySql,
@@ -598,6 +604,35 @@ impl SqlBackend for MySqlBackend {
         }
         // With the fencing column the insert id is the new token.
         Ok(AcquireAnswer::Acquired(id))
+    }
+
+    const LOCKED_AT_KEY: &'static str = admin::LOCKED_AT_KEY;
+
+    type LockedAt = NaiveDateTime;
+
+    fn locked_at_from_key(&self, key: &str) -> Option<NaiveDateTime> {
+        admin::locked_at_from_key(key)
+    }
+
+    async fn read_locks(
+        &self,
+        connection: &mut MySqlConnection,
+        selection: LockSelection<'_>,
+        now: NodeTime,
+    ) -> Result<Vec<StoredLock>, LockError> {
+        self.admin.read_locks(connection, selection, now).await
+    }
+
+    async fn force_unlock(
+        &self,
+        connection: &mut MySqlConnection,
+        name: &str,
+        acquisition: &StoredAcquisition<NaiveDateTime>,
+        now: NodeTime,
+    ) -> Result<bool, LockError> {
+        self.admin
+            .force_unlock(connection, name, acquisition, now)
+            .await
     }
 
     async fn change_held(

@@ -48,6 +48,16 @@ async fn every_operation_is_one_round_trip() {
 }
 
 #[tokio::test]
+async fn every_admin_call_is_one_round_trip() {
+    let table = unique("my_admin_round_trips");
+    let (proxy, proxied) = round_trips::proxy_for(&url()).await;
+    let provider = provider(proxied, &table).await;
+    round_trips::every_admin_call_is_one_round_trip(&proxy, &provider).await;
+    let admin = sqlx::MySqlPool::connect(&url()).await.unwrap();
+    exec(&admin, format!("DROP TABLE {table}")).await;
+}
+
+#[tokio::test]
 async fn a_killed_connection_fails_one_operation_then_the_next_reconnects() {
     // The provider connects as a user of its own, so its connections are the ones to kill
     // while other tests run on the same server.

@@ -125,6 +125,42 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Seeing and freeing locks
+//!
+//! [`PostgresLockProvider`] is also the table's [`LockAdmin`]: an operator lists the locks
+//! whose names start with a prefix, inspects one, and frees one a dead holder left behind.
+//!
+//! - **List** shows every row, released ones too (ShedLock keeps rows): name, `locked_by`,
+//!   `locked_at`, `lock_until` as `held_until`, the fencing token where the column exists (a row
+//!   no fencing acquisition wrote, such as a Java node's, shows none), and held or free with the
+//!   time left, judged by the database's clock read in the same statement (the node's clock for
+//!   [`TimeSource::Client`], as its lock statements judge). Pages are keyset pages in the name
+//!   column's order, one statement each (`WHERE name > $cursor AND name LIKE $prefix ESCAPE '!'
+//!   ORDER BY name LIMIT n + 1`, the prefix's `%`, `_` and `!` escaped), so 100,000 locks are
+//!   never read at once.
+//! - **Inspect** reads one row; a name the lock operations refuse (too long, NUL) is refused the
+//!   same way.
+//! - **The acquisition id** is `<locked_by>/<locked_at>/<fencing_token>`, `locked_at` in
+//!   microseconds since the Unix epoch exactly as stored (`/<fencing_token>` only with the
+//!   fencing column), each part percent-encoded where it holds `%`, `/` or white space:
+//!   `rust-node#4f1c...e2/1718012345678901/7`. The stored `locked_at` makes it name one
+//!   acquisition even of a Java node, whose `locked_by` is only its host name.
+//! - **Force-unlock** is one compare-and-free statement that keeps the row and the fencing
+//!   counter:
+//!
+//! ```sql
+//! UPDATE shedlock SET lock_until = now
+//!   WHERE name = $1 AND locked_by = $2 AND locked_at = $3
+//!     AND fencing_token IS NOT DISTINCT FROM $4      -- with the fencing column
+//!     AND lock_until > now
+//! ```
+//!
+//! It answers true only if that acquisition still held the lock; the lock is then free for
+//! any node at once, and the old holder's release and extend answer false.
+//!
+//! Each call is one round trip on the provider's own connections, bounded by the operation
+//! timeout (on a pool of yours, sqlx's pings add theirs).
+//!
 //! # TLS
 //!
 //! The URL asks for it, as with `libpq`: `?sslmode=require` (encrypted, the certificate not
@@ -150,9 +186,11 @@
 //!
 //! [`Capabilities::max_name_chars`]: shedlock_core::Capabilities::max_name_chars
 //! [`Capabilities::fencing`]: shedlock_core::Capabilities::fencing
+//! [`LockAdmin`]: shedlock_core::LockAdmin
 //! [`LockError::InvalidName`]: shedlock_core::LockError::InvalidName
 //! [`TimeSource::Client`]: shedlock_core::TimeSource::Client
 
+mod admin;
 mod storage;
 
 pub use shedlock_sql::{Column, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, LockTable};

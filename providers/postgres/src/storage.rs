@@ -9,11 +9,14 @@ use shedlock_core::{
 };
 use shedlock_sql::{
     AcquireAnswer, AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement,
-    LockStatements, LockTable, SqlBackend, TableSchema, client_time_parameter, statement_error,
+    LockSelection, LockStatements, LockTable, SqlBackend, StoredAcquisition, StoredLock,
+    TableSchema, client_time_parameter, statement_error,
 };
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection};
 use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, Postgres, Row};
+
+use crate::admin::{self, AdminStatements};
 
 const DIALECT: Dialect = Dialect::Postgres;
 
@@ -136,6 +139,7 @@ fn prepare_statements(
 #[derive(Debug)]
 pub struct PostgresBackend {
     statements: LockStatements<Arc<str>>,
+    admin: AdminStatements,
     time_source: TimeSource,
     /// `TIMESTAMPTZ` columns: client times are bound as instants, not UTC wall times.
     timestamps_with_time_zone: bool,
@@ -255,6 +259,7 @@ impl SqlBackend for PostgresBackend {
     fn unchecked(table: &LockTable, schema: &TableSchema, time_source: TimeSource) -> Self {
         Self {
             statements: prepare_statements(table, schema, time_source),
+            admin: AdminStatements::prepare(table, schema, time_source),
             time_source,
             timestamps_with_time_zone: schema.timestamps_with_time_zone,
         }
@@ -316,6 +321,35 @@ impl SqlBackend for PostgresBackend {
                 }
             }
         })
+    }
+
+    const LOCKED_AT_KEY: &'static str = admin::LOCKED_AT_KEY;
+
+    type LockedAt = DateTime<Utc>;
+
+    fn locked_at_from_key(&self, key: &str) -> Option<DateTime<Utc>> {
+        admin::locked_at_from_key(key)
+    }
+
+    async fn read_locks(
+        &self,
+        connection: &mut PgConnection,
+        selection: LockSelection<'_>,
+        now: NodeTime,
+    ) -> Result<Vec<StoredLock>, LockError> {
+        self.admin.read_locks(connection, selection, now).await
+    }
+
+    async fn force_unlock(
+        &self,
+        connection: &mut PgConnection,
+        name: &str,
+        acquisition: &StoredAcquisition<DateTime<Utc>>,
+        now: NodeTime,
+    ) -> Result<bool, LockError> {
+        self.admin
+            .force_unlock(connection, name, acquisition, now)
+            .await
     }
 
     async fn change_held(

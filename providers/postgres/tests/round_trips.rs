@@ -48,6 +48,15 @@ async fn every_operation_is_one_round_trip() {
 }
 
 #[tokio::test]
+async fn every_admin_call_is_one_round_trip() {
+    let table = unique("pg_admin_round_trips");
+    let (proxy, proxied) = round_trips::proxy_for(&url()).await;
+    let provider = provider(proxied, &table).await;
+    round_trips::every_admin_call_is_one_round_trip(&proxy, &provider).await;
+    drop_table(&table).await;
+}
+
+#[tokio::test]
 async fn a_killed_connection_fails_one_operation_then_the_next_reconnects() {
     let table = unique("pg_killed");
     let provider = provider(url(), &table).await;

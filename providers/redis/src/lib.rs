@@ -31,6 +31,21 @@
 //! # Ok(()) }
 //! ```
 //!
+//! The same `connect` takes a Redis Cluster (`redis+cluster://host:6379,host:6379`) or the
+//! master a set of sentinels names (`redis+sentinel://host:26379,host:26379/<master name>`); see
+//! below. The provider's type is the same whatever the URL.
+//!
+//! # Seeing and freeing locks
+//!
+//! The provider implements [`LockAdmin`](shedlock_core::LockAdmin). A listing reads the lock
+//! keys under a name prefix by `SCAN` inside one script per page, with each key's value and
+//! `PTTL` and the server's `TIME`: held locks only (released and expired keys are gone), in no
+//! order, and a key may come twice if Redis resizes its keyspace meanwhile (`SCAN`'s own
+//! guarantee). On a Redis Cluster it goes master by master. A lock's acquisition id is its
+//! key's whole value, unique per acquisition, and
+//! [`force_unlock`](shedlock_core::LockAdmin::force_unlock) deletes the key in one script only
+//! if it still holds that value, leaving the fencing counter.
+//!
 //! # Unknown outcomes
 //!
 //! Every operation is bounded by the operation timeout (5 s unless set) and by the connection's
@@ -44,22 +59,58 @@
 //!
 //! # Redis Cluster
 //!
+//! `redis+cluster://[user:password@]host[:port][,host[:port]...]` (`rediss+cluster://` over TLS;
+//! port 6379 unless given) connects to a Redis Cluster through its seed nodes: any few of its
+//! nodes, from which the client learns the rest and which master serves which slot. It follows
+//! slot moves (`MOVED`, `ASK`) and a replica promoted after a master failed. A cluster has
+//! database 0 only, so the URL has no database; it takes no query parameters.
+//!
 //! Each lock is one key, and every script touches only that key, so locks work on a cluster
-//! unchanged: build a cluster connection with the `redis` crate (feature `cluster-async`) and
-//! pass it to [`RedisLockProviderBuilder::build`]. With fencing on, the acquire script also
-//! touches the counter key `{<lock key>}:fencing`; the braces make Redis Cluster hash it to the
-//! lock key's own slot, so the script never crosses slots. That works only if the lock key has
-//! no braces of its own, so with fencing on a name (or env, or prefix) containing `{` or `}` is
-//! refused with [`LockError::InvalidName`]. Without fencing any name is accepted.
+//! unchanged. With fencing on, the acquire script also touches the counter key
+//! `{<lock key>}:fencing`; the braces are a hash tag, which makes Redis Cluster hash the counter
+//! to the lock key's own slot, so the script never crosses slots. That works only if the lock
+//! key has no braces of its own, so with fencing on a name (or env, or prefix) containing `{` or
+//! `}` is refused with [`LockError::InvalidName`]. Without fencing any name is accepted.
+//!
+//! The cluster client sends a command again after a redirect, and also after its connection
+//! dropped before the answer came, when the first attempt may have run. An acquire that finds
+//! its own value in the key is such a repeat: its first run took the lock, whose answer (and
+//! fencing token) was lost, so the acquire fails as an unknown outcome (see below) and the lock
+//! is freed at once. A repeated release or extend answers `false`, as for a lock no longer held.
+//!
+//! Over TLS each node is reached under the address the cluster announces for it (an IP address
+//! unless the nodes announce host names, `cluster-preferred-endpoint-type hostname`), which
+//! their certificates must name.
 //!
 //! # Redis Sentinel
 //!
-//! Connect to the current master through the `redis` crate's Sentinel support (feature
-//! `sentinel`, `redis::sentinel::SentinelClient`) and pass the connection to
-//! [`RedisLockProviderBuilder::build`]. Redis replicates asynchronously: a failover can lose the
-//! last writes, so for a moment after one two nodes may both hold a lock, and a fencing counter
-//! may step back. This is Redis' limitation, shared by ShedLock; use fencing tokens with a
-//! resource that keeps the highest token it has seen if that matters.
+//! `redis+sentinel://[user:password@]host[:port][,host[:port]...]/<master name>[/<db>]`
+//! (`rediss+sentinel://` over TLS, to the sentinels and the master; port 26379 unless given)
+//! asks the sentinels which node is the master of `<master name>`, checks that the node says so
+//! (`ROLE`), and sends every operation there. The user and password are the master's;
+//! sentinels that want their own are given `?sentinel_username=...&sentinel_password=...`.
+//!
+//! The provider follows a failover: once a command fails in a way that says the master may have
+//! moved (the connection closed, as the sentinels close it when they demote a master, or timed
+//! out, or the node answered `READONLY` as a replica), the next operation asks the sentinels
+//! again. A command the node refused as a replica was not run, so it is sent again at once to
+//! the new master. In the steady state an operation is one round trip, as on a single server.
+//!
+//! A connection to the master built by hand (the `redis` crate's `SentinelClient`) and given to
+//! [`RedisLockProviderBuilder::build`] stays on that node after a failover; use the URL.
+//!
+//! # Failover and lost locks
+//!
+//! Redis replicates asynchronously, Sentinel and Cluster alike: a lock written to a master
+//! that fails before its replica received it is lost with it, and after the failover another
+//! node can take the same lock while the first still runs its task. Until the old master is
+//! demoted (after a failover ordered while it still runs, the sentinels do that within their
+//! INFO period, 10 s by default), a node still connected to it can even take a lock there
+//! that the new master never sees. This is Redis' limitation, shared by ShedLock. Where it
+//! matters, turn fencing on and have the resource the task writes to keep the highest token it
+//! has seen and refuse any token not above it. The counter lives on the same master, so a
+//! failover can lose its last increments too and hand out a token again; a resource that
+//! refuses tokens not above the highest it saw refuses that second holder as well.
 //!
 //! # TLS
 //!
@@ -75,7 +126,11 @@
 //! Connection URLs may contain a password. The provider keeps only a redacted copy
 //! (`redis://user:***@host`) for its `Debug` output, error messages and log lines.
 
+mod admin;
+mod connection;
+mod sentinel;
 mod storage;
+mod topology;
 
 use std::fmt;
 use std::sync::Arc;
@@ -83,6 +138,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
+use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
+use redis::{AsyncConnectionConfig, ConnectionAddr};
 use shedlock_core::{
     Acquisition, Capabilities, ConfigurationError, LockConfiguration, LockError, LockHandle,
     LockHolder, LockProvider, Operation, TimeSource,
@@ -90,7 +148,11 @@ use shedlock_core::{
 use tokio::time::Instant;
 use tracing::debug;
 
+use sentinel::SentinelConnection;
 use storage::Scripts;
+use topology::Topology;
+
+pub use connection::RedisConnection;
 
 /// The provider's name in errors and logs.
 pub const PROVIDER: &str = "redis";
@@ -192,77 +254,88 @@ impl RedisLockProviderBuilder {
         self
     }
 
-    /// Connects to `url` (`redis://[user:password@]host[:port][/db]`, `rediss://`,
-    /// `redis+unix://`, and the same under Valkey's names) with a connection manager that
-    /// reconnects in the background, and waits for the first connection. A URL of any other
-    /// scheme is refused before anything connects. Fails with a [`LockError::Backend`] naming the redacted URL when
-    /// the server cannot be reached within the operation timeout.
+    /// Connects to `url` and waits until the backend answers. A URL of any other scheme is
+    /// refused before anything connects; one that breaks its form's rules is refused naming the
+    /// rule. Fails with a [`LockError::Backend`] naming the redacted URL when the backend cannot
+    /// be reached within the operation timeout.
+    ///
+    /// - `redis://[user:password@]host[:port][/db]`, `rediss://` (TLS), `redis+unix://`,
+    ///   `unix://`, and the same under Valkey's names: one server, through a connection manager
+    ///   that reconnects in the background;
+    /// - `redis+cluster://[user:password@]host[:port][,host[:port]...]`, `rediss+cluster://`:
+    ///   a Redis Cluster, from its seed nodes (crate docs, "Redis Cluster");
+    /// - `redis+sentinel://[user:password@]host[:port][,host[:port]...]/<master name>[/<db>]`,
+    ///   `rediss+sentinel://`: the master the sentinels name, followed across failovers (crate
+    ///   docs, "Redis Sentinel").
     pub async fn connect(self, url: &str) -> Result<RedisLockProvider, LockError> {
         let endpoint = shedlock_core::redact_url(url);
         self.validate()?;
-        let (client, config) = self.client(url, &endpoint)?;
-        let started = Instant::now();
-        let manager = tokio::time::timeout(
-            self.operation_timeout,
-            ConnectionManager::new_with_config(client, config),
-        )
-        .await
-        .map_err(|_| {
-            LockError::backend_message(
-                PROVIDER,
-                Operation::Connect,
-                "",
-                format!(
-                    "Redis at {endpoint} did not answer within {:?}: is it running and reachable?",
-                    self.operation_timeout
-                ),
-            )
-        })?
-        .map_err(|error| {
-            let hint = if refused_credentials(&error) {
-                "it refused the credentials: check the user name and password in the URL"
-            } else if is_tls_url(url) && error.to_string().contains("certificate") {
-                "its TLS certificate was not accepted (for a certificate a private CA signed, \
-                 give that CA to RedisLockProviderBuilder::tls_root_certificate)"
-            } else {
-                "is it running and reachable?"
-            };
-            LockError::backend(
-                PROVIDER,
-                Operation::Connect,
-                "",
-                format!(
-                    "could not connect to Redis at {endpoint} (gave up after {:?}): {hint}",
-                    started.elapsed()
-                ),
-                error,
-            )
-        })?;
-        Ok(self.finish(manager, endpoint))
+        let scheme = check_url_scheme(url)?;
+        self.check_tls_settings(url)?;
+        let connection = match scheme.topology {
+            Topology::Server => {
+                let (client, config) = self.client(url, &endpoint, scheme.tls)?;
+                let manager = ConnectionManager::new_with_config(client, config);
+                RedisConnection::from(self.bounded_connect(&endpoint, scheme, manager).await?)
+            }
+            Topology::Cluster => {
+                let (client, config) = self.cluster_client(url, &endpoint, scheme.tls)?;
+                let cluster = client.get_async_connection_with_config(config);
+                RedisConnection::from(self.bounded_connect(&endpoint, scheme, cluster).await?)
+            }
+            Topology::Sentinel => {
+                let master = self.sentinel_connection(url, &endpoint, scheme.tls)?;
+                self.bounded_connect(&endpoint, scheme, master.connect())
+                    .await?;
+                RedisConnection::sentinel(master)
+            }
+        };
+        Ok(self.finish(connection, endpoint))
     }
 
     /// Like [`connect`](Self::connect) but connects on first use, so an application can start
     /// while Redis is down; each lock operation then fails (bounded by the operation timeout)
-    /// until Redis answers. Must be called inside a Tokio runtime.
+    /// until Redis answers. The URL is checked at once all the same. Must be called inside a
+    /// Tokio runtime.
     pub fn connect_lazy(self, url: &str) -> Result<RedisLockProvider, LockError> {
         let endpoint = shedlock_core::redact_url(url);
         self.validate()?;
-        let (client, config) = self.client(url, &endpoint)?;
-        let manager = ConnectionManager::new_lazy_with_config(client, config).map_err(|error| {
-            LockError::backend(
-                PROVIDER,
-                Operation::Connect,
-                "",
-                format!("could not set up a connection to Redis at {endpoint}"),
-                error,
-            )
-        })?;
-        Ok(self.finish(manager, endpoint))
+        let scheme = check_url_scheme(url)?;
+        self.check_tls_settings(url)?;
+        let connection = match scheme.topology {
+            Topology::Server => {
+                let (client, config) = self.client(url, &endpoint, scheme.tls)?;
+                let manager =
+                    ConnectionManager::new_lazy_with_config(client, config).map_err(|error| {
+                        LockError::backend(
+                            PROVIDER,
+                            Operation::Connect,
+                            "",
+                            format!("could not set up a connection to Redis at {endpoint}"),
+                            error,
+                        )
+                    })?;
+                RedisConnection::from(manager)
+            }
+            Topology::Cluster => {
+                let (client, config) = self.cluster_client(url, &endpoint, scheme.tls)?;
+                RedisConnection::from(client.get_pending_async_connection_with_config(config))
+            }
+            Topology::Sentinel => {
+                RedisConnection::sentinel(self.sentinel_connection(url, &endpoint, scheme.tls)?)
+            }
+        };
+        Ok(self.finish(connection, endpoint))
     }
 
     /// Uses a connection the application already has: a [`ConnectionManager`], a
-    /// `MultiplexedConnection`, a Redis Cluster connection, or one obtained through Sentinel.
-    /// Each operation clones it, so it must be cheap to clone and safe to share.
+    /// `MultiplexedConnection`, a Redis Cluster connection, or any other. Each operation clones
+    /// it, so it must be cheap to clone and safe to share. Wrapped in [`RedisConnection`] (it
+    /// converts from a `ConnectionManager` or a `ClusterConnection`), the provider has the same
+    /// type as one from [`connect`](Self::connect).
+    ///
+    /// A connection to a master found through Sentinel by hand stays on that node after a
+    /// failover; a `redis+sentinel://` URL given to [`connect`](Self::connect) follows the master.
     pub fn build<C>(self, connection: C) -> Result<RedisLockProvider<C>, LockError>
     where
         C: ConnectionLike + Clone + Send + Sync + 'static,
@@ -274,13 +347,71 @@ impl RedisLockProviderBuilder {
         ))
     }
 
+    /// Waits for `connecting` within the operation timeout, turning its failure into an error
+    /// that names the redacted URL and what to check.
+    async fn bounded_connect<T>(
+        &self,
+        endpoint: &str,
+        scheme: UrlScheme,
+        connecting: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, LockError> {
+        let target = connect_target(scheme.topology);
+        let started = Instant::now();
+        tokio::time::timeout(self.operation_timeout, connecting)
+            .await
+            .map_err(|_| {
+                LockError::backend_message(
+                    PROVIDER,
+                    Operation::Connect,
+                    "",
+                    format!(
+                        "{target} at {endpoint} did not answer within {:?}: is it running and \
+                         reachable?",
+                        self.operation_timeout
+                    ),
+                )
+            })?
+            .map_err(|error| {
+                let hint = if refused_credentials(&error) {
+                    "it refused the credentials: check the user name and password in the URL"
+                } else if scheme.tls && error.to_string().contains("certificate") {
+                    "its TLS certificate was not accepted (for a certificate a private CA signed, \
+                     give that CA to RedisLockProviderBuilder::tls_root_certificate)"
+                } else if error.kind() == redis::ErrorKind::MasterNameNotFoundBySentinel {
+                    "the sentinels name no reachable master of that name: check the master name \
+                     (the URL's path) against SENTINEL MASTERS"
+                } else if scheme.topology == Topology::Sentinel
+                    && error.kind() == redis::ErrorKind::InvalidClientConfig
+                {
+                    // The redis crate's words for a listed host whose ROLE is not sentinel.
+                    "a listed host answered but is not a sentinel: check the ports (a \
+                     sentinel's is 26379 unless set)"
+                } else if scheme.topology == Topology::Cluster
+                    && error.to_string().contains("cluster support disabled")
+                {
+                    "the server is not in cluster mode: use a redis:// URL for a single server"
+                } else {
+                    "is it running and reachable?"
+                };
+                LockError::backend(
+                    PROVIDER,
+                    Operation::Connect,
+                    "",
+                    format!(
+                        "could not connect to {target} at {endpoint} (gave up after {:?}): {hint}",
+                        started.elapsed()
+                    ),
+                    error,
+                )
+            })
+    }
+
     fn client(
         &self,
         url: &str,
         endpoint: &str,
+        tls: bool,
     ) -> Result<(redis::Client, ConnectionManagerConfig), LockError> {
-        let tls = check_url_scheme(url)?;
-        self.check_tls_settings(url)?;
         let client = self.open_client(url, tls).map_err(|error| {
             LockError::backend(
                 PROVIDER,
@@ -301,22 +432,10 @@ impl RedisLockProviderBuilder {
     #[cfg(feature = "tls")]
     fn open_client(&self, url: &str, tls: bool) -> redis::RedisResult<redis::Client> {
         if tls {
-            // The redis crate asks rustls for the process's crypto provider. This crate's
-            // feature turns on ring alone, but an application whose other dependencies turn on
-            // aws-lc-rs too has two and no default, and rustls would then panic: ring is made
-            // the default unless the application installed one already.
-            if rustls::crypto::CryptoProvider::get_default().is_none() {
-                let _ = rustls::crypto::ring::default_provider().install_default();
-            }
+            install_ring_provider();
         }
-        match &self.tls_root_certificate {
-            Some(pem) => redis::Client::build_with_tls(
-                url,
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem.clone()),
-                },
-            ),
+        match self.tls_certificates() {
+            Some(certificates) => redis::Client::build_with_tls(url, certificates),
             None => redis::Client::open(url),
         }
     }
@@ -326,6 +445,101 @@ impl RedisLockProviderBuilder {
     #[cfg(not(feature = "tls"))]
     fn open_client(&self, url: &str, _tls: bool) -> redis::RedisResult<redis::Client> {
         redis::Client::open(url)
+    }
+
+    /// The CA given to [`tls_root_certificate`](Self::tls_root_certificate), as the `redis`
+    /// crate takes it.
+    #[cfg(feature = "tls")]
+    fn tls_certificates(&self) -> Option<redis::TlsCertificates> {
+        self.tls_root_certificate
+            .as_ref()
+            .map(|pem| redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem.clone()),
+            })
+    }
+
+    /// A cluster client for a `redis+cluster://` URL, with the operation timeout as each
+    /// node's connection and response timeout and as the bound of a command with its retries.
+    fn cluster_client(
+        &self,
+        url: &str,
+        endpoint: &str,
+        tls: bool,
+    ) -> Result<(ClusterClient, ClusterConfig), LockError> {
+        let parsed = topology::parse_cluster_url(url)
+            .map_err(|rule| invalid_url(Topology::Cluster, endpoint, &rule))?;
+        let seeds = parsed.seeds.into_iter().map(|node| address(node, tls));
+        // The builder's response timeout also bounds a command's retries and redirects; the
+        // config repeats both timeouts, as the connection takes its own over the builder's.
+        let mut builder = ClusterClientBuilder::new(seeds)
+            .connection_timeout(self.operation_timeout)
+            .response_timeout(self.operation_timeout);
+        if let Some(username) = &parsed.credentials.username {
+            builder = builder.username(username);
+        }
+        if let Some(password) = &parsed.credentials.password {
+            builder = builder.password(password);
+        }
+        #[cfg(feature = "tls")]
+        if tls {
+            install_ring_provider();
+            if let Some(certificates) = self.tls_certificates() {
+                builder = builder.certs(certificates);
+            }
+        }
+        let client = builder
+            .build()
+            .map_err(|error| invalid_url_error(Topology::Cluster, endpoint, error))?;
+        let config = ClusterConfig::new()
+            .set_connection_timeout(self.operation_timeout)
+            .set_response_timeout(self.operation_timeout);
+        Ok((client, config))
+    }
+
+    /// The connection to the master a `redis+sentinel://` URL names, not connected yet.
+    fn sentinel_connection(
+        &self,
+        url: &str,
+        endpoint: &str,
+        tls: bool,
+    ) -> Result<SentinelConnection, LockError> {
+        let parsed = topology::parse_sentinel_url(url)
+            .map_err(|rule| invalid_url(Topology::Sentinel, endpoint, &rule))?;
+        let sentinels = parsed.sentinels.into_iter().map(|node| address(node, tls));
+        let mut builder =
+            SentinelClientBuilder::new(sentinels, &parsed.master_name, SentinelServerType::Master)
+                .map_err(|error| invalid_url_error(Topology::Sentinel, endpoint, error))?
+                .set_client_to_redis_db(parsed.db);
+        if let Some(username) = &parsed.master_credentials.username {
+            builder = builder.set_client_to_redis_username(username);
+        }
+        if let Some(password) = &parsed.master_credentials.password {
+            builder = builder.set_client_to_redis_password(password);
+        }
+        if let Some(username) = &parsed.sentinel_credentials.username {
+            builder = builder.set_client_to_sentinel_username(username);
+        }
+        if let Some(password) = &parsed.sentinel_credentials.password {
+            builder = builder.set_client_to_sentinel_password(password);
+        }
+        #[cfg(feature = "tls")]
+        if tls {
+            install_ring_provider();
+            builder = builder.set_client_to_redis_tls_mode(redis::TlsMode::Secure);
+            if let Some(certificates) = self.tls_certificates() {
+                builder = builder
+                    .set_client_to_redis_certificates(certificates.clone())
+                    .set_client_to_sentinel_certificates(certificates);
+            }
+        }
+        let client = builder
+            .build()
+            .map_err(|error| invalid_url_error(Topology::Sentinel, endpoint, error))?;
+        let config = AsyncConnectionConfig::new()
+            .set_response_timeout(Some(self.operation_timeout))
+            .set_connection_timeout(Some(self.operation_timeout));
+        Ok(SentinelConnection::new(client, config, parsed.db))
     }
 
     fn validate(&self) -> Result<(), LockError> {
@@ -368,7 +582,8 @@ impl RedisLockProviderBuilder {
                 "",
                 format!(
                     "a TLS root certificate was set but {} does not use TLS: use rediss:// (or \
-                     valkeys://), or leave the certificate out",
+                     rediss+cluster://, rediss+sentinel://, or valkeys... for Valkey), or leave \
+                     the certificate out",
                     shedlock_core::redact_url(url)
                 ),
             ));
@@ -393,62 +608,83 @@ impl RedisLockProviderBuilder {
     }
 }
 
-/// The URL schemes the `redis` crate connects with: plain TCP, TLS (`rediss`, `valkeys`: this
-/// crate's `tls-rustls` feature) and Unix sockets, under Redis' and Valkey's names.
-const URL_SCHEMES: &[&str] = &[
-    "redis",
-    "rediss",
-    "valkey",
-    "valkeys",
-    "redis+unix",
-    "valkey+unix",
-    "unix",
-];
-
-/// The schemes of [`URL_SCHEMES`] that connect over TLS.
-const TLS_URL_SCHEMES: &[&str] = &["rediss", "valkeys"];
-
-/// Whether `url`'s scheme is one of [`TLS_URL_SCHEMES`].
-fn is_tls_url(url: &str) -> bool {
-    url.split_once("://").is_some_and(|(scheme, _)| {
-        TLS_URL_SCHEMES
-            .iter()
-            .any(|tls| scheme.eq_ignore_ascii_case(tls))
-    })
+/// A URL scheme this crate connects with: what it names, and whether over TLS.
+#[derive(Debug, Clone, Copy)]
+struct UrlScheme {
+    name: &'static str,
+    topology: Topology,
+    tls: bool,
 }
 
-/// Refuses a URL meant for another backend before the `redis` crate reads it, naming its
-/// scheme (never the rest of the URL, which may hold a password) and the accepted ones; and a
-/// TLS URL when this build has no TLS, naming the feature that adds it. Returns whether the URL
-/// asks for TLS.
-fn check_url_scheme(url: &str) -> Result<bool, LockError> {
-    let scheme = url
+const fn scheme(name: &'static str, topology: Topology, tls: bool) -> UrlScheme {
+    UrlScheme {
+        name,
+        topology,
+        tls,
+    }
+}
+
+/// Every URL scheme accepted: the `redis` crate's own (one server over plain TCP, over TLS with
+/// this crate's `tls-rustls` feature, or over a Unix socket), and this crate's cluster and
+/// sentinel forms ([`topology`]), under Redis' and Valkey's names.
+const URL_SCHEMES: &[UrlScheme] = &[
+    scheme("redis", Topology::Server, false),
+    scheme("rediss", Topology::Server, true),
+    scheme("valkey", Topology::Server, false),
+    scheme("valkeys", Topology::Server, true),
+    scheme("redis+unix", Topology::Server, false),
+    scheme("valkey+unix", Topology::Server, false),
+    scheme("unix", Topology::Server, false),
+    scheme("redis+cluster", Topology::Cluster, false),
+    scheme("rediss+cluster", Topology::Cluster, true),
+    scheme("valkey+cluster", Topology::Cluster, false),
+    scheme("valkeys+cluster", Topology::Cluster, true),
+    scheme("redis+sentinel", Topology::Sentinel, false),
+    scheme("rediss+sentinel", Topology::Sentinel, true),
+    scheme("valkey+sentinel", Topology::Sentinel, false),
+    scheme("valkeys+sentinel", Topology::Sentinel, true),
+];
+
+/// The entry of [`URL_SCHEMES`] for `url`'s scheme, if it has one.
+fn url_scheme(url: &str) -> Option<UrlScheme> {
+    let (name, _) = url.split_once("://")?;
+    URL_SCHEMES
+        .iter()
+        .find(|accepted| name.eq_ignore_ascii_case(accepted.name))
+        .copied()
+}
+
+/// Whether `url`'s scheme asks for TLS.
+fn is_tls_url(url: &str) -> bool {
+    url_scheme(url).is_some_and(|scheme| scheme.tls)
+}
+
+/// Refuses a URL meant for another backend before anything reads it, naming its scheme (never
+/// the rest of the URL, which may hold a password) and the accepted ones; and a TLS URL when
+/// this build has no TLS, naming the feature that adds it.
+fn check_url_scheme(url: &str) -> Result<UrlScheme, LockError> {
+    let name = url
         .split_once("://")
         .map(|(scheme, _)| scheme)
         .filter(|scheme| is_url_scheme(scheme));
-    let refused = match scheme {
-        Some(scheme)
-            if URL_SCHEMES
-                .iter()
-                .any(|accepted| scheme.eq_ignore_ascii_case(accepted)) =>
-        {
-            let tls = is_tls_url(url);
-            if tls && !cfg!(feature = "tls") {
+    let refused = match (name, url_scheme(url)) {
+        (Some(name), Some(scheme)) => {
+            if scheme.tls && !cfg!(feature = "tls") {
                 return Err(LockError::backend_message(
                     PROVIDER,
                     Operation::Connect,
                     "",
                     format!(
-                        "the URL's scheme {scheme:?} asks for TLS, which this build leaves out: \
+                        "the URL's scheme {name:?} asks for TLS, which this build leaves out: \
                          enable the \"tls-rustls\" feature of shedlock-redis (on by default), or \
                          the \"rustls\" feature of shedlock"
                     ),
                 ));
             }
-            return Ok(tls);
+            return Ok(scheme);
         }
-        Some(scheme) => format!("the URL's scheme is {scheme:?}"),
-        None => "the text is not a URL (no scheme:// in front)".to_owned(),
+        (Some(name), None) => format!("the URL's scheme is {name:?}"),
+        (None, _) => "the text is not a URL (no scheme:// in front)".to_owned(),
     };
     Err(LockError::backend_message(
         PROVIDER,
@@ -458,11 +694,66 @@ fn check_url_scheme(url: &str) -> Result<bool, LockError> {
             "{refused}, which is not a Redis URL: the redis provider accepts {}",
             URL_SCHEMES
                 .iter()
-                .map(|scheme| format!("{scheme}://..."))
+                .map(|scheme| format!("{}://...", scheme.name))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
     ))
+}
+
+/// What a URL of `topology` reaches, as the subject of a connection error.
+fn connect_target(topology: Topology) -> &'static str {
+    match topology {
+        Topology::Server => "Redis",
+        Topology::Cluster => "the Redis Cluster",
+        Topology::Sentinel => "the Redis master named by the sentinels",
+    }
+}
+
+/// A URL of `topology` that broke `rule`; nothing was connected.
+fn invalid_url(topology: Topology, endpoint: &str, rule: &str) -> LockError {
+    LockError::backend_message(
+        PROVIDER,
+        Operation::Connect,
+        "",
+        format!("invalid {} URL {endpoint}: {rule}", topology.what()),
+    )
+}
+
+/// A URL of `topology` that the `redis` crate refused; nothing was connected.
+fn invalid_url_error(topology: Topology, endpoint: &str, error: redis::RedisError) -> LockError {
+    LockError::backend(
+        PROVIDER,
+        Operation::Connect,
+        "",
+        format!("invalid {} URL {endpoint}: {error}", topology.what()),
+        error,
+    )
+}
+
+/// `node` as the `redis` crate addresses it; over TLS, the host name must match the node's
+/// certificate.
+fn address(node: topology::Node, tls: bool) -> ConnectionAddr {
+    if tls {
+        ConnectionAddr::TcpTls {
+            host: node.host,
+            port: node.port,
+            insecure: false,
+            tls_params: None,
+        }
+    } else {
+        ConnectionAddr::Tcp(node.host, node.port)
+    }
+}
+
+/// Makes ring the process's rustls crypto provider unless the application chose one: the
+/// `redis` crate asks rustls for the default one, and an application whose other dependencies
+/// turn on aws-lc-rs too has two and no default, where rustls would panic.
+#[cfg(feature = "tls")]
+fn install_ring_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
 }
 
 /// Whether `text` has the form of a URL scheme: a letter, then letters, digits, `+`, `-`, `.`.
@@ -487,9 +778,10 @@ fn invalid_setting(what: &str, value: &str, rule: &str) -> LockError {
 
 /// Locks in Redis, one key per lock; see the crate docs for the layout and the guarantees.
 ///
-/// Cheap to clone (the connection is shared); `C` is the connection type, a reconnecting
-/// [`ConnectionManager`] unless built from another connection.
-pub struct RedisLockProvider<C = ConnectionManager> {
+/// Cheap to clone (the connection is shared); `C` is the connection type, the
+/// [`RedisConnection`] [`connect`](RedisLockProviderBuilder::connect) makes for any URL unless
+/// built from another connection.
+pub struct RedisLockProvider<C = RedisConnection> {
     inner: Arc<Inner<C>>,
 }
 
@@ -635,6 +927,12 @@ where
 fn refused_credentials(error: &redis::RedisError) -> bool {
     error.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(error.code(), Some("WRONGPASS" | "NOAUTH"))
+        // The cluster client reports its seeds' refusal as text only, the inner error's kind
+        // flattened into the detail of an I/O error.
+        || (error.kind() == redis::ErrorKind::Io
+            && error
+                .detail()
+                .is_some_and(|detail| detail.contains("AuthenticationFailed")))
 }
 
 #[async_trait]
@@ -668,6 +966,25 @@ where
             .await;
         let fencing_token = match reply {
             Ok(storage::AcquireReply::Acquired(token)) => token,
+            // The value is unique to this attempt, so finding it means the acquire ran twice
+            // and its first run took the lock: a cluster client resends a command whose
+            // connection dropped before the answer came. That first answer, and with it the
+            // fencing token, is lost, so the outcome is reported as unknown (the task does not
+            // run) and the lock is freed at once rather than at lock_at_most_for.
+            Ok(storage::AcquireReply::Held { value: held_by, .. }) if held_by == value => {
+                self.clean_up_unknown_acquire(key, value);
+                return Err(LockError::backend_message(
+                    PROVIDER,
+                    Operation::Acquire,
+                    name,
+                    format!(
+                        "Redis at {} ran a resent acquire whose first run had taken the lock \
+                         (its answer was lost with a dropped connection); the lock is being \
+                         freed, and the task must not run this time",
+                        inner.endpoint
+                    ),
+                ));
+            }
             Ok(storage::AcquireReply::Held {
                 value: held_by,
                 ttl_ms,

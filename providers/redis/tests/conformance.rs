@@ -6,8 +6,11 @@
 #[path = "shared/conformance_harness.rs"]
 mod conformance_harness;
 
-use conformance_harness::Settings;
+use conformance_harness::{Settings, Topology};
 
 fn main() -> std::process::ExitCode {
-    conformance_harness::run(Settings { fencing: false })
+    conformance_harness::run(Settings {
+        fencing: false,
+        topology: Topology::Server,
+    })
 }

@@ -5,8 +5,11 @@
 #[path = "shared/conformance_harness.rs"]
 mod conformance_harness;
 
-use conformance_harness::Settings;
+use conformance_harness::{Settings, Topology};
 
 fn main() -> std::process::ExitCode {
-    conformance_harness::run(Settings { fencing: true })
+    conformance_harness::run(Settings {
+        fencing: true,
+        topology: Topology::Server,
+    })
 }

@@ -6,22 +6,29 @@
 #[cfg(not(feature = "tls"))]
 #[tokio::test]
 async fn rediss_without_tls_names_the_feature_to_enable() {
-    let error = shedlock_redis::RedisLockProvider::connect("rediss://:secret-pass@localhost:6380")
-        .await
-        .unwrap_err();
-    let message = error.to_string();
-    assert!(
-        message.ends_with(
-            "the URL's scheme \"rediss\" asks for TLS, which this build leaves out: enable the \
-             \"tls-rustls\" feature of shedlock-redis (on by default), or the \"rustls\" feature \
-             of shedlock"
-        ),
-        "{message}"
-    );
-    assert!(
-        !format!("{message} {error:?}").contains("secret-pass"),
-        "{error:?}"
-    );
+    for (scheme, rest) in [
+        ("rediss", "localhost:6380"),
+        ("rediss+cluster", "localhost:7000,localhost:7001"),
+        ("rediss+sentinel", "localhost:26379/shedlock"),
+    ] {
+        let error =
+            shedlock_redis::RedisLockProvider::connect(&format!("{scheme}://:secret-pass@{rest}"))
+                .await
+                .unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.ends_with(&format!(
+                "the URL's scheme \"{scheme}\" asks for TLS, which this build leaves out: enable \
+                 the \"tls-rustls\" feature of shedlock-redis (on by default), or the \"rustls\" \
+                 feature of shedlock"
+            )),
+            "{message}"
+        );
+        assert!(
+            !format!("{message} {error:?}").contains("secret-pass"),
+            "{error:?}"
+        );
+    }
 }
 
 /// Over TLS: needs this crate's TLS feature (on by default).
@@ -189,6 +196,45 @@ mod over_tls {
             text.contains("UnknownIssuer") && text.contains("tls_root_certificate"),
             "the error says who signed the certificate is not trusted: {text}"
         );
+    }
+
+    /// The TLS test server is a plain single server, so a cluster or sentinel URL to it fails
+    /// after the handshake, saying what the server is not: proof that the handshake, with the
+    /// CA given to the builder, succeeded for the cluster's seeds and for the sentinels.
+    #[tokio::test]
+    async fn rediss_cluster_and_sentinel_urls_use_tls_with_the_given_ca() {
+        let address = with_scheme(&tls_url(), "x")
+            .trim_start_matches("x://")
+            .trim_end_matches('/')
+            .to_owned();
+        for (url, past_the_handshake) in [
+            (
+                format!("rediss+cluster://{address}"),
+                "the server is not in cluster mode",
+            ),
+            (
+                format!("rediss+sentinel://{address}/shedlock"),
+                "a listed host answered but is not a sentinel",
+            ),
+        ] {
+            let error = within(builder().tls_root_certificate(ca()).connect(&url))
+                .await
+                .unwrap_err();
+            let text = chain(&error);
+            assert!(text.contains(past_the_handshake), "{url}: {text}");
+
+            // Without the CA the same handshake is refused, and the error says what to do.
+            let error = within(builder().connect(&url)).await.unwrap_err();
+            let text = chain(&error);
+            assert!(
+                text.contains("UnknownIssuer") && !text.contains(past_the_handshake),
+                "{url}: {text}"
+            );
+            assert!(
+                !format!("{text} {error:?}").contains("tls-test-secret"),
+                "{text}"
+            );
+        }
     }
 
     #[tokio::test]

@@ -96,6 +96,39 @@ pub trait SqlBackend: Sized + Send + Sync + fmt::Debug + 'static {
         record: &LockRecord<'_>,
     ) -> impl Future<Output = Result<AcquireAnswer, LockError>> + Send;
 
+    /// How [`locked_at_from_key`](Self::locked_at_from_key) reads the `locked_at` part of an
+    /// acquisition id, for the error an unreadable one gets (`"microseconds since the Unix
+    /// epoch"`).
+    const LOCKED_AT_KEY: &'static str;
+
+    /// A stored `locked_at` as the force-unlock statement binds it back: the same type the
+    /// column is read as, so the comparison is exact.
+    type LockedAt: Send + Sync;
+
+    /// Reads the `locked_at` part of an acquisition id, [`StoredLock::locked_at_key`] as this
+    /// backend wrote it; `None` when it is not one.
+    fn locked_at_from_key(&self, key: &str) -> Option<Self::LockedAt>;
+
+    /// Reads the rows `selection` names, with the database's own clock read in the same
+    /// statement (or the node's, bound, for client time), as one round trip.
+    fn read_locks(
+        &self,
+        connection: &mut ConnectionOf<Self>,
+        selection: LockSelection<'_>,
+        now: NodeTime,
+    ) -> impl Future<Output = Result<Vec<StoredLock>, LockError>> + Send;
+
+    /// Frees `name` if `acquisition` still holds it: one conditional `UPDATE` that sets
+    /// `lock_until` to now (the row stays, the fencing counter is untouched), as one round trip.
+    /// Whether it did.
+    fn force_unlock(
+        &self,
+        connection: &mut ConnectionOf<Self>,
+        name: &str,
+        acquisition: &StoredAcquisition<Self::LockedAt>,
+        now: NodeTime,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send;
+
     /// Runs release or extend for `held` with `duration` (`lock_at_least_for` or the new
     /// `lock_at_most_for`): whether the caller's own acquisition was still there to change.
     ///
@@ -109,6 +142,85 @@ pub trait SqlBackend: Sized + Send + Sync + fmt::Debug + 'static {
         duration: Duration,
         now: NodeTime,
     ) -> impl Future<Output = Result<bool, LockError>> + Send;
+}
+
+/// The character that escapes `%`, `_` and itself in the `LIKE` patterns of
+/// [`LockSelection::Page`]: not the backslash, whose meaning inside a MySQL string literal
+/// depends on the session's `sql_mode`, so every backend writes `ESCAPE '!'` alike.
+pub const LIKE_ESCAPE: char = '!';
+
+/// The rows an admin statement reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockSelection<'a> {
+    /// The row of one name (as the name column's collation compares names, like the lock
+    /// statements).
+    Named(&'a str),
+    /// One page of a listing, in the name column's order: names after `after` (all names
+    /// without it) that match `pattern`, at most `limit` rows.
+    Page {
+        /// A `LIKE` pattern escaped with [`LIKE_ESCAPE`]. The database may match more names
+        /// than the prefix it stands for (a case-insensitive collation, SQLite's `LIKE`), never
+        /// fewer; the provider keeps the exact matches.
+        pattern: &'a str,
+        /// The last name of the previous page.
+        after: Option<&'a str>,
+        /// The most rows to read.
+        limit: i64,
+    },
+}
+
+impl<'a> LockSelection<'a> {
+    /// The operation an error of this read reports.
+    pub fn operation(self) -> Operation {
+        match self {
+            LockSelection::Named(_) => Operation::Inspect,
+            LockSelection::Page { .. } => Operation::List,
+        }
+    }
+
+    /// The lock an error of this read names: none for a listing.
+    pub fn name(self) -> &'a str {
+        match self {
+            LockSelection::Named(name) => name,
+            LockSelection::Page { .. } => "",
+        }
+    }
+}
+
+/// One row as an admin statement read it, with the clock the statement compared it with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredLock {
+    /// The name as stored.
+    pub name: String,
+    /// The holder identity as stored.
+    pub locked_by: String,
+    /// `locked_at` in the backend's own exact text, which
+    /// [`locked_at_from_key`](SqlBackend::locked_at_from_key) reads back for force-unlock.
+    pub locked_at_key: String,
+    /// `locked_at` as an instant, when the stored value reads as one.
+    pub locked_at: Option<SystemTime>,
+    /// `lock_until` as an instant, when the stored value reads as one.
+    pub lock_until: Option<SystemTime>,
+    /// The clock the statement compared with: the database's now, or the node's for client
+    /// time.
+    pub now: SystemTime,
+    /// The statement's own `lock_until > now`, the comparison the lock statements make; the
+    /// state when `lock_until` does not read as an instant.
+    pub held: bool,
+    /// The fencing column's value, when the table has the column and the row a value.
+    pub fencing_token: Option<i64>,
+}
+
+/// The acquisition a force-unlock frees, as its id named it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredAcquisition<L> {
+    /// The holder identity, compared exactly.
+    pub locked_by: String,
+    /// `locked_at`, as [`StoredLock::locked_at_key`] gave it.
+    pub locked_at: L,
+    /// The fencing token, when the table has the column (`None` also for a row whose column is
+    /// NULL): compared null-safely.
+    pub fencing_token: Option<i64>,
 }
 
 /// Which acquire statement to run.

@@ -15,10 +15,16 @@
 //!   backend, with the connect timeouts, redacted error messages, name and holder checks they
 //!   all share. Each provider crate names them for its database
 //!   (`pub type PostgresLockProvider = SqlLockProvider<PostgresBackend>`).
+//! - [`LockAdmin`](shedlock_core::LockAdmin) for [`SqlLockProvider`]: listing (keyset pages in
+//!   name order), inspecting and force-unlocking, on the backend's admin statements
+//!   ([`SqlBackend::read_locks`], [`SqlBackend::force_unlock`]). An acquisition id is
+//!   `<locked_by>/<locked_at>[/<fencing_token>]`, `locked_at` exactly as stored, so it names
+//!   one acquisition even of a Java node, whose `locked_by` is only its host name.
 //!
 //! This crate depends on sqlx without any database driver: each provider crate brings its
 //! own driver, reads its own catalog and hands the result here.
 
+mod admin;
 mod backend;
 mod connections;
 mod identifier;
@@ -28,8 +34,9 @@ mod storage;
 mod table;
 
 pub use backend::{
-    AcquireAnswer, AcquireStatement, ConnectOptionsOf, ConnectionOf, HeldStatement, LockStatements,
-    SqlBackend, client_time_parameter, statement_error,
+    AcquireAnswer, AcquireStatement, ConnectOptionsOf, ConnectionOf, HeldStatement, LIKE_ESCAPE,
+    LockSelection, LockStatements, SqlBackend, StoredAcquisition, StoredLock,
+    client_time_parameter, statement_error,
 };
 pub use identifier::{Dialect, Identifier, IdentifierError, MAX_IDENTIFIER_LEN, TableName};
 pub use provider::{

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use shedlock_core::{
     Acquisition, Capabilities, Clock, DEFAULT_OPERATION_TIMEOUT, LockConfiguration, LockError,
-    LockProvider, Operation, StorageBasedLockProvider, TimeSource, redact_url,
+    LockProvider, Operation, StorageBasedLockProvider, SystemClock, TimeSource, redact_url,
 };
 use sqlx::Pool;
 
@@ -386,12 +386,18 @@ fn add_target(error: LockError, target: &str) -> LockError {
 /// Each provider crate names it for its database (`PostgresLockProvider`,
 /// `MySqlLockProvider`, `SqliteLockProvider`), and documents its table and statements there.
 ///
+/// It is also the table's [`LockAdmin`](shedlock_core::LockAdmin), for operators: list,
+/// inspect and force-unlock on the same connections, one statement each.
+///
 /// Cloning is not offered; call [`node`](Self::node) for another node on the same pool and
 /// table (with its own name cache), as tests of several nodes do.
 pub struct SqlLockProvider<B: SqlBackend> {
     inner: StorageBasedLockProvider,
-    storage: Arc<SqlStorage<B>>,
-    operation_timeout: Duration,
+    pub(crate) storage: Arc<SqlStorage<B>>,
+    pub(crate) operation_timeout: Duration,
+    /// The node clock again, for the operator's view ([`LockAdmin`](shedlock_core::LockAdmin))
+    /// in client time, which judges locks by the clock the lock statements compare with.
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl<B: SqlBackend> fmt::Debug for SqlLockProvider<B> {
@@ -448,6 +454,7 @@ impl<B: SqlBackend> SqlLockProvider<B> {
                 .with_operation_timeout(operation_timeout),
             storage,
             operation_timeout,
+            clock: Arc::new(SystemClock),
         }
     }
 
@@ -460,7 +467,8 @@ impl<B: SqlBackend> SqlLockProvider<B> {
     /// This node's clock (see [`SqlLockProviderBuilder::clock`]).
     pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
         Self {
-            inner: self.inner.with_clock(clock),
+            inner: self.inner.with_clock(clock.clone()),
+            clock,
             ..self
         }
     }

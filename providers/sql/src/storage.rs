@@ -11,7 +11,10 @@ use shedlock_core::{
 };
 use sqlx::Pool;
 
-use crate::backend::{AcquireAnswer, AcquireStatement, HeldStatement, SqlBackend, statement_error};
+use crate::backend::{
+    AcquireAnswer, AcquireStatement, HeldStatement, LockSelection, SqlBackend, StoredAcquisition,
+    StoredLock, statement_error,
+};
 use crate::connections::{Checkout, Connections};
 use crate::schema::TableSchema;
 use crate::table::{Column, LockTable};
@@ -165,6 +168,43 @@ impl<B: SqlBackend> SqlStorage<B> {
             .await;
         checkout.finish(changed.is_ok());
         changed
+    }
+
+    /// Reads the rows `selection` names, on one connection.
+    pub(crate) async fn read_locks(
+        &self,
+        selection: LockSelection<'_>,
+        now: NodeTime,
+    ) -> Result<Vec<StoredLock>, LockError> {
+        let mut checkout = self
+            .checkout(selection.operation(), selection.name())
+            .await?;
+        let rows = self
+            .backend
+            .read_locks(checkout.connection(), selection, now)
+            .await;
+        checkout.finish(rows.is_ok());
+        rows
+    }
+
+    /// Frees `name` if `acquisition` still holds it, on one connection.
+    pub(crate) async fn force_unlock(
+        &self,
+        name: &str,
+        acquisition: &StoredAcquisition<B::LockedAt>,
+        now: NodeTime,
+    ) -> Result<bool, LockError> {
+        let mut checkout = self.checkout(Operation::ForceUnlock, name).await?;
+        let freed = self
+            .backend
+            .force_unlock(checkout.connection(), name, acquisition, now)
+            .await;
+        checkout.finish(freed.is_ok());
+        freed
+    }
+
+    pub(crate) fn time_source(&self) -> TimeSource {
+        self.time_source
     }
 
     async fn checkout(

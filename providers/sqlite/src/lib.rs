@@ -78,11 +78,47 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Seeing and freeing locks
+//!
+//! [`SqliteLockProvider`] is also the table's [`LockAdmin`]: an operator lists the locks whose
+//! names start with a prefix, inspects one, and frees one a dead process left behind.
+//!
+//! - **List** shows every row, released ones too: name, `locked_by`, `locked_at`, `lock_until`
+//!   as `held_until`, the fencing token where the column exists, and held or free with the time
+//!   left, judged by the same clock and the same text comparison as the lock statements
+//!   (SQLite's `'now'`, or the node's clock for [`TimeSource::Client`]). A time another program
+//!   wrote in another format shows no instant; its state is still that comparison. Pages are
+//!   keyset pages in name order, one statement each (`WHERE name > ?4 AND name LIKE ?1 ESCAPE
+//!   '!' ORDER BY name LIMIT n + 1`, the prefix's `%`, `_` and `!` escaped). SQLite's `LIKE`
+//!   ignores ASCII case, so rows that do not start with the exact prefix are dropped from the
+//!   page, which may then hold fewer locks than asked and still not be the last.
+//! - **Inspect** reads one row; a name longer than the declared column is refused as the lock
+//!   operations refuse it.
+//! - **The acquisition id** is `<locked_by>/<locked_at>/<fencing_token>`, `locked_at` being the
+//!   stored text exactly (`/<fencing_token>` only with the fencing column), each part
+//!   percent-encoded where it holds `%`, `/` or white space:
+//!   `rust-node#4f1c...e2/2024-06-10%2012:00:00.123/7`.
+//! - **Force-unlock** is one compare-and-free statement that keeps the row and the fencing
+//!   counter:
+//!
+//! ```sql
+//! UPDATE shedlock SET lock_until = strftime('%Y-%m-%d %H:%M:%f', ?4)
+//!   WHERE name = ?1 AND locked_by = ?2 AND locked_at = ?3
+//!     AND fencing_token IS ?5                       -- with the fencing column
+//!     AND lock_until > strftime('%Y-%m-%d %H:%M:%f', ?4)
+//! ```
+//!
+//! It answers true only if that acquisition still held the lock; the lock is then free for
+//! any process at once, and the old holder's release and extend answer false. Each call is one
+//! statement, bounded by the operation timeout (the busy timeout).
+//!
 //! [`Capabilities::max_name_chars`]: shedlock_core::Capabilities::max_name_chars
+//! [`LockAdmin`]: shedlock_core::LockAdmin
 //! [`LockError::InvalidName`]: shedlock_core::LockError::InvalidName
 //! [`TimeSource::Client`]: shedlock_core::TimeSource::Client
 //! [`TimeSource::Server`]: shedlock_core::TimeSource::Server
 
+mod admin;
 mod storage;
 
 pub use shedlock_sql::{Column, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, LockTable};

@@ -7,20 +7,23 @@ use chrono::{DateTime, Utc};
 use shedlock_core::{HeldRecord, LockError, LockRecord, NodeTime, Operation, TimeSource};
 use shedlock_sql::{
     AcquireAnswer, AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement,
-    LockStatements, LockTable, SqlBackend, TableSchema, client_time_parameter, statement_error,
+    LockSelection, LockStatements, LockTable, SqlBackend, StoredAcquisition, StoredLock,
+    TableSchema, client_time_parameter, statement_error,
 };
 use sqlx::query::Query;
 use sqlx::sqlite::{Sqlite, SqliteArguments, SqliteConnectOptions, SqliteConnection};
 use sqlx::{AssertSqlSafe, Row};
 
+use crate::admin::{self, AdminStatements};
+
 const DIALECT: Dialect = Dialect::Sqlite;
 
 /// How times are stored: SQLite's own date-time text, in UTC, with milliseconds. Fixed width,
 /// so text comparison is time comparison.
-const FORMAT: &str = "'%Y-%m-%d %H:%M:%f'";
+pub(crate) const FORMAT: &str = "'%Y-%m-%d %H:%M:%f'";
 
 /// The same format for chrono, for times taken from the node clock.
-const CHRONO_FORMAT: &str = "%Y-%m-%d %H:%M:%S%.3f";
+pub(crate) const CHRONO_FORMAT: &str = "%Y-%m-%d %H:%M:%S%.3f";
 
 /// `CREATE TABLE IF NOT EXISTS` for `table`: ShedLock's table in SQLite's types, plus the
 /// fencing column when `fencing` is true.
@@ -100,6 +103,7 @@ fn prepare_statements(table: &LockTable, schema: &TableSchema) -> LockStatements
 #[derive(Debug)]
 pub struct SqliteBackend {
     statements: LockStatements<Arc<str>>,
+    admin: AdminStatements,
     time_source: TimeSource,
 }
 
@@ -240,6 +244,7 @@ impl SqlBackend for SqliteBackend {
     fn unchecked(table: &LockTable, schema: &TableSchema, time_source: TimeSource) -> Self {
         Self {
             statements: prepare_statements(table, schema),
+            admin: AdminStatements::prepare(table, schema, time_source),
             time_source,
         }
     }
@@ -275,6 +280,36 @@ impl SqlBackend for SqliteBackend {
             // none; reading the holder would take a second statement on every skipped run.
             None => Ok(AcquireAnswer::NotAcquired(None)),
         }
+    }
+
+    const LOCKED_AT_KEY: &'static str = admin::LOCKED_AT_KEY;
+
+    type LockedAt = String;
+
+    /// Any text: it is compared with the stored text as it is.
+    fn locked_at_from_key(&self, key: &str) -> Option<String> {
+        Some(key.to_owned())
+    }
+
+    async fn read_locks(
+        &self,
+        connection: &mut SqliteConnection,
+        selection: LockSelection<'_>,
+        now: NodeTime,
+    ) -> Result<Vec<StoredLock>, LockError> {
+        self.admin.read_locks(connection, selection, now).await
+    }
+
+    async fn force_unlock(
+        &self,
+        connection: &mut SqliteConnection,
+        name: &str,
+        acquisition: &StoredAcquisition<String>,
+        now: NodeTime,
+    ) -> Result<bool, LockError> {
+        self.admin
+            .force_unlock(connection, name, acquisition, now)
+            .await
     }
 
     async fn change_held(

@@ -39,16 +39,26 @@ pub(crate) struct ConnectString {
     /// The scheme of a URL meant for another backend (`redis` in `redis://host`), which the
     /// provider refuses.
     pub(crate) foreign_scheme: Option<String>,
+    /// Whether the scheme asks for TLS to every server (`zk+tls://`, `zookeeper+tls://`).
+    pub(crate) tls: bool,
 }
 
-/// Takes `[zookeeper://|zk://][user:password@]host:port[,host:port...][/chroot]` apart. The
-/// user information ends at the last `@`, so a password may hold any character; `%XX` escapes
-/// in the user name and password are decoded.
+/// The schemes a connect string may start with, and whether each asks for TLS.
+const SCHEMES: [(&str, bool); 4] = [
+    ("zookeeper://", false),
+    ("zk://", false),
+    ("zookeeper+tls://", true),
+    ("zk+tls://", true),
+];
+
+/// Takes `[zookeeper[+tls]://|zk[+tls]://][user:password@]host:port[,host:port...][/chroot]`
+/// apart. The user information ends at the last `@`, so a password may hold any character;
+/// `%XX` escapes in the user name and password are decoded.
 pub(crate) fn parse(text: &str) -> ConnectString {
-    let (scheme, rest) = ["zookeeper://", "zk://"]
+    let (scheme, tls, rest) = SCHEMES
         .iter()
-        .find_map(|scheme| text.strip_prefix(scheme).map(|rest| (*scheme, rest)))
-        .unwrap_or(("", text));
+        .find_map(|(scheme, tls)| text.strip_prefix(scheme).map(|rest| (*scheme, *tls, rest)))
+        .unwrap_or(("", false, text));
     let foreign_scheme = match rest.split_once("://") {
         Some((other, _)) if scheme.is_empty() && is_url_scheme(other) => Some(other.to_owned()),
         _ => None,
@@ -59,6 +69,7 @@ pub(crate) fn parse(text: &str) -> ConnectString {
             credentials: None,
             redacted: text.to_owned(),
             foreign_scheme,
+            tls,
         };
     };
     let (user, password) = user_info.split_once(':').unwrap_or((user_info, ""));
@@ -71,6 +82,7 @@ pub(crate) fn parse(text: &str) -> ConnectString {
             password: percent_decode(password),
         }),
         foreign_scheme,
+        tls,
     }
 }
 
@@ -120,7 +132,22 @@ mod tests {
         }
         assert_eq!(parse("zk://h:2181").servers, "h:2181");
         assert_eq!(parse("zk://h:2181").foreign_scheme, None);
+        assert!(!parse("zk://h:2181").tls && !parse("h:2181").tls);
         assert_eq!(parse("u:p://w@h:2181").foreign_scheme, None);
+    }
+
+    #[test]
+    fn the_tls_schemes_ask_for_tls_and_keep_their_scheme_in_the_redacted_form() {
+        for text in ["zk+tls://h:2282/app", "zookeeper+tls://h:2282/app"] {
+            let parsed = parse(text);
+            assert!(parsed.tls, "{text}");
+            assert_eq!(parsed.servers, "h:2282/app");
+            assert_eq!(parsed.redacted, text);
+            assert_eq!(parsed.foreign_scheme, None);
+        }
+        let parsed = parse("zk+tls://app:s3cret@h:2282");
+        assert!(parsed.tls);
+        assert_eq!(parsed.redacted, "zk+tls://app:***@h:2282");
     }
 
     #[test]

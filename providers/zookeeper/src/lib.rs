@@ -122,6 +122,21 @@
 //! limited to [`MAX_NAME_CHARS`] characters, which keeps every request far below ZooKeeper's
 //! 1 MiB packet limit even when every character is escaped.
 //!
+//! # Seeing and freeing locks
+//!
+//! [`ZookeeperLockProvider`] implements [`LockAdmin`](shedlock_core::LockAdmin). A lock node
+//! holds only its `lock_until`, so a listed lock shows no holder and no acquisition time: its
+//! state and remaining time are judged by the server-time estimate as an acquire judges them,
+//! `held_until` is the stored `lock_until`, and the fencing token is the node's `mzxid` (the
+//! acquisition's token until its holder extends or releases). A node whose data is not an
+//! instant is shown held with no `held_until`. The acquisition id is `<mzxid>:<version>` of
+//! the node's last write, so any write, the holder's extend included, makes it stale.
+//! Force-unlock reads the node and, if it is still at that write and held, writes
+//! `lock_until` = the server's earliest possible now at that version (two requests); the node
+//! is kept. A page reads the root's children (every name: ZooKeeper has no paging), then the
+//! page's nodes in one multi-read (ZooKeeper 3.6 or later): two requests per page. Inspect is
+//! one read. Child nodes that are no escape this provider writes are left out of listings.
+//!
 //! # Unknown outcomes and timeouts
 //!
 //! Opening a session is bounded by the connect timeout and each lock operation by the
@@ -133,10 +148,49 @@
 //!
 //! # TLS
 //!
-//! Not supported: connections to ZooKeeper are plain TCP. The `zookeeper-client` crate can speak
-//! TLS (`tcp+tls://` endpoints, its `tls` feature), but this provider does not wire it up; where
-//! the network between nodes and ensemble is not trusted, reach ZooKeeper through a TLS tunnel
-//! (a sidecar or service mesh), or use a backend this crate family reaches over TLS.
+//! `zk+tls://` (or `zookeeper+tls://`) in front of the connect string connects to every server
+//! over TLS, as ZooKeeper's `secureClientPort` (2281 by convention) expects; `zk://` or no
+//! scheme connects to every server in plain TCP. TLS is chosen by the scheme, as with
+//! `rediss://` and `https://`, rather than by a query parameter, because a ZooKeeper connect
+//! string has no query (its path is the chroot), and so that one look at the string tells
+//! whether it is encrypted. zookeeper-client's per-server `tcp://` and `tcp+tls://` prefixes
+//! are refused: one connect string never mixes encrypted and plain servers.
+//!
+//! ZooKeeper over TLS trusts no public roots: the CA that signed the servers' certificates is
+//! required, given (PEM) to [`ZookeeperLockProviderBuilder::tls_root_certificate`], and each
+//! server's certificate must name the host written in the connect string. ZooKeeper servers ask
+//! for a client certificate unless configured with `ssl.clientAuth=none`:
+//! [`ZookeeperLockProviderBuilder::tls_client_certificate`] gives one (PEM certificate chain
+//! and key; the key is never printed). Both are read when the provider is built, so a PEM
+//! without a certificate or key is an error then, not at the first lock.
+//!
+//! zookeeper-client keeps the reason a TLS connection failed to its debug log and retries until
+//! the connect timeout; when no session could be opened, the provider repeats the handshake
+//! itself, bounded by the connect timeout once more, and the error says what failed: the
+//! server's certificate (`UnknownIssuer` for a CA that did not sign it, `NotValidForName` for a
+//! host it does not name), or the server's refusal of the client's certificate. A failed TLS
+//! connect therefore takes up to twice the connect timeout.
+//!
+//! TLS is the `tls-rustls` feature, on by default: rustls, with ring as the crypto provider
+//! (installed as the process default unless one was installed before). zookeeper-client's TLS
+//! also builds rustls' default aws-lc-rs provider (from C, with the C compiler alone), which is
+//! compiled but not used. Without the feature, a `zk+tls://` connect string is refused with an
+//! error naming it.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use shedlock_zookeeper::ZookeeperLockProvider;
+//!
+//! let provider = ZookeeperLockProvider::builder()
+//!     .tls_root_certificate(std::fs::read("/etc/zookeeper/ca.pem")?)
+//!     .tls_client_certificate(
+//!         std::fs::read("/etc/app/zk-client.pem")?,
+//!         std::fs::read("/etc/app/zk-client.key")?,
+//!     )
+//!     .connect("zk+tls://zk1.internal:2281,zk2.internal:2281/app")
+//!     .await?;
+//! # let _ = provider; Ok(()) }
+//! ```
 //!
 //! # Credentials
 //!
@@ -145,10 +199,13 @@
 //! with the open ACL, as Curator's defaults do. The provider keeps the connect string with the
 //! password masked for its `Debug` output, error messages and logs.
 
+mod admin;
 mod credentials;
 mod paths;
 mod server_clock;
 mod storage;
+#[cfg(feature = "tls-rustls")]
+mod tls;
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -205,6 +262,8 @@ pub struct ZookeeperLockProviderBuilder {
     session_timeout: Duration,
     max_clock_uncertainty: Duration,
     credentials: Option<DigestCredentials>,
+    #[cfg(feature = "tls-rustls")]
+    tls: tls::TlsPem,
 }
 
 impl Default for ZookeeperLockProviderBuilder {
@@ -216,6 +275,8 @@ impl Default for ZookeeperLockProviderBuilder {
             session_timeout: DEFAULT_SESSION_TIMEOUT,
             max_clock_uncertainty: DEFAULT_MAX_CLOCK_UNCERTAINTY,
             credentials: None,
+            #[cfg(feature = "tls-rustls")]
+            tls: tls::TlsPem::default(),
         }
     }
 }
@@ -268,10 +329,34 @@ impl ZookeeperLockProviderBuilder {
         self
     }
 
+    /// Trusts this CA (PEM; several certificates, and revocation lists, may follow one another)
+    /// for the servers of a `zk+tls://` connect string, which needs it: ZooKeeper over TLS
+    /// trusts no public roots. With a plain connect string it is an error rather than ignored.
+    #[cfg(feature = "tls-rustls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.root_certificate = Some(pem.into());
+        self
+    }
+
+    /// Presents this certificate (PEM chain, the client's first) and private key (PEM: PKCS#8,
+    /// PKCS#1 or SEC1) to the servers of a `zk+tls://` connect string, which ask for one unless
+    /// configured with `ssl.clientAuth=none`. The key is never printed, logged or put into an
+    /// error. With a plain connect string it is an error rather than ignored.
+    #[cfg(feature = "tls-rustls")]
+    pub fn tls_client_certificate(
+        mut self,
+        certificate_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client_identity = Some((certificate_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Connects to `connect_string` (`[user:password@]host:2181[,host:2181...][/chroot]`, an
-    /// optional `zk://` or `zookeeper://` in front; a URL of another scheme is refused), opens a session within the connect timeout, and
-    /// learns the server's clock with one write to the root node, creating the root if it is
-    /// missing. Fails with a [`LockError`] naming the redacted connect string otherwise.
+    /// optional `zk://` or `zookeeper://` in front, or `zk+tls://` or `zookeeper+tls://` for
+    /// TLS; a URL of another scheme is refused), opens a session within the connect timeout,
+    /// and learns the server's clock with one write to the root node, creating the root if it
+    /// is missing. Fails with a [`LockError`] naming the redacted connect string otherwise.
     pub async fn connect(self, connect_string: &str) -> Result<ZookeeperLockProvider, LockError> {
         let provider = self.connect_lazy(connect_string)?;
         let inner = &provider.inner;
@@ -289,6 +374,8 @@ impl ZookeeperLockProviderBuilder {
     pub fn connect_lazy(self, connect_string: &str) -> Result<ZookeeperLockProvider, LockError> {
         let parsed = credentials::parse(connect_string);
         self.validate(&parsed)?;
+        #[cfg(feature = "tls-rustls")]
+        let tls = self.tls_for(&parsed)?;
         let ConnectString {
             servers,
             credentials,
@@ -299,6 +386,8 @@ impl ZookeeperLockProviderBuilder {
             inner: Arc::new(Inner {
                 servers,
                 endpoint: redacted,
+                #[cfg(feature = "tls-rustls")]
+                tls,
                 credentials: self.credentials.or(credentials),
                 root: self.root,
                 operation_timeout: self.operation_timeout,
@@ -336,6 +425,20 @@ impl ZookeeperLockProviderBuilder {
             }
         }
         let servers = connect_string.servers.split('/').next().unwrap_or_default();
+        // A scheme comes before any `/`; a chroot's own `://` is no server's scheme.
+        let own_scheme = |server: &str| {
+            server
+                .split_once("://")
+                .is_some_and(|(scheme, _)| !scheme.contains('/'))
+        };
+        if connect_string.servers.split(',').any(own_scheme) {
+            return Err(invalid_setting(
+                "connect string",
+                &connect_string.redacted,
+                "a server must not carry a scheme of its own (tcp://, tcp+tls://): zk+tls:// \
+                 in front makes every server TLS, zk:// none",
+            ));
+        }
         if servers.split(',').any(|server| server.trim().is_empty()) {
             return Err(invalid_setting(
                 "connect string",
@@ -343,7 +446,46 @@ impl ZookeeperLockProviderBuilder {
                 "it must list at least one host:port, separated by commas, before any /chroot",
             ));
         }
+        #[cfg(not(feature = "tls-rustls"))]
+        if connect_string.tls {
+            return Err(LockError::backend_message(
+                PROVIDER,
+                Operation::Connect,
+                "",
+                format!(
+                    "{} asks for TLS, which this build leaves out: enable the \"tls-rustls\" \
+                     feature of shedlock-zookeeper (on by default), or the \"rustls\" feature \
+                     of shedlock",
+                    connect_string.redacted
+                ),
+            ));
+        }
         Ok(())
+    }
+
+    /// The TLS settings a `zk+tls://` connect string needs, checked; `None` for a plain one,
+    /// which must come without any.
+    #[cfg(feature = "tls-rustls")]
+    fn tls_for(&self, connect_string: &ConnectString) -> Result<Option<tls::Tls>, LockError> {
+        if !connect_string.tls {
+            if self.tls.is_set() {
+                return Err(invalid_setting(
+                    "connect string",
+                    &connect_string.redacted,
+                    "a TLS root or client certificate was set, but the connect string does not \
+                     use TLS: write zk+tls:// in front of it",
+                ));
+            }
+            return Ok(None);
+        }
+        tls::Tls::new(&self.tls).map(Some).map_err(|rule| {
+            LockError::backend_message(
+                PROVIDER,
+                Operation::Connect,
+                "",
+                format!("cannot connect to {}: {rule}", connect_string.redacted),
+            )
+        })
     }
 }
 
@@ -368,6 +510,9 @@ struct Inner {
     servers: String,
     /// The connect string as given, password masked: the only form ever shown.
     endpoint: String,
+    /// Set for a `zk+tls://` connect string: every server is reached over TLS.
+    #[cfg(feature = "tls-rustls")]
+    tls: Option<tls::Tls>,
     credentials: Option<DigestCredentials>,
     root: String,
     operation_timeout: Duration,
@@ -400,6 +545,7 @@ impl fmt::Debug for ZookeeperLockProvider {
         let inner = &self.inner;
         f.debug_struct("ZookeeperLockProvider")
             .field("endpoint", &inner.endpoint)
+            .field("tls", &inner.uses_tls())
             .field("credentials", &inner.credentials)
             .field("root", &inner.root)
             .field("operation_timeout", &inner.operation_timeout)
@@ -439,6 +585,41 @@ impl ZookeeperLockProvider {
 type Answer<T> = Result<Result<T, zookeeper_client::Error>, LockError>;
 
 impl Inner {
+    fn uses_tls(&self) -> bool {
+        #[cfg(feature = "tls-rustls")]
+        return self.tls.is_some();
+        #[cfg(not(feature = "tls-rustls"))]
+        false
+    }
+
+    /// Opens a session with the servers, over TLS for a `zk+tls://` connect string.
+    async fn open_session(&self) -> Result<Client, zookeeper_client::Error> {
+        let mut connector = Client::connector().with_session_timeout(self.session_timeout);
+        if let Some(credentials) = &self.credentials {
+            connector = connector.with_auth("digest", &credentials.auth_bytes());
+        }
+        #[cfg(feature = "tls-rustls")]
+        if let Some(tls) = &self.tls {
+            return connector
+                .with_tls(tls.options())
+                .secure_connect(&self.servers)
+                .await;
+        }
+        connector.connect(&self.servers).await
+    }
+
+    /// Why a TLS session could not be opened, when a handshake of the provider's own can tell
+    /// (see the `tls` module); `None` for plain connections.
+    async fn tls_failure(&self) -> Option<String> {
+        #[cfg(feature = "tls-rustls")]
+        if let Some(tls) = &self.tls {
+            return tls
+                .explain(&self.servers, Instant::now() + self.connect_timeout)
+                .await;
+        }
+        None
+    }
+
     /// The current session, or a new one if there is none yet or ZooKeeper ended the last.
     async fn session(&self, operation: Operation, name: &str) -> Result<Session, LockError> {
         let mut slot = self.session.lock().await;
@@ -455,12 +636,24 @@ impl Inner {
             debug!(endpoint = %self.endpoint, state = ?client.state(), "ZooKeeper session ended; opening a new one");
         }
         slot.client = None;
-        let mut connector = Client::connector().with_session_timeout(self.session_timeout);
-        if let Some(credentials) = &self.credentials {
-            connector = connector.with_auth("digest", &credentials.auth_bytes());
+        let connected = tokio::time::timeout(self.connect_timeout, self.open_session()).await;
+        let failure = match &connected {
+            Ok(Ok(_)) => None,
+            _ => self.tls_failure().await,
+        };
+        if let Some(reason) = failure {
+            let message = after_failure(
+                format!(
+                    "could not open a TLS session with ZooKeeper at {}: {reason}",
+                    self.endpoint
+                ),
+                operation,
+            );
+            return Err(match connected {
+                Ok(Err(error)) => LockError::backend(PROVIDER, operation, name, message, error),
+                _ => LockError::backend_message(PROVIDER, operation, name, message),
+            });
         }
-        let connected =
-            tokio::time::timeout(self.connect_timeout, connector.connect(&self.servers)).await;
         let client = match connected {
             Ok(Ok(client)) => client,
             Ok(Err(error)) => {
@@ -481,11 +674,13 @@ impl Inner {
                     PROVIDER,
                     operation,
                     name,
-                    format!(
-                        "ZooKeeper at {} opened no session within {:?}: is it running and reachable? {}",
-                        self.endpoint,
-                        self.connect_timeout,
-                        consequence(operation)
+                    after_failure(
+                        format!(
+                            "ZooKeeper at {} opened no session within {:?} (is it running and \
+                             reachable?)",
+                            self.endpoint, self.connect_timeout
+                        ),
+                        operation,
                     ),
                 ));
             }
@@ -676,6 +871,15 @@ impl Inner {
             storage::create(client, path, data),
         )
         .await
+    }
+}
+
+/// `message` followed by what the failure leaves behind, for an operation on a lock; a failed
+/// connect leaves nothing behind.
+fn after_failure(message: String, operation: Operation) -> String {
+    match operation {
+        Operation::Connect => message,
+        other => format!("{message}; {}", consequence(other)),
     }
 }
 

@@ -9,6 +9,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use shedlock_conformance::{
     Clock, ConformanceHarness, PlantedRecord, SetupError, Support, async_trait, backends,
 };
+use shedlock_core::LockAdmin;
 use shedlock_zookeeper::{ZookeeperLockProvider, ZookeeperLockProviderBuilder};
 use zookeeper_client::{Acls, Client, CreateMode};
 
@@ -45,6 +46,10 @@ impl ConformanceHarness for Harness {
             .operation_timeout(Duration::from_secs(2))
             .connect_lazy("127.0.0.1:1")?;
         Ok(Support::Supported(node))
+    }
+
+    fn admin<'node>(&self, node: &'node ZookeeperLockProvider) -> Support<&'node dyn LockAdmin> {
+        Support::Supported(node)
     }
 
     fn clear_name_cache(&self, _node: &ZookeeperLockProvider) -> Support<()> {

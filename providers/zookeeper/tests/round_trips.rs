@@ -275,6 +275,57 @@ async fn every_operation_is_its_minimum_of_requests() {
     cleanup(&wire.root).await;
 }
 
+/// The operator's view: a page of any size is two requests (the root's children, then one
+/// multi-read of the page's nodes), inspect one read, force-unlock a read and a
+/// compare-and-set write.
+#[tokio::test(flavor = "multi_thread")]
+async fn admin_operations_cost_a_fixed_number_of_requests() {
+    use shedlock_core::{LockAdmin, PageRequest};
+
+    let wire = Wire::start().await;
+    let holder = wire.provider().await;
+    let operator = wire.provider().await;
+    let mut handles = Vec::new();
+    for name in ["a", "b", "c", "d", "e"] {
+        handles.push(acquired(
+            holder.try_lock(&config(name, Duration::ZERO)).await,
+        ));
+    }
+
+    let first = PageRequest::first("").with_limit(3);
+    let (page, cost) = wire.measure(operator.list_locks(&first)).await;
+    let page = page.unwrap();
+    assert_eq!(page.locks.len(), 3);
+    assert_requests(&cost, 2, "a page of 3: children + one multi-read");
+    let rest = PageRequest {
+        after: page.next,
+        ..first
+    };
+    let (page, cost) = wire.measure(operator.list_locks(&rest)).await;
+    let page = page.unwrap();
+    assert_eq!((page.locks.len(), page.next), (2, None));
+    assert_requests(&cost, 2, "the last page: children + one multi-read");
+
+    let (inspected, cost) = wire.measure(operator.inspect_lock("a")).await;
+    let acquisition = inspected.unwrap().unwrap().acquisition;
+    assert_requests(&cost, 1, "inspect: one read");
+    let (never, cost) = wire.measure(operator.inspect_lock("never-used")).await;
+    assert!(never.unwrap().is_none());
+    assert_requests(&cost, 1, "inspect of a name never used: one read (no node)");
+
+    let (freed, cost) = wire.measure(operator.force_unlock("a", &acquisition)).await;
+    assert!(freed.unwrap());
+    assert_requests(&cost, 2, "force-unlock: read + compare-and-set write");
+    let (freed, cost) = wire.measure(operator.force_unlock("a", &acquisition)).await;
+    assert!(!freed.unwrap());
+    assert_requests(&cost, 1, "a stale force-unlock: the read only");
+
+    for handle in &handles[1..] {
+        assert!(handle.unlock().await.unwrap());
+    }
+    cleanup(&wire.root).await;
+}
+
 async fn cleanup(root: &str) {
     let admin = zookeeper_client::Client::connect(&zookeeper_url())
         .await

@@ -1,19 +1,34 @@
-//! The conformance harness for Redis, shared by the kit's two runs: `tests/conformance.rs`
-//! with the default configuration (no fencing: a plain `SET NX PX` acquire, any name) and
+//! The conformance harness for Redis, shared by the kit's runs: `tests/conformance.rs` with
+//! the default configuration (no fencing: a plain `SET NX PX` acquire, any name),
 //! `tests/conformance_fencing.rs` with fencing on (the acquire script with its counter, names
-//! without `{`/`}`). Each node is its own provider with its own connection, as a separate
-//! process would be; each run uses its own env segment of the key, so both runs can go at
-//! once on one server.
+//! without `{`/`}`), and the runs through a Redis Cluster and Redis Sentinel URL
+//! (`tests/conformance_cluster.rs`, `tests/conformance_sentinel.rs`). Each node is its own
+//! provider with its own connection, as a separate process would be; each run uses its own env
+//! segment of the key, so runs can go at once on one server.
+
+#[path = "topologies.rs"]
+mod topologies;
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use redis::aio::ConnectionManager;
 use shedlock_conformance::{
     Clock, ConformanceHarness, PlantedRecord, SetupError, Support, async_trait, backends,
 };
-use shedlock_redis::{RedisLockProvider, RedisLockProviderBuilder};
+use shedlock_redis::{RedisConnection, RedisLockProvider, RedisLockProviderBuilder};
+
+/// What a run's URL connects to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(dead_code)] // Each conformance target runs one of them.
+pub enum Topology {
+    /// One server: `SHEDLOCK_TEST_REDIS_URL`.
+    Server,
+    /// A Redis Cluster: `SHEDLOCK_TEST_REDIS_CLUSTER_URL`.
+    Cluster,
+    /// The master of a Sentinel setup: `SHEDLOCK_TEST_REDIS_SENTINEL_URL`.
+    Sentinel,
+}
 
 /// The provider configuration a run puts through the kit.
 #[derive(Debug, Clone, Copy)]
@@ -21,24 +36,55 @@ pub struct Settings {
     /// [`RedisLockProviderBuilder::fencing`]: off is the default, what most applications run;
     /// on, the kit's fencing check runs too.
     pub fencing: bool,
+    pub topology: Topology,
 }
 
 impl Settings {
-    /// The report's file name, `<dir>/<name>.json`: the two runs must not overwrite each other.
+    /// The report's file name, `<dir>/<name>.json`, and the start of the run's env segment,
+    /// telling an operator which run left a key: the runs must not overwrite each other.
     fn report_name(self) -> &'static str {
-        if self.fencing {
-            "redis-fencing"
-        } else {
-            "redis"
+        match (self.topology, self.fencing) {
+            (Topology::Server, false) => "redis",
+            (Topology::Server, true) => "redis-fencing",
+            (Topology::Cluster, false) => "redis-cluster",
+            (Topology::Cluster, true) => "redis-cluster-fencing",
+            (Topology::Sentinel, false) => "redis-sentinel",
+            (Topology::Sentinel, true) => "redis-sentinel-fencing",
         }
     }
 
-    /// The start of the run's env segment, telling an operator which run left a key.
-    fn env_label(self) -> &'static str {
-        if self.fencing {
-            "conformance-fencing"
-        } else {
-            "conformance"
+    /// The run's URL, and the test's own connection to what it names (the master, for
+    /// Sentinel).
+    async fn backend(self) -> Result<(String, RedisConnection), SetupError> {
+        Ok(match self.topology {
+            Topology::Server => {
+                let url = backends::redis_url().await?;
+                let admin = redis::Client::open(url.as_str())?
+                    .get_connection_manager()
+                    .await?;
+                (url, admin.into())
+            }
+            Topology::Cluster => {
+                let url =
+                    topologies::env_url(topologies::CLUSTER_URL_VAR).map_err(SetupError::new)?;
+                let admin = topologies::cluster_admin(&url).await?;
+                (url, admin.into())
+            }
+            Topology::Sentinel => {
+                let url =
+                    topologies::env_url(topologies::SENTINEL_URL_VAR).map_err(SetupError::new)?;
+                let admin = topologies::master_admin(&url).await?;
+                (url, admin.into())
+            }
+        })
+    }
+
+    /// A URL of the run's topology that nothing answers.
+    fn unreachable_url(self) -> &'static str {
+        match self.topology {
+            Topology::Server => "redis://127.0.0.1:1",
+            Topology::Cluster => "redis+cluster://127.0.0.1:1,127.0.0.1:2",
+            Topology::Sentinel => "redis+sentinel://127.0.0.1:1,127.0.0.1:2/shedlock",
         }
     }
 }
@@ -47,7 +93,7 @@ struct Harness {
     url: String,
     env: String,
     settings: Settings,
-    admin: ConnectionManager,
+    admin: RedisConnection,
 }
 
 impl Harness {
@@ -67,6 +113,13 @@ impl ConformanceHarness for Harness {
         self.settings.report_name()
     }
 
+    fn admin<'node>(
+        &self,
+        node: &'node RedisLockProvider,
+    ) -> Support<&'node dyn shedlock_conformance::shedlock_core::LockAdmin> {
+        Support::Supported(node)
+    }
+
     /// Redis keeps time with TTLs: the node's clock is not used for anything.
     async fn node(&self, _clock: Arc<dyn Clock>) -> Result<RedisLockProvider, SetupError> {
         Ok(self.builder().connect(&self.url).await?)
@@ -76,7 +129,7 @@ impl ConformanceHarness for Harness {
         let node = self
             .builder()
             .operation_timeout(Duration::from_secs(2))
-            .connect_lazy("redis://127.0.0.1:1")?;
+            .connect_lazy(self.settings.unreachable_url())?;
         Ok(Support::Supported(node))
     }
 
@@ -115,49 +168,41 @@ impl ConformanceHarness for Harness {
     }
 
     /// Deletes this run's lock keys and fencing counters (the env segment is the run's own).
+    /// `KEYS` goes to every master of a cluster; each key is deleted alone, as keys of
+    /// different slots may not share a command there.
     async fn cleanup(&self, _name_prefix: &str) -> Result<(), SetupError> {
         let mut admin = self.admin.clone();
         for pattern in [
             format!("job-lock:{}:*", self.env),
             format!("{{job-lock:{}:*", self.env),
         ] {
-            let mut cursor: u64 = 0;
-            loop {
-                let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(1000)
-                    .query_async(&mut admin)
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(&pattern)
+                .query_async(&mut admin)
+                .await?;
+            for key in keys {
+                redis::cmd("DEL")
+                    .arg(&key)
+                    .query_async::<()>(&mut admin)
                     .await?;
-                if !keys.is_empty() {
-                    redis::cmd("DEL")
-                        .arg(&keys)
-                        .query_async::<()>(&mut admin)
-                        .await?;
-                }
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
             }
         }
         Ok(())
     }
 }
 
-/// Runs the whole kit against a real Redis (`SHEDLOCK_TEST_REDIS_URL`) with the given
+/// Runs the whole kit against a real Redis (the variable of `settings.topology`) with the given
 /// configuration: the body of each conformance target's `main`.
 pub fn run(settings: Settings) -> ExitCode {
     shedlock_conformance::run(|| async move {
-        let url = backends::redis_url().await?;
-        let admin = redis::Client::open(url.as_str())?
-            .get_connection_manager()
-            .await?;
+        let (url, admin) = settings.backend().await?;
         Ok(Harness {
             url,
-            env: format!("{}-{}", settings.env_label(), uuid::Uuid::new_v4().simple()),
+            env: format!(
+                "conformance-{}-{}",
+                settings.report_name(),
+                uuid::Uuid::new_v4().simple()
+            ),
             settings,
             admin,
         })

@@ -14,7 +14,7 @@ use shedlock_conformance::backends::LaunchError;
 use shedlock_conformance::{
     Clock, ConformanceHarness, PlantedRecord, SetupError, Support, async_trait,
 };
-use shedlock_core::TimeSource;
+use shedlock_core::{LockAdmin, TimeSource};
 use shedlock_sql::{ConnectOptionsOf, SqlBackend, SqlLockProvider};
 use sqlx::Pool;
 use sqlx::pool::PoolOptions;
@@ -208,6 +208,10 @@ impl<B: PlantRecords> ConformanceHarness for SqlHarness<B> {
             .connect_timeout(Duration::from_secs(2))
             .build_without_connecting(self.run.fencing)
             .map(Support::Supported)?)
+    }
+
+    fn admin<'node>(&self, node: &'node SqlLockProvider<B>) -> Support<&'node dyn LockAdmin> {
+        Support::Supported(node)
     }
 
     fn clear_name_cache(&self, node: &SqlLockProvider<B>) -> Support<()> {

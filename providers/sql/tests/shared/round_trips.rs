@@ -7,7 +7,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use shedlock_conformance::CountingProxy;
-use shedlock_core::{Acquisition, LockConfiguration, LockHandle, LockProvider};
+use shedlock_core::{
+    Acquisition, LockAdmin, LockConfiguration, LockHandle, LockProvider, PageRequest,
+};
 use shedlock_sql::{SqlBackend, SqlLockProvider};
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -122,6 +124,65 @@ pub async fn every_operation_is_one_round_trip<B: SqlBackend>(
         connections,
         "one connection served every operation, with no reconnect"
     );
+}
+
+/// The operator's view costs one round trip per call too: inspect, each page of a listing
+/// (the first and the ones after a cursor) and force-unlock, whether it frees the lock or not.
+pub async fn every_admin_call_is_one_round_trip<B: SqlBackend>(
+    proxy: &CountingProxy,
+    provider: &SqlLockProvider<B>,
+) {
+    let mut handles = Vec::new();
+    for name in ["admin-1", "admin-2", "admin-3"] {
+        let (handle, _) = try_lock(proxy, provider, name).await;
+        handles.push(handle.expect("a new name is free"));
+    }
+    // Each statement once first: the driver prepares a statement on its first use.
+    let first_page = PageRequest::first("admin-").with_limit(2);
+    let warm = provider.inspect_lock("admin-1").await.unwrap().unwrap();
+    let page = provider.list_locks(&first_page).await.unwrap();
+    let next_page = PageRequest {
+        after: page.next,
+        ..first_page.clone()
+    };
+    provider.list_locks(&next_page).await.unwrap();
+    assert!(provider.force_unlock("admin-1", &warm.acquisition).await.unwrap());
+    let connections = proxy.connections();
+
+    let (seen, round_trips) = counted(proxy, provider.inspect_lock("admin-2")).await;
+    let seen = seen.unwrap().expect("admin-2 is held");
+    assert_eq!(round_trips, 1, "inspect");
+    let (page, round_trips) = counted(proxy, provider.list_locks(&first_page)).await;
+    let page = page.unwrap();
+    assert_eq!(page.locks.len(), 2);
+    assert!(page.next.is_some(), "a third name follows");
+    assert_eq!(round_trips, 1, "the first page");
+    let next_page = PageRequest {
+        after: page.next,
+        ..first_page
+    };
+    let (page, round_trips) = counted(proxy, provider.list_locks(&next_page)).await;
+    let page = page.unwrap();
+    assert_eq!(page.locks.len(), 1);
+    assert!(page.next.is_none(), "the last page");
+    assert_eq!(round_trips, 1, "a page after a cursor");
+    let (freed, round_trips) =
+        counted(proxy, provider.force_unlock("admin-2", &seen.acquisition)).await;
+    assert!(freed.unwrap());
+    assert_eq!(round_trips, 1, "force-unlock");
+    let (freed, round_trips) =
+        counted(proxy, provider.force_unlock("admin-2", &seen.acquisition)).await;
+    assert!(!freed.unwrap(), "already free");
+    assert_eq!(round_trips, 1, "a force-unlock that frees nothing");
+
+    assert_eq!(
+        proxy.connections(),
+        connections,
+        "one connection served every call, with no reconnect"
+    );
+    for handle in handles {
+        handle.unlock().await.unwrap();
+    }
 }
 
 /// A connection killed on the server fails the next operation (an error, so the task does not

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Starts a second MongoDB-compatible server (SecantusDB, as for the plain one on 27017) that
+# serves TLS only: localhost:27018 (127.0.0.1), with the server certificate that
+# ci/start-backends.sh makes (signed by its test CA for the name localhost alone), its data
+# under the state directory. The tests of providers/mongo/tests/tls.rs use it. Idempotent: a
+# server that already answers over TLS with that certificate is left alone. Fails loudly,
+# naming the log, when the server cannot be started; it never skips. Needs secantusd-rs, which
+# ci/start-backends.sh builds.
+set -euo pipefail
+
+STATE_DIR=${SHEDLOCK_CI_STATE_DIR:-/var/tmp/shedlock-ci}
+TLS_DIR="$STATE_DIR/tls"
+DIR="$STATE_DIR/mongo-tls"
+PORT=27018
+LOG="$DIR/secantusd.log"
+
+log() { printf '[start-mongo-tls] %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+for file in ca.pem server.pem server.key; do
+  [ -s "$TLS_DIR/$file" ] || die "$TLS_DIR/$file is missing: run ci/start-backends.sh first (it makes the test CA)"
+done
+PATH="$HOME/.cargo/bin:$PATH"
+command -v secantusd-rs >/dev/null \
+  || die "secantusd-rs is missing: ci/start-backends.sh builds it (cargo install secantus-mdb)"
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# Ready means: a TLS handshake with the name localhost verifies the server against the test
+# CA, and the server answers a MongoDB hello with ok: 1 over it.
+tls_ready() {
+  python3 - "$TLS_DIR/ca.pem" "$PORT" <<'PY'
+import socket, ssl, struct, sys
+context = ssl.create_default_context(cafile=sys.argv[1])
+# OP_MSG {hello: 1, $db: "admin"}; a server that answers it with ok: 1 is up.
+doc = b"\x10hello\x00" + struct.pack("<i", 1) + b"\x02$db\x00" + struct.pack("<i", 6) + b"admin\x00"
+doc = struct.pack("<i", len(doc) + 5) + doc + b"\x00"
+body = struct.pack("<I", 0) + b"\x00" + doc
+msg = struct.pack("<iiii", 16 + len(body), 1, 0, 2013) + body
+with socket.create_connection(("localhost", int(sys.argv[2])), timeout=2) as raw:
+    with context.wrap_socket(raw, server_hostname="localhost") as s:
+        s.sendall(msg)
+        reply = b""
+        while len(reply) < 4 or len(reply) < struct.unpack("<i", reply[:4])[0]:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise SystemExit(1)
+            reply += chunk
+ok = (b"\x01ok\x00" + struct.pack("<d", 1.0), b"\x10ok\x00" + struct.pack("<i", 1))
+raise SystemExit(0 if any(o in reply for o in ok) else 1)
+PY
+}
+
+if tls_ready 2>/dev/null; then
+  log "the TLS MongoDB (SecantusDB) on localhost:$PORT is up"
+  exit 0
+fi
+
+pid_file="$DIR/secantusd.pid"
+if port_open $PORT; then
+  # A TLS server of an earlier run whose certificate has since been replaced: stopped here and
+  # started again below. Anything else on the port is not ours to stop.
+  if [ -s "$pid_file" ] && grep -q secantusd "/proc/$(cat "$pid_file")/cmdline" 2>/dev/null; then
+    log "stopping the TLS MongoDB of an earlier run (it does not verify against $TLS_DIR/ca.pem)"
+    kill "$(cat "$pid_file")"
+    for _ in $(seq 1 60); do port_open $PORT || break; sleep 0.5; done
+  fi
+  port_open $PORT && die "port $PORT is taken by something that is not the TLS MongoDB (see $LOG)"
+fi
+
+mkdir -p "$DIR/data"
+log "starting the TLS MongoDB (SecantusDB) on localhost:$PORT"
+nohup secantusd-rs --host 127.0.0.1 --port $PORT --storage-path "$DIR/data" \
+  --tls-cert-file "$TLS_DIR/server.pem" --tls-key-file "$TLS_DIR/server.key" \
+  >"$LOG" 2>&1 </dev/null &
+echo $! >"$pid_file"
+
+for _ in $(seq 1 120); do
+  tls_ready 2>/dev/null && break
+  kill -0 "$(cat "$pid_file")" 2>/dev/null || break
+  sleep 0.5
+done
+if ! tls_ready 2>/dev/null; then
+  tail -n 30 "$LOG" >&2
+  die "the TLS MongoDB (SecantusDB) did not answer a hello over verified TLS on localhost:$PORT within 60 s (log: $LOG)"
+fi
+log "the TLS MongoDB (SecantusDB) on localhost:$PORT is up"

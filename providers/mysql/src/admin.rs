@@ -1,0 +1,303 @@
+//! The operator's statements: read rows (one, or one page of a listing) with the clock they are
+//! judged by, and free one acquisition.
+//!
+//! Pages are in the name column's own order and compared with its own collation, so the primary
+//! key's index serves them. That is safe under a case-insensitive or PAD SPACE collation too: the
+//! key holds no two names the collation calls equal, so `name > <last name>` steps through every
+//! row exactly once. Such a collation's `LIKE` matches more than the exact prefix; the provider
+//! drops those rows.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use shedlock_core::{LockError, NodeTime, Operation, TimeSource};
+use shedlock_sql::{
+    Column, Dialect, LIKE_ESCAPE, LockSelection, LockTable, StoredAcquisition, StoredLock,
+    TableSchema, client_time_parameter, statement_error,
+};
+use sqlx::mysql::{MySql, MySqlArguments, MySqlConnection, MySqlRow};
+use sqlx::query::Query;
+use sqlx::{AssertSqlSafe, Row};
+
+use crate::MySqlBackend;
+
+const DIALECT: Dialect = Dialect::MySql;
+
+/// What [`MySqlBackend`] reads `locked_at` keys as, for errors.
+pub(crate) const LOCKED_AT_KEY: &str = "microseconds since the Unix epoch (UTC)";
+
+/// A bound parameter of an admin statement, in the order the `?` appear.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Param {
+    Name,
+    Pattern,
+    Limit,
+    After,
+    LockedBy,
+    LockedAt,
+    FencingToken,
+    /// The node's clock (client time only).
+    Now,
+}
+
+/// SQL text and the order of its parameters.
+#[derive(Debug)]
+struct Statement {
+    sql: Arc<str>,
+    params: Vec<Param>,
+}
+
+/// Writes one statement, recording its `?` in order.
+struct Writer {
+    sql: String,
+    params: Vec<Param>,
+    time_source: TimeSource,
+}
+
+impl Writer {
+    fn new(time_source: TimeSource) -> Self {
+        Self {
+            sql: String::new(),
+            params: Vec::new(),
+            time_source,
+        }
+    }
+
+    fn sql(mut self, text: &str) -> Self {
+        self.sql.push_str(text);
+        self
+    }
+
+    fn param(mut self, param: Param) -> Self {
+        self.sql.push('?');
+        self.params.push(param);
+        self
+    }
+
+    /// The lock statements' clock: the server's UTC time, or the node's as a parameter.
+    fn now(self) -> Self {
+        match self.time_source {
+            TimeSource::Server => self.sql("UTC_TIMESTAMP(3)"),
+            TimeSource::Client => self.sql("CAST(").param(Param::Now).sql(" AS DATETIME(6))"),
+        }
+    }
+
+    fn finish(self) -> Statement {
+        Statement {
+            sql: self.sql.into(),
+            params: self.params,
+        }
+    }
+}
+
+/// The values an admin statement may bind.
+#[derive(Default)]
+struct Values<'q> {
+    name: &'q str,
+    pattern: &'q str,
+    limit: i64,
+    after: &'q str,
+    locked_by: &'q str,
+    locked_at: Option<NaiveDateTime>,
+    fencing_token: Option<i64>,
+}
+
+/// The admin statements for one table.
+#[derive(Debug)]
+pub(crate) struct AdminStatements {
+    inspect: Statement,
+    first_page: Statement,
+    next_page: Statement,
+    force_unlock: Statement,
+    time_source: TimeSource,
+}
+
+impl AdminStatements {
+    pub(crate) fn prepare(table: &LockTable, schema: &TableSchema, time_source: TimeSource) -> Self {
+        let q = |c| table.quoted(DIALECT, c);
+        let (t, name, until, at, by, fence) = (
+            table.quoted_table(DIALECT),
+            q(Column::Name),
+            q(Column::LockUntil),
+            q(Column::LockedAt),
+            q(Column::LockedBy),
+            q(Column::FencingToken),
+        );
+        let fence_value = if schema.fencing {
+            format!("CAST({fence} AS SIGNED)")
+        } else {
+            "NULL".to_owned()
+        };
+        // The statement's now comes back too, so the state is judged by the clock the
+        // comparison used.
+        let select = || {
+            Writer::new(time_source)
+                .sql(&format!("SELECT {name}, {by}, {at}, {until}, {fence_value}, "))
+                .now()
+                .sql(&format!(", CAST({until} > "))
+                .now()
+                .sql(&format!(" AS SIGNED) FROM {t} WHERE "))
+        };
+        let like = format!(" ESCAPE '{LIKE_ESCAPE}' ORDER BY {name} LIMIT ");
+        let inspect = select()
+            .sql(&format!("{name} = "))
+            .param(Param::Name)
+            .finish();
+        let first_page = select()
+            .sql(&format!("{name} LIKE "))
+            .param(Param::Pattern)
+            .sql(&like)
+            .param(Param::Limit)
+            .finish();
+        let next_page = select()
+            .sql(&format!("{name} > "))
+            .param(Param::After)
+            .sql(&format!(" AND {name} LIKE "))
+            .param(Param::Pattern)
+            .sql(&like)
+            .param(Param::Limit)
+            .finish();
+        let mut unlock = Writer::new(time_source)
+            .sql(&format!("UPDATE {t} SET {until} = "))
+            .now()
+            .sql(&format!(" WHERE {name} = "))
+            .param(Param::Name)
+            .sql(&format!(" AND {by} = "))
+            .param(Param::LockedBy)
+            .sql(&format!(" AND {at} = "))
+            .param(Param::LockedAt);
+        if schema.fencing {
+            unlock = unlock
+                .sql(&format!(" AND {fence} <=> "))
+                .param(Param::FencingToken);
+        }
+        let force_unlock = unlock.sql(&format!(" AND {until} > ")).now().finish();
+        Self {
+            inspect,
+            first_page,
+            next_page,
+            force_unlock,
+            time_source,
+        }
+    }
+
+    fn bind<'q>(
+        &self,
+        statement: &Statement,
+        values: Values<'q>,
+        now: NodeTime,
+        operation: Operation,
+    ) -> Result<Query<'q, MySql, MySqlArguments>, LockError> {
+        let client_now: Option<NaiveDateTime> =
+            client_time_parameter::<MySqlBackend>(self.time_source, now, operation, values.name)?
+                .map(|now| DateTime::<Utc>::from(now).naive_utc());
+        let mut query = sqlx::query(AssertSqlSafe(statement.sql.clone()));
+        for param in &statement.params {
+            query = match param {
+                Param::Name => query.bind(values.name),
+                Param::Pattern => query.bind(values.pattern),
+                Param::Limit => query.bind(values.limit),
+                Param::After => query.bind(values.after),
+                Param::LockedBy => query.bind(values.locked_by),
+                Param::LockedAt => query.bind(values.locked_at),
+                Param::FencingToken => query.bind(values.fencing_token),
+                // Only client-time statements have this parameter, and `client_time_parameter`
+                // gives them the node's clock.
+                Param::Now => query.bind(client_now),
+            };
+        }
+        Ok(query)
+    }
+
+    pub(crate) async fn read_locks(
+        &self,
+        connection: &mut MySqlConnection,
+        selection: LockSelection<'_>,
+        now: NodeTime,
+    ) -> Result<Vec<StoredLock>, LockError> {
+        let (operation, name) = (selection.operation(), selection.name());
+        let (statement, values) = match selection {
+            LockSelection::Named(name) => (
+                &self.inspect,
+                Values {
+                    name,
+                    ..Values::default()
+                },
+            ),
+            LockSelection::Page {
+                pattern,
+                after,
+                limit,
+            } => (
+                if after.is_some() {
+                    &self.next_page
+                } else {
+                    &self.first_page
+                },
+                Values {
+                    pattern,
+                    limit,
+                    after: after.unwrap_or_default(),
+                    ..Values::default()
+                },
+            ),
+        };
+        let read_error = |e| statement_error::<MySqlBackend>(operation, name, e);
+        let rows = self
+            .bind(statement, values, now, operation)?
+            .fetch_all(&mut *connection)
+            .await
+            .map_err(read_error)?;
+        rows.iter()
+            .map(|row| stored_lock(row).map_err(read_error))
+            .collect()
+    }
+
+    pub(crate) async fn force_unlock(
+        &self,
+        connection: &mut MySqlConnection,
+        name: &str,
+        acquisition: &StoredAcquisition<NaiveDateTime>,
+        now: NodeTime,
+    ) -> Result<bool, LockError> {
+        let values = Values {
+            name,
+            locked_by: &acquisition.locked_by,
+            locked_at: Some(acquisition.locked_at),
+            fencing_token: acquisition.fencing_token,
+            ..Values::default()
+        };
+        let done = self
+            .bind(&self.force_unlock, values, now, Operation::ForceUnlock)?
+            .execute(&mut *connection)
+            .await
+            .map_err(|e| statement_error::<MySqlBackend>(Operation::ForceUnlock, name, e))?;
+        // Under CLIENT_FOUND_ROWS this counts matched rows: the acquisition check decides.
+        Ok(done.rows_affected() > 0)
+    }
+}
+
+/// A row as read: `TIMESTAMP` and `DATETIME` alike hold UTC wall times here (sessions are UTC
+/// for `TIMESTAMP` columns, checked at connect).
+fn stored_lock(row: &MySqlRow) -> Result<StoredLock, sqlx::Error> {
+    let locked_at: DateTime<Utc> = row.try_get(2)?;
+    let lock_until: DateTime<Utc> = row.try_get(3)?;
+    let now: DateTime<Utc> = row.try_get(5)?;
+    let held: i64 = row.try_get(6)?;
+    Ok(StoredLock {
+        name: row.try_get(0)?,
+        locked_by: row.try_get(1)?,
+        locked_at_key: locked_at.timestamp_micros().to_string(),
+        locked_at: Some(SystemTime::from(locked_at)),
+        lock_until: Some(SystemTime::from(lock_until)),
+        fencing_token: row.try_get(4)?,
+        now: SystemTime::from(now),
+        held: held != 0,
+    })
+}
+
+/// A `locked_at` key back as the UTC wall time it was read from.
+pub(crate) fn locked_at_from_key(key: &str) -> Option<NaiveDateTime> {
+    Some(DateTime::from_timestamp_micros(key.parse().ok()?)?.naive_utc())
+}

@@ -1,0 +1,531 @@
+//! The operator's view of Redis locks ([`LockAdmin`]): listing by `SCAN`, inspecting and
+//! force-freeing one key, each in one script so what is shown was read at one moment.
+//!
+//! Time is Redis' own: a lock's state and time left come from its key's `PTTL`, and
+//! `held_until` is the server's `TIME` plus that, read in the same script.
+//!
+//! Listing scans the keyspace with `SCAN <cursor> MATCH <prefix>* COUNT <n>` inside the page's
+//! script, so a page is one round trip and never loads more than one page of keys. `SCAN` has
+//! no order, and Redis guarantees only that a key present for the whole scan is returned at
+//! least once: a key may come twice if the keyspace is resized during the listing. Fencing
+//! counters (`{<lock key>}:fencing`) never match the pattern: they start with a `{` that no lock
+//! key of a fencing provider has.
+//!
+//! A Redis Cluster spreads keys over masters, and `SCAN` sees one node's keys only. A listing
+//! there goes master by master, each page's script routed to one master by a key of a slot it
+//! serves; the cursor names that slot and the `SCAN` cursor on that master. Its first page
+//! costs two round trips: the first script finds it runs on a cluster. A listing running while
+//! slots move between masters may miss or repeat the keys that move.
+
+use std::sync::LazyLock;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use redis::Script;
+use redis::aio::ConnectionLike;
+use shedlock_core::{
+    AcquisitionId, LockAdmin, LockError, LockInfo, LockPage, LockState, Operation, PageCursor,
+    PageRequest,
+};
+
+use crate::{PROVIDER, RedisLockProvider, storage};
+
+/// How many `SCAN` calls one page's script makes at most: a prefix matching few keys of a large
+/// keyspace then yields short (even empty) pages instead of blocking Redis for a whole scan.
+const MAX_SCANS_PER_PAGE: usize = 16;
+
+/// The body of the page script, shared by its single-server and cluster forms.
+///
+/// `ARGV[1]` the `SCAN` cursor, `ARGV[2]` the `MATCH` pattern, `ARGV[3]` the page's limit,
+/// `ARGV[4]` `1` to read fencing counters, `ARGV[5]` `1` when routed to one cluster master,
+/// `ARGV[6]` the most `SCAN` calls. Each `SCAN` asks for as many keys as the page still lacks;
+/// a batch that would overflow the page is left for the next page (its cursor is not taken), so
+/// a page exceeds the limit only when its first batch does, which takes one hash bucket holding
+/// more matching keys than the limit.
+///
+/// Returns `{'cluster'}` when not routed but on a cluster (where one node's `SCAN` would be a
+/// partial listing); otherwise `{cursor, time seconds, time microseconds, this master's lowest
+/// slot or -1, the next master's lowest slot or -1, then key, value, pttl, fencing counter ('')
+/// for each lock}`.
+const LIST_BODY: &str = r"
+local cursor, pattern = ARGV[1], ARGV[2]
+local limit, fencing, routed = tonumber(ARGV[3]), ARGV[4] == '1', ARGV[5] == '1'
+if not routed and string.find(redis.call('INFO', 'cluster'), 'cluster_enabled:1', 1, true) then
+  return {'cluster'}
+end
+local locks = {}
+for _ = 1, tonumber(ARGV[6]) do
+  local reply = redis.call('SCAN', cursor, 'MATCH', pattern, 'COUNT', limit - #locks)
+  local batch = {}
+  for _, key in ipairs(reply[2]) do
+    if redis.call('TYPE', key).ok == 'string' then
+      local fence = ''
+      if fencing and not string.find(key, '[{}]') then
+        fence = redis.call('GET', '{' .. key .. '}:fencing') or ''
+      end
+      batch[#batch + 1] = {key, redis.call('GET', key), redis.call('PTTL', key), fence}
+    end
+  end
+  if #locks > 0 and #locks + #batch > limit then break end
+  for _, lock in ipairs(batch) do locks[#locks + 1] = lock end
+  cursor = reply[1]
+  if cursor == '0' or #locks >= limit then break end
+end
+local here, following = -1, -1
+if routed then
+  local me = redis.call('CLUSTER', 'MYID')
+  local lowest = {}
+  for _, range in ipairs(redis.call('CLUSTER', 'SLOTS')) do
+    local id, first = range[3][3], range[1]
+    if lowest[id] == nil or first < lowest[id] then lowest[id] = first end
+  end
+  if lowest[me] == nil then
+    return redis.error_reply('the node the listing was routed to serves no slots')
+  end
+  here = lowest[me]
+  if cursor == '0' then
+    for _, first in pairs(lowest) do
+      if first > here and (following == -1 or first < following) then following = first end
+    end
+  end
+end
+local time = redis.call('TIME')
+local out = {cursor, time[1], time[2], here, following}
+for _, lock in ipairs(locks) do
+  for _, field in ipairs(lock) do out[#out + 1] = field end
+end
+return out
+";
+
+/// The page script on one server (or a proxy): no flags, so it runs on Redis before 7 too.
+static LIST: LazyLock<Script> = LazyLock::new(|| Script::new(LIST_BODY));
+
+/// The page script on one cluster master. Its `KEYS[1]` only routes it there; the keys it reads
+/// are that master's, of any slot, which a cluster allows a script only with
+/// `allow-cross-slot-keys` (Redis 7 and later).
+static LIST_ON_MASTER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "#!lua flags=no-writes,allow-cross-slot-keys\n{LIST_BODY}"
+    ))
+});
+
+/// Inspect: the key's value and `PTTL`, the fencing counter when `KEYS[2]` is given, and the
+/// server's `TIME`, at one moment. Returns `{seconds, microseconds}` when the key does not
+/// exist, else `{seconds, microseconds, value, pttl, fencing counter or ''}`.
+static INSPECT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local time = redis.call('TIME')
+local value = redis.call('GET', KEYS[1])
+if not value then return {time[1], time[2]} end
+local fence = ''
+if KEYS[2] then fence = redis.call('GET', KEYS[2]) or '' end
+return {time[1], time[2], value, redis.call('PTTL', KEYS[1]), fence}
+",
+    )
+});
+
+/// Where a listing goes on: the `SCAN` cursor on the server, or on the cluster master that
+/// serves `slot` (identified by the lowest slot it serves).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Position {
+    Server(String),
+    Master { slot: u16, cursor: String },
+}
+
+impl Position {
+    /// The cursor text: `<scan cursor>`, or `<slot>:<scan cursor>` on a cluster.
+    fn encode(&self) -> String {
+        match self {
+            Position::Server(cursor) => cursor.clone(),
+            Position::Master { slot, cursor } => format!("{slot}:{cursor}"),
+        }
+    }
+
+    fn decode(text: &str) -> Option<Self> {
+        let is_cursor =
+            |cursor: &str| !cursor.is_empty() && cursor.bytes().all(|b| b.is_ascii_digit());
+        match text.split_once(':') {
+            None => is_cursor(text).then(|| Position::Server(text.to_owned())),
+            Some((slot, cursor)) => {
+                let slot = slot.parse::<u16>().ok().filter(|&slot| slot < SLOTS)?;
+                is_cursor(cursor).then(|| Position::Master {
+                    slot,
+                    cursor: cursor.to_owned(),
+                })
+            }
+        }
+    }
+}
+
+/// Redis Cluster's hash slots.
+const SLOTS: u16 = 16384;
+
+/// CRC16/XMODEM, the hash Redis Cluster maps keys to slots with (`CRC16(key) mod 16384`).
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in bytes {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// A key of `slot`, never written: it routes the page script to the master serving `slot`.
+/// Its hash tag is the first decimal number whose hash is that slot: some thousands of tries
+/// on average, and every slot has one below 110,000.
+fn routing_key(slot: u16) -> Option<String> {
+    (0u32..110_000)
+        .find(|n| crc16(n.to_string().as_bytes()) % SLOTS == slot)
+        .map(|n| format!("shedlock-admin-route:{{{n}}}"))
+}
+
+/// `text` as a `SCAN MATCH` pattern matching itself only: glob metacharacters escaped.
+fn glob_literal(text: &str) -> String {
+    let mut pattern = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern
+}
+
+fn unexpected(what: &str) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "a lock admin script answered in an unexpected shape",
+        what.to_owned(),
+    ))
+}
+
+/// The server's `TIME` reply, seconds and microseconds.
+fn server_time(seconds: redis::Value, micros: redis::Value) -> redis::RedisResult<SystemTime> {
+    let seconds: u64 = redis::from_redis_value(seconds)?;
+    let micros: u64 = redis::from_redis_value(micros)?;
+    Ok(SystemTime::UNIX_EPOCH + Duration::from_secs(seconds) + Duration::from_micros(micros))
+}
+
+/// One key as a script read it.
+struct StoredLock {
+    value: String,
+    pttl_ms: i64,
+    fencing_counter: String,
+}
+
+impl StoredLock {
+    fn read(
+        value: redis::Value,
+        pttl: redis::Value,
+        fencing_counter: redis::Value,
+    ) -> redis::RedisResult<Self> {
+        let value: Vec<u8> = redis::from_redis_value(value)?;
+        Ok(Self {
+            value: String::from_utf8_lossy(&value).into_owned(),
+            pttl_ms: redis::from_redis_value(pttl)?,
+            fencing_counter: redis::from_redis_value(fencing_counter)?,
+        })
+    }
+
+    /// The lock `name` as read when the server's clock said `now`. The value is the
+    /// acquisition: unique to each acquisition (its UUID here, its timestamp in Java's).
+    fn info(self, name: String, now: SystemTime, fencing: bool) -> LockInfo {
+        let mut info = LockInfo::new(
+            name,
+            LockState::Held,
+            AcquisitionId::new(self.value.clone()),
+        )
+        .with_locked_by(storage::holder_of(&self.value));
+        if let Some(locked_at) = locked_at(&self.value) {
+            info = info.with_locked_at(locked_at);
+        }
+        if fencing && let Ok(token) = self.fencing_counter.parse::<u64>() {
+            info = info.with_fencing_token(token);
+        }
+        match u64::try_from(self.pttl_ms) {
+            Ok(pttl) => info.judged_at(now + Duration::from_millis(pttl), now),
+            // -1: a key without a TTL, which only a hand-made key lacks; it holds until deleted.
+            Err(_) => info,
+        }
+    }
+}
+
+/// The time of ShedLock's `ADDED:<ISO-8601>@...` value, when it has one.
+fn locked_at(value: &str) -> Option<SystemTime> {
+    let (added, _) = value.strip_prefix("ADDED:")?.split_once('@')?;
+    chrono::DateTime::parse_from_rfc3339(added)
+        .ok()
+        .map(SystemTime::from)
+}
+
+/// One page as the page script read it.
+struct ScannedPage {
+    /// Where the listing goes on; `None` at its end.
+    next: Option<Position>,
+    now: SystemTime,
+    locks: Vec<(String, StoredLock)>,
+}
+
+/// What the page script answered: a page, or that it ran unrouted on a cluster.
+enum ListReply {
+    Page(ScannedPage),
+    Cluster,
+}
+
+impl<C> RedisLockProvider<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// Runs the page script from `position`.
+    async fn scan_page(
+        &self,
+        position: &Position,
+        pattern: &str,
+        limit: usize,
+    ) -> redis::RedisResult<ListReply> {
+        let inner = &self.inner;
+        let mut connection = inner.connection.clone();
+        let (script, routing, cursor) = match position {
+            Position::Server(cursor) => (&*LIST, None, cursor),
+            Position::Master { slot, cursor } => {
+                let key = routing_key(*slot).ok_or_else(|| unexpected("no routing key"))?;
+                (&*LIST_ON_MASTER, Some(key), cursor)
+            }
+        };
+        let mut invocation = script.prepare_invoke();
+        if let Some(key) = &routing {
+            invocation.key(key);
+        }
+        let reply: Vec<redis::Value> = invocation
+            .arg(cursor)
+            .arg(pattern)
+            .arg(limit)
+            .arg(if inner.fencing { "1" } else { "0" })
+            .arg(if routing.is_some() { "1" } else { "0" })
+            .arg(MAX_SCANS_PER_PAGE)
+            .invoke_async(&mut connection)
+            .await?;
+        if reply.len() == 1 {
+            return Ok(ListReply::Cluster);
+        }
+        let mut fields = reply.into_iter();
+        let mut field = || fields.next().ok_or_else(|| unexpected("a page too short"));
+        let cursor: String = redis::from_redis_value(field()?)?;
+        let now = server_time(field()?, field()?)?;
+        let here: i64 = redis::from_redis_value(field()?)?;
+        let following: i64 = redis::from_redis_value(field()?)?;
+        let slot = |slot: i64| u16::try_from(slot).map_err(|_| unexpected("a slot"));
+        let next = match (&routing, cursor.as_str()) {
+            (None, "0") => None,
+            (None, _) => Some(Position::Server(cursor)),
+            (Some(_), "0") if following < 0 => None,
+            (Some(_), "0") => Some(Position::Master {
+                slot: slot(following)?,
+                cursor: "0".to_owned(),
+            }),
+            (Some(_), _) => Some(Position::Master {
+                slot: slot(here)?,
+                cursor,
+            }),
+        };
+        let rest: Vec<redis::Value> = fields.collect();
+        if !rest.len().is_multiple_of(4) {
+            return Err(unexpected("a lock of other than four fields"));
+        }
+        let mut locks = Vec::with_capacity(rest.len() / 4);
+        let mut rest = rest.into_iter();
+        while let (Some(key), Some(value), Some(pttl), Some(fence)) =
+            (rest.next(), rest.next(), rest.next(), rest.next())
+        {
+            let key: Vec<u8> = redis::from_redis_value(key)?;
+            locks.push((
+                String::from_utf8_lossy(&key).into_owned(),
+                StoredLock::read(value, pttl, fence)?,
+            ));
+        }
+        Ok(ListReply::Page(ScannedPage { next, now, locks }))
+    }
+}
+
+#[async_trait]
+impl<C> LockAdmin for RedisLockProvider<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// One page of `SCAN` (unordered); see the crate docs on listing.
+    async fn list_locks(&self, request: &PageRequest) -> Result<LockPage, LockError> {
+        let inner = &self.inner;
+        let position = match &request.after {
+            None => Position::Server("0".to_owned()),
+            Some(after) => Position::decode(after.as_str()).ok_or_else(|| {
+                LockError::backend_message(
+                    PROVIDER,
+                    Operation::List,
+                    &request.prefix,
+                    format!(
+                        "the page cursor {:?} is not one this provider made: it is a SCAN \
+                         cursor, or <slot>:<SCAN cursor> on a Redis Cluster",
+                        after.as_str()
+                    ),
+                )
+            })?,
+        };
+        let key_start = storage::lock_key(&inner.key_prefix, &inner.env, "");
+        let pattern = format!(
+            "{}*",
+            glob_literal(&format!("{key_start}{}", request.prefix))
+        );
+        let limit = request.limit.max(1);
+        let page = inner
+            .call(Operation::List, &request.prefix, async {
+                match self.scan_page(&position, &pattern, limit).await? {
+                    ListReply::Page(page) => Ok(page),
+                    ListReply::Cluster => {
+                        if position != Position::Server("0".to_owned()) {
+                            return Err(unexpected(
+                                "a single-server cursor given to a Redis Cluster",
+                            ));
+                        }
+                        let first = Position::Master {
+                            slot: 0,
+                            cursor: "0".to_owned(),
+                        };
+                        match self.scan_page(&first, &pattern, limit).await? {
+                            ListReply::Page(page) => Ok(page),
+                            ListReply::Cluster => Err(unexpected("a routed page")),
+                        }
+                    }
+                }
+            })
+            .await?;
+        let locks = page
+            .locks
+            .into_iter()
+            .filter_map(|(key, stored)| {
+                let name = key.strip_prefix(&key_start)?;
+                (!name.is_empty()).then(|| stored.info(name.to_owned(), page.now, inner.fencing))
+            })
+            .collect();
+        Ok(LockPage {
+            locks,
+            next: page.next.map(|next| PageCursor::new(next.encode())),
+        })
+    }
+
+    async fn inspect_lock(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        let key = self.lock_key(name)?;
+        let inner = &self.inner;
+        let mut connection = inner.connection.clone();
+        let mut invocation = INSPECT.key(&key);
+        if inner.fencing {
+            invocation.key(storage::fencing_key(&key));
+        }
+        let reply: Vec<redis::Value> = inner
+            .call(
+                Operation::Inspect,
+                name,
+                invocation.invoke_async(&mut connection),
+            )
+            .await?;
+        let shape = |error: redis::RedisError| {
+            LockError::backend(
+                PROVIDER,
+                Operation::Inspect,
+                name,
+                format!("Redis at {} answered inspect unexpectedly", inner.endpoint),
+                error,
+            )
+        };
+        let mut fields = reply.into_iter();
+        let (Some(seconds), Some(micros)) = (fields.next(), fields.next()) else {
+            return Err(shape(unexpected("no server time")));
+        };
+        let now = server_time(seconds, micros).map_err(shape)?;
+        let (Some(value), Some(pttl), Some(fence)) = (fields.next(), fields.next(), fields.next())
+        else {
+            return Ok(None);
+        };
+        let stored = StoredLock::read(value, pttl, fence).map_err(shape)?;
+        Ok(Some(stored.info(name.to_owned(), now, inner.fencing)))
+    }
+
+    /// Deletes the key if it still holds exactly `acquisition`'s value (one script): the lock
+    /// is free at once, whatever was left of `lock_at_least_for`. The fencing counter stays.
+    async fn force_unlock(
+        &self,
+        name: &str,
+        acquisition: &AcquisitionId,
+    ) -> Result<bool, LockError> {
+        let key = self.lock_key(name)?;
+        let inner = &self.inner;
+        let mut connection = inner.connection.clone();
+        inner
+            .call(
+                Operation::ForceUnlock,
+                name,
+                storage::delete_if_ours(
+                    &mut connection,
+                    &inner.scripts,
+                    &key,
+                    acquisition.as_str(),
+                ),
+            )
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_redis_clusters() {
+        // The reference value of Redis Cluster's specification.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        for slot in [0, 1, 5460, 5461, 10922, 16383] {
+            let key = routing_key(slot).unwrap();
+            let tag = key.split_once('{').unwrap().1.trim_end_matches('}');
+            assert_eq!(crc16(tag.as_bytes()) % SLOTS, slot, "{key}");
+        }
+    }
+
+    #[test]
+    fn glob_characters_match_themselves() {
+        assert_eq!(glob_literal(r"a*b?c[d]e\f-g^h"), r"a\*b\?c\[d\]e\\f-g^h");
+    }
+
+    #[test]
+    fn cursors_round_trip_and_refuse_anything_else() {
+        for position in [
+            Position::Server("0".to_owned()),
+            Position::Server("123".to_owned()),
+            Position::Master {
+                slot: 5461,
+                cursor: "77".to_owned(),
+            },
+        ] {
+            assert_eq!(Position::decode(&position.encode()), Some(position));
+        }
+        for text in ["", "x", "1:", ":1", "16384:0", "1:2:3", "-1"] {
+            assert_eq!(Position::decode(text), None, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn java_and_rust_values_have_a_time() {
+        let at = locked_at("ADDED:2024-01-02T03:04:05.678Z@web-3").unwrap();
+        assert_eq!(
+            at,
+            SystemTime::UNIX_EPOCH + Duration::from_millis(1_704_164_645_678)
+        );
+        assert!(locked_at(&storage::lock_value("host")).is_some());
+        assert_eq!(locked_at("set by hand"), None);
+    }
+}

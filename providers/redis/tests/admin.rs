@@ -1,0 +1,513 @@
+//! The operator's view (`LockAdmin`) against a real Redis (`SHEDLOCK_TEST_REDIS_URL`), and
+//! against a Redis Cluster when `SHEDLOCK_TEST_REDIS_CLUSTER_URL` is set: listing by prefix
+//! across pages, the fields and states shown, inspect, force-unlock as a compare-and-free, a
+//! value written as Java ShedLock writes it, paging over 1,000 keys, and the round trips each
+//! costs. Every test uses an env segment of its own, so runs never see each other's keys.
+
+use std::collections::HashSet;
+use std::time::{Duration, SystemTime};
+
+use redis::aio::MultiplexedConnection;
+use shedlock_conformance::CountingProxy;
+use shedlock_core::{
+    Acquisition, AcquisitionId, LockAdmin, LockConfiguration, LockError, LockHandle, LockInfo,
+    LockProvider, LockState, Operation, PageCursor, PageRequest,
+};
+use shedlock_redis::RedisLockProvider;
+
+fn redis_url() -> String {
+    std::env::var("SHEDLOCK_TEST_REDIS_URL").unwrap_or_else(|_| {
+        panic!(
+            "SHEDLOCK_TEST_REDIS_URL is not set: point it at a Redis server, e.g. \
+             SHEDLOCK_TEST_REDIS_URL=redis://127.0.0.1:6379 (ci/start-backends.sh starts one)"
+        )
+    })
+}
+
+fn unique_env(what: &str) -> String {
+    format!("admin-{what}-{}", uuid::Uuid::new_v4().simple())
+}
+
+async fn provider(url: &str, env: &str, holder: &str, fencing: bool) -> RedisLockProvider {
+    RedisLockProvider::builder()
+        .env(env)
+        .holder(holder)
+        .fencing(fencing)
+        .connect(url)
+        .await
+        .unwrap()
+}
+
+async fn raw(url: &str) -> MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+fn config(name: &str, at_most: Duration, at_least: Duration) -> LockConfiguration {
+    LockConfiguration::new(name, at_most, at_least).unwrap()
+}
+
+#[track_caller]
+fn acquired(acquisition: Result<Acquisition, LockError>) -> Box<dyn LockHandle> {
+    match acquisition.unwrap() {
+        Acquisition::Acquired(handle) => handle,
+        Acquisition::NotAcquired(holder) => panic!("not acquired: held by {holder:?}"),
+    }
+}
+
+async fn take(provider: &RedisLockProvider, name: &str, at_least: Duration) -> Box<dyn LockHandle> {
+    acquired(
+        provider
+            .try_lock(&config(name, Duration::from_secs(30), at_least))
+            .await,
+    )
+}
+
+async fn is_free(provider: &RedisLockProvider, name: &str) -> bool {
+    match provider
+        .try_lock(&config(name, Duration::from_secs(30), Duration::ZERO))
+        .await
+        .unwrap()
+    {
+        Acquisition::Acquired(handle) => {
+            assert!(handle.unlock().await.unwrap());
+            true
+        }
+        Acquisition::NotAcquired(_) => false,
+    }
+}
+
+/// Every page of a listing, followed cursor by cursor as `list_all_locks` does, checking that
+/// no page holds more than `limit` locks.
+async fn list_pages(admin: &dyn LockAdmin, prefix: &str, limit: usize) -> Vec<Vec<LockInfo>> {
+    let mut request = PageRequest::first(prefix).with_limit(limit);
+    let mut pages = Vec::new();
+    loop {
+        let page = admin.list_locks(&request).await.unwrap();
+        assert!(
+            page.locks.len() <= limit,
+            "a page of {} locks, limit {limit}",
+            page.locks.len()
+        );
+        pages.push(page.locks);
+        match page.next {
+            Some(cursor) => request.after = Some(cursor),
+            None => return pages,
+        }
+        assert!(pages.len() < 100_000, "the listing does not end");
+    }
+}
+
+/// The names of a listing, each asserted to appear once, sorted.
+async fn listed_names(admin: &dyn LockAdmin, prefix: &str, limit: usize) -> Vec<String> {
+    let locks: Vec<LockInfo> = list_pages(admin, prefix, limit)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let mut names: Vec<String> = locks.into_iter().map(|lock| lock.name).collect();
+    let distinct: HashSet<&String> = names.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        names.len(),
+        "a name listed twice: {names:?}"
+    );
+    names.sort();
+    names
+}
+
+/// Whether `a` and `b` are at most `margin` apart, either way.
+fn near(a: SystemTime, b: SystemTime, margin: Duration) -> bool {
+    let apart = a
+        .duration_since(b)
+        .unwrap_or_else(|earlier| earlier.duration());
+    apart <= margin
+}
+
+#[tokio::test]
+async fn a_listing_shows_exactly_the_names_under_a_prefix_whose_glob_characters_are_literal() {
+    let url = redis_url();
+    let env = unique_env("prefix");
+    let node = provider(&url, &env, "admin-test", false).await;
+    // Each glob metacharacter of SCAN MATCH, and a name that the prefix would match as a glob.
+    let prefix = r"jobs*?[ab]\-";
+    let inside: Vec<String> = (1..=5).map(|i| format!("{prefix}{i}")).collect();
+    let outside = [
+        r"jobs*?[ab]\".to_owned(),
+        r"jobs*?[ab]\x1".to_owned(),
+        "jobsXYZa-1".to_owned(),
+        r"jobs*?a\-1".to_owned(),
+        "other".to_owned(),
+    ];
+    let mut handles = Vec::new();
+    for name in inside.iter().chain(&outside) {
+        handles.push(take(&node, name, Duration::ZERO).await);
+    }
+
+    assert_eq!(listed_names(&node, prefix, 2).await, inside);
+    assert_eq!(listed_names(&node, "", 2).await.len(), 10);
+    assert_eq!(
+        listed_names(&node, "nothing-", 2).await,
+        Vec::<String>::new()
+    );
+    for handle in handles {
+        assert!(handle.unlock().await.unwrap());
+    }
+    assert_eq!(listed_names(&node, "", 3).await, Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn held_released_and_kept_locks_show_their_state_holder_and_times() {
+    let url = redis_url();
+    let env = unique_env("states");
+    let node = provider(&url, &env, "admin-test", true).await;
+    let held = take(&node, "held", Duration::ZERO).await;
+    let released = take(&node, "released", Duration::ZERO).await;
+    assert!(released.unlock().await.unwrap());
+    let kept = take(&node, "kept", Duration::from_secs(20)).await;
+    assert!(kept.unlock().await.unwrap());
+    let now = SystemTime::now();
+
+    let locks: Vec<LockInfo> = list_pages(&node, "", 2)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let mut names: Vec<&str> = locks.iter().map(|lock| lock.name.as_str()).collect();
+    names.sort();
+    // Redis deletes a released key: the released lock is not listed.
+    assert_eq!(names, ["held", "kept"]);
+    let lock = locks.iter().find(|lock| lock.name == "held").unwrap();
+    assert_eq!(lock.state, LockState::Held);
+    assert!(
+        lock.locked_by
+            .as_deref()
+            .unwrap()
+            .starts_with("admin-test:"),
+        "{lock:?}"
+    );
+    assert!(
+        near(lock.locked_at.unwrap(), now, Duration::from_secs(5)),
+        "{lock:?}"
+    );
+    let remaining = lock.remaining.unwrap();
+    assert!(
+        remaining <= Duration::from_secs(30) && remaining > Duration::from_secs(25),
+        "{lock:?}"
+    );
+    assert!(near(
+        lock.held_until.unwrap(),
+        now + Duration::from_secs(30),
+        Duration::from_secs(5)
+    ));
+    assert_eq!(lock.fencing_token, held.fencing_token());
+    assert!(lock.fencing_token.is_some());
+    // Released with lock_at_least_for still in force: held for the rest of it.
+    let lock = locks.iter().find(|lock| lock.name == "kept").unwrap();
+    assert_eq!(lock.state, LockState::Held);
+    assert!(
+        lock.remaining.unwrap() <= Duration::from_secs(20),
+        "{lock:?}"
+    );
+
+    // Inspect shows what the listing showed.
+    let inspected = node.inspect_lock("held").await.unwrap().unwrap();
+    let listed = locks.iter().find(|lock| lock.name == "held").unwrap();
+    assert_eq!(inspected.acquisition, listed.acquisition);
+    assert_eq!(inspected.locked_by, listed.locked_by);
+    assert_eq!(inspected.locked_at, listed.locked_at);
+    assert_eq!(inspected.fencing_token, listed.fencing_token);
+    assert_eq!(inspected.state, LockState::Held);
+    assert!(node.inspect_lock("never-used").await.unwrap().is_none());
+    assert!(node.inspect_lock("released").await.unwrap().is_none());
+    // A name this provider refuses is refused the same way here.
+    let error = node.inspect_lock("a{b}").await.unwrap_err();
+    assert!(matches!(error, LockError::InvalidName { .. }), "{error}");
+    assert!(held.unlock().await.unwrap());
+}
+
+#[tokio::test]
+async fn force_unlock_frees_exactly_the_acquisition_it_names() {
+    let url = redis_url();
+    let env = unique_env("force");
+    let a = provider(&url, &env, "node-a", true).await;
+    let b = provider(&url, &env, "node-b", true).await;
+    let operator = provider(&url, &env, "operator", true).await;
+    let held = take(&a, "x", Duration::from_secs(30)).await;
+    let seen = operator.inspect_lock("x").await.unwrap().unwrap();
+    assert!(operator.force_unlock("x", &seen.acquisition).await.unwrap());
+    // Free at once, lock_at_least_for notwithstanding; the fencing counter is kept.
+    let taken = take(&b, "x", Duration::ZERO).await;
+    assert_eq!(
+        taken.fencing_token(),
+        held.fencing_token().map(|token| token + 1)
+    );
+    assert!(!held.unlock().await.unwrap());
+    assert!(
+        !is_free(&a, "x").await,
+        "node A's late release freed node B's lock"
+    );
+    assert!(!operator.force_unlock("x", &seen.acquisition).await.unwrap());
+    assert!(
+        !is_free(&a, "x").await,
+        "a stale force-unlock freed node B's lock"
+    );
+    let now_seen = operator.inspect_lock("x").await.unwrap().unwrap();
+    assert_ne!(now_seen.acquisition, seen.acquisition);
+    assert!(now_seen.locked_by.unwrap().starts_with("node-b:"));
+    assert!(taken.unlock().await.unwrap());
+
+    // Released, or expired: nothing to free.
+    assert!(
+        !operator
+            .force_unlock("x", &now_seen.acquisition)
+            .await
+            .unwrap()
+    );
+    let short = acquired(
+        a.try_lock(&config("short", Duration::from_millis(200), Duration::ZERO))
+            .await,
+    );
+    let short_seen = operator.inspect_lock("short").await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        !operator
+            .force_unlock("short", &short_seen.acquisition)
+            .await
+            .unwrap()
+    );
+    assert!(!short.unlock().await.unwrap());
+    assert!(
+        !operator
+            .force_unlock("never-used", &seen.acquisition)
+            .await
+            .unwrap()
+    );
+    let error = operator
+        .force_unlock("a{b}", &seen.acquisition)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, LockError::InvalidName { .. }), "{error}");
+}
+
+#[tokio::test]
+async fn a_value_java_shedlock_wrote_is_listed_and_can_be_force_unlocked_once() {
+    let url = redis_url();
+    let env = unique_env("java");
+    let node = provider(&url, &env, "admin-test", false).await;
+    let key = node.lock_key("java-job").unwrap();
+    let mut connection = raw(&url).await;
+    // Java ShedLock's RedisLockProvider: `ADDED:<ISO instant>@<hostname>`, TTL lock_at_most_for.
+    let plant = |added: &'static str| {
+        let mut connection = connection.clone();
+        let key = key.clone();
+        async move {
+            redis::cmd("SET")
+                .arg(&key)
+                .arg(format!("ADDED:{added}@java-host"))
+                .arg("PX")
+                .arg(30_000)
+                .query_async::<()>(&mut connection)
+                .await
+                .unwrap();
+        }
+    };
+    plant("2024-05-06T07:08:09.123Z").await;
+    let now = SystemTime::now();
+    let locks: Vec<LockInfo> = list_pages(&node, "", 10)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    assert_eq!(locks.len(), 1, "{locks:?}");
+    let lock = &locks[0];
+    assert_eq!(lock.name, "java-job");
+    assert_eq!(lock.state, LockState::Held);
+    assert_eq!(lock.locked_by.as_deref(), Some("java-host"));
+    assert_eq!(
+        lock.locked_at,
+        Some(SystemTime::UNIX_EPOCH + Duration::from_millis(1_714_979_289_123))
+    );
+    assert!(near(
+        lock.held_until.unwrap(),
+        now + Duration::from_secs(30),
+        Duration::from_secs(5)
+    ));
+    assert_eq!(
+        lock.acquisition,
+        AcquisitionId::new("ADDED:2024-05-06T07:08:09.123Z@java-host")
+    );
+    assert!(
+        node.force_unlock("java-job", &lock.acquisition)
+            .await
+            .unwrap()
+    );
+    assert!(node.inspect_lock("java-job").await.unwrap().is_none());
+
+    // The same host again, at another time: the first acquisition's id is stale.
+    plant("2024-05-06T07:08:09.123Z").await;
+    let first = node.inspect_lock("java-job").await.unwrap().unwrap();
+    plant("2024-05-06T07:09:00.000Z").await;
+    assert!(
+        !node
+            .force_unlock("java-job", &first.acquisition)
+            .await
+            .unwrap()
+    );
+    let second = node.inspect_lock("java-job").await.unwrap().unwrap();
+    assert_eq!(second.locked_by.as_deref(), Some("java-host"));
+    assert!(
+        node.force_unlock("java-job", &second.acquisition)
+            .await
+            .unwrap()
+    );
+    let _: () = redis::cmd("DEL")
+        .arg(&key)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_thousand_locks_are_listed_a_hundred_at_a_time_each_once() {
+    let url = redis_url();
+    let env = unique_env("scale");
+    let node = provider(&url, &env, "admin-test", false).await;
+    let mut connection = raw(&url).await;
+    let names: Vec<String> = (0..1_000).map(|i| format!("bulk-{i:04}")).collect();
+    let mut pipeline = redis::pipe();
+    for name in &names {
+        pipeline
+            .cmd("SET")
+            .arg(node.lock_key(name).unwrap())
+            .arg(format!("ADDED:2024-01-01T00:00:00.000Z@bulk-host:{name}"))
+            .arg("PX")
+            .arg(60_000)
+            .ignore();
+    }
+    pipeline.query_async::<()>(&mut connection).await.unwrap();
+
+    let started = std::time::Instant::now();
+    let pages = list_pages(&node, "bulk-", 100).await;
+    let elapsed = started.elapsed();
+    let mut listed: Vec<String> = pages
+        .iter()
+        .flatten()
+        .map(|lock| lock.name.clone())
+        .collect();
+    let distinct: HashSet<&String> = listed.iter().collect();
+    assert_eq!(distinct.len(), listed.len(), "a name listed twice");
+    listed.sort();
+    assert_eq!(listed, names);
+    assert!(pages.len() >= 10, "{} pages", pages.len());
+    assert!(elapsed < Duration::from_secs(10), "{elapsed:?}");
+
+    let mut cleanup = redis::pipe();
+    for name in &names {
+        cleanup.del(node.lock_key(name).unwrap()).ignore();
+    }
+    cleanup.query_async::<()>(&mut connection).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_cursor_this_provider_did_not_make_is_refused() {
+    let node = provider(&redis_url(), &unique_env("cursor"), "admin-test", false).await;
+    for cursor in ["abc", "1:", "99999:0"] {
+        let request = PageRequest {
+            prefix: String::new(),
+            after: Some(PageCursor::new(cursor)),
+            limit: 10,
+        };
+        let error = node.list_locks(&request).await.unwrap_err();
+        assert!(
+            matches!(
+                error,
+                LockError::Backend {
+                    operation: Operation::List,
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        assert!(error.to_string().contains("cursor"), "{error}");
+    }
+}
+
+#[tokio::test]
+async fn inspect_force_unlock_and_a_page_are_one_round_trip_each() {
+    let url = redis_url();
+    let upstream = url.trim_start_matches("redis://").trim_end_matches('/');
+    let proxy = CountingProxy::start(upstream).await.unwrap();
+    let env = unique_env("wire");
+    let node = provider(
+        &format!("redis://{}", proxy.local_addr()),
+        &env,
+        "admin-test",
+        true,
+    )
+    .await;
+    // Warm-up: every script loaded once (a first EVALSHA answered NOSCRIPT costs more).
+    let warm = take(&node, "warm", Duration::ZERO).await;
+    let seen = node.inspect_lock("warm").await.unwrap().unwrap();
+    node.list_locks(&PageRequest::first("")).await.unwrap();
+    assert!(node.force_unlock("warm", &seen.acquisition).await.unwrap());
+    drop(warm);
+
+    let handle = take(&node, "counted", Duration::ZERO).await;
+    let before = proxy.round_trips();
+    let seen = node.inspect_lock("counted").await.unwrap().unwrap();
+    assert_eq!(proxy.round_trips() - before, 1, "inspect");
+    let before = proxy.round_trips();
+    let page = node.list_locks(&PageRequest::first("")).await.unwrap();
+    assert_eq!(proxy.round_trips() - before, 1, "one page");
+    assert_eq!(page.locks.len(), 1);
+    let before = proxy.round_trips();
+    assert!(
+        node.force_unlock("counted", &seen.acquisition)
+            .await
+            .unwrap()
+    );
+    assert_eq!(proxy.round_trips() - before, 1, "force_unlock");
+    assert!(!handle.unlock().await.unwrap());
+}
+
+#[tokio::test]
+async fn on_a_cluster_every_master_is_listed_and_force_unlock_works() {
+    let Ok(url) = std::env::var("SHEDLOCK_TEST_REDIS_CLUSTER_URL") else {
+        eprintln!("SHEDLOCK_TEST_REDIS_CLUSTER_URL is not set: the cluster case is not run");
+        return;
+    };
+    let env = unique_env("cluster");
+    let a = provider(&url, &env, "node-a", true).await;
+    let b = provider(&url, &env, "node-b", true).await;
+    // Enough names that every master holds some.
+    let names: Vec<String> = (0..40).map(|i| format!("spread-{i:02}")).collect();
+    let mut handles = Vec::new();
+    for name in &names {
+        handles.push(take(&a, name, Duration::ZERO).await);
+    }
+    let elsewhere = take(&a, "elsewhere", Duration::ZERO).await;
+    assert_eq!(listed_names(&b, "spread-", 3).await, names);
+    let pages = list_pages(&b, "spread-", 100).await;
+    assert!(
+        pages
+            .iter()
+            .flatten()
+            .all(|lock| lock.state == LockState::Held && lock.fencing_token.is_some())
+    );
+
+    let seen = b.inspect_lock(&names[0]).await.unwrap().unwrap();
+    assert!(seen.locked_by.as_deref().unwrap().starts_with("node-a:"));
+    assert!(b.force_unlock(&names[0], &seen.acquisition).await.unwrap());
+    let taken = take(&b, &names[0], Duration::ZERO).await;
+    assert!(!handles[0].unlock().await.unwrap());
+    assert!(!b.force_unlock(&names[0], &seen.acquisition).await.unwrap());
+    assert!(taken.unlock().await.unwrap());
+    assert!(elsewhere.unlock().await.unwrap());
+    for handle in &handles[1..] {
+        assert!(handle.unlock().await.unwrap());
+    }
+}

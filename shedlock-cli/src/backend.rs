@@ -1,0 +1,108 @@
+//! From the command line's URL to a connected provider, within a bounded time, with errors that
+//! say what to do in the CLI's terms.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use shedlock::{AnyLockProvider, ConnectError, redact_url};
+
+use crate::Failure;
+use crate::progress::Progress;
+
+/// How long connecting, and then each backend request, may take unless `--timeout` says.
+pub const DEFAULT_TIMEOUT: &str = "10s";
+
+/// Which backend, and how long to wait for it.
+// No `Debug`: the URL may hold a password.
+#[derive(Clone, Args)]
+pub struct BackendArgs {
+    /// The backend's URL: sqlite:path, memory://name, postgres://, mysql://, mariadb://,
+    /// redis://, rediss://, etcd://, etcds://, mongodb://, zk:// (see `shedlock --help` for the
+    /// features each needs).
+    // `hide_env_values`: `--help` must not print a password that SHEDLOCK_URL holds.
+    #[arg(long, env = "SHEDLOCK_URL", hide_env_values = true, value_name = "URL")]
+    pub url: String,
+    /// How long connecting, and then each request to the backend, may take before it fails
+    /// (`500ms`, `10s`, `PT1M`).
+    #[arg(long, value_name = "DURATION", default_value = DEFAULT_TIMEOUT, value_parser = parse_timeout)]
+    pub timeout: Duration,
+    /// A PEM file of the CA that signed a rediss:// or etcds:// server's certificate, when a
+    /// private CA did. (PostgreSQL, MySQL and MongoDB take theirs in the URL: sslrootcert=,
+    /// ssl-ca=, tlsCAFile=.)
+    #[arg(long, value_name = "PEM_FILE")]
+    pub tls_ca_file: Option<PathBuf>,
+}
+
+/// A timeout of zero would fail everything at once: refused with the rule.
+pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+    match shedlock::parse_duration(text) {
+        Ok(duration) if duration.is_zero() => Err("a timeout must be longer than zero".to_owned()),
+        Ok(duration) => Ok(duration),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// Connects to `url`, giving up after `timeout` whatever the provider's own bounds, with a
+/// progress line on a terminal once it takes more than a second.
+pub async fn connect(url: &str, args: &ConnectOptions) -> Result<AnyLockProvider, Failure> {
+    let shown = redact_url(url);
+    let mut builder = AnyLockProvider::builder().operation_timeout(args.timeout);
+    if let Some(path) = &args.tls_ca_file {
+        let pem = std::fs::read(path).map_err(|error| {
+            Failure::from_error(
+                &format!(
+                    "cannot read the CA file {} given by --tls-ca-file: ",
+                    path.display()
+                ),
+                &error,
+            )
+        })?;
+        builder = builder.tls_root_certificate(pem);
+    }
+    let progress = Progress::start(format!("connecting to {shown}"));
+    let connected = tokio::time::timeout(args.timeout, builder.connect(url)).await;
+    progress.finish();
+    match connected {
+        Err(_elapsed) => Err(Failure::Error(format!(
+            "no answer from {shown} within {:?} (--timeout): is the host reachable and the \
+             server up?",
+            args.timeout
+        ))),
+        Ok(Ok(provider)) => Ok(provider),
+        Ok(Err(ConnectError::FeatureDisabled { scheme, feature })) => Err(Failure::Error(format!(
+            "{scheme}:// URLs need the {feature} backend, which this build of shedlock leaves \
+             out: rebuild with `--features {feature}` (cargo install shedlock-cli --features \
+             {feature}, or cargo run -p shedlock-cli --features {feature} -- ...)"
+        ))),
+        Ok(Err(error)) => Err(Failure::from_error("", &error)),
+    }
+}
+
+/// What [`connect`] needs besides the URL: the part of [`BackendArgs`] a demo node also gets.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// See [`BackendArgs::timeout`].
+    pub timeout: Duration,
+    /// See [`BackendArgs::tls_ca_file`].
+    pub tls_ca_file: Option<PathBuf>,
+}
+
+impl BackendArgs {
+    /// Connects to the URL these arguments name.
+    pub async fn connect(&self) -> Result<AnyLockProvider, Failure> {
+        connect(
+            &self.url,
+            &ConnectOptions {
+                timeout: self.timeout,
+                tls_ca_file: self.tls_ca_file.clone(),
+            },
+        )
+        .await
+    }
+
+    /// The URL as it may be shown.
+    pub fn shown_url(&self) -> String {
+        redact_url(&self.url)
+    }
+}

@@ -1,0 +1,149 @@
+//! The `shedlock` command: a demo of a fleet sharing one lock, and the operator's view of any
+//! backend's locks (list them, free a stuck one without ever freeing a lock that changed
+//! hands). Every backend is named by one URL, as `shedlock::connect` reads it.
+
+use std::error::Error;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod backend;
+mod demo;
+mod list;
+mod progress;
+mod times;
+mod unlock;
+
+const EXAMPLES: &str = "\
+Examples:
+  # Three processes share one lock on a new SQLite file; each tick runs on exactly one
+  shedlock demo
+
+  # Every lock of a PostgreSQL database (the URL may come from SHEDLOCK_URL instead)
+  shedlock list --url postgres://app@db.internal/app
+  SHEDLOCK_URL=redis://cache:6379 shedlock list --prefix report- --json
+
+  # Free a stuck lock: shows its holder and asks before freeing that very acquisition
+  shedlock unlock nightly-report --url mysql://ops@db/app
+
+Backends: sqlite: and memory:// are built in; postgres://, mysql:// (mariadb://), redis://
+(rediss://, valkey://), etcd:// (etcds://), mongodb:// and zk:// each need the cargo feature
+of the same name (or `all`): cargo install shedlock-cli --features postgres
+
+Exit codes: 0 done, 1 error (bad input, backend unreachable or failing), 2 usage error,
+3 no such lock, 4 not freed (the lock changed hands or was free already), 5 declined at the
+prompt; `demo` exits 1 when a tick did not run exactly once.";
+
+/// Run a job once per tick across a fleet, and see and free the locks it takes.
+#[derive(Parser)]
+#[command(
+    name = "shedlock",
+    version,
+    about = "See shedlock-rs at work, and see and free the locks of any backend",
+    long_about = "See shedlock-rs at work (`demo`), and see and free the locks of any backend \
+                  (`list`, `unlock`). A backend is named by a URL, given with --url or in the \
+                  SHEDLOCK_URL environment variable (better for URLs with a password: argv is \
+                  visible to every user of the machine). No URL is ever printed with its \
+                  password.",
+    after_help = EXAMPLES
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    Demo(demo::DemoArgs),
+    List(list::ListArgs),
+    Unlock(unlock::UnlockArgs),
+    /// Reserved for the benchmark; not in this version yet.
+    Bench,
+    /// One node of `demo`, started by it: not for direct use.
+    #[command(hide = true)]
+    DemoNode(demo::node::NodeArgs),
+}
+
+/// How a command ended other than with success: the line to print and the exit code.
+#[derive(Debug)]
+pub enum Failure {
+    /// Bad input, or a backend that failed or could not be reached (exit 1).
+    Error(String),
+    /// No lock of that name (exit 3).
+    NotFound(String),
+    /// The lock was not freed because it changed hands or was free already (exit 4).
+    NotFreed(String),
+    /// The operator answered no (exit 5).
+    Declined(String),
+}
+
+impl Failure {
+    /// An error and each of its causes, once each, on one line.
+    pub fn from_error(context: &str, error: &(dyn Error + 'static)) -> Self {
+        Failure::Error(format!("{context}{}", one_line(error)))
+    }
+
+    fn exit_code(&self) -> u8 {
+        match self {
+            Failure::Error(_) => 1,
+            Failure::NotFound(_) => 3,
+            Failure::NotFreed(_) => 4,
+            Failure::Declined(_) => 5,
+        }
+    }
+
+    fn message(&self) -> &str {
+        match self {
+            Failure::Error(message)
+            | Failure::NotFound(message)
+            | Failure::NotFreed(message)
+            | Failure::Declined(message) => message,
+        }
+    }
+}
+
+/// `error` and its sources joined by ": ", skipping a source whose text the message already
+/// holds (some errors quote their cause), on one line whatever the messages contain.
+pub fn one_line(error: &(dyn Error + 'static)) -> String {
+    let mut text = error.to_string();
+    for cause in std::iter::successors(error.source(), |&cause| cause.source()) {
+        let said = cause.to_string();
+        if !said.is_empty() && !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+    }
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        // The node reads its instructions from stdin and reports on stdout, synchronously
+        // around the runtime it builds itself.
+        Command::DemoNode(args) => demo::node::run(args),
+        Command::Demo(args) => demo::run(args),
+        Command::Bench => Err(Failure::Error(
+            "`shedlock bench` is reserved for the benchmark, which is not in this version yet"
+                .to_owned(),
+        )),
+        Command::List(args) => runtime().and_then(|runtime| runtime.block_on(list::run(args))),
+        Command::Unlock(args) => runtime().and_then(|runtime| runtime.block_on(unlock::run(args))),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("shedlock: {}", failure.message());
+            ExitCode::from(failure.exit_code())
+        }
+    }
+}
+
+/// The runtime of one command; a few threads, as clients keep background tasks.
+pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|error| Failure::from_error("cannot start the async runtime: ", &error))
+}

@@ -1,0 +1,400 @@
+//! The locks over HTTP, as JSON: an [axum] 0.8 router to mount in an application's admin
+//! server, so an operator sees the locks (and frees a stuck one) with `curl` and a browser
+//! instead of the backend's own client and key layout.
+//!
+//! [`LockRoutes`] serves any [`LockAdmin`], usually the provider the application already holds
+//! ([`connect`](crate::connect)'s [`AnyLockProvider`](crate::AnyLockProvider) is one):
+//!
+//! | request | answer |
+//! |---|---|
+//! | `GET /locks?prefix=&after=&limit=` | `200` [`LockPageJson`]: a page of the locks whose names start with `prefix` |
+//! | `GET /locks/{name}` | `200` [`LockJson`], or `404 {"error": "no lock named ..."}` |
+//! | `POST /locks/{name}/unlock` with `{"acquisition": "..."}` | `200 {"freed": true}`, or `409 {"freed": false, "error": ...}`; only with [`LockRoutes::allow_force_unlock`] |
+//!
+//! Listing is paged so a backend with 100,000 locks is never read at once: `limit` is 1 to
+//! [`MAX_PAGE_SIZE`] ([`DEFAULT_PAGE_SIZE`] when left out), and while a page's `next` is not
+//! `null` it goes back, URL-encoded, as `after=` for the page that follows. A page may hold
+//! fewer locks than `limit` (even none) and still have a `next`.
+//!
+//! A lock's name is one path segment, percent-encoded: `/` as `%2F`, a space as `%20`, `%` as
+//! `%25`. The name is decoded exactly once, so every name the backend stores can be asked for.
+//!
+//! Force-unlock frees a lock only if the acquisition the operator saw (the `acquisition` field
+//! of the listing) still holds it: a lock that changed hands since is left alone and the answer
+//! is `409`. It is off unless the application turns it on, and off it is absent from the router
+//! altogether, so `POST .../unlock` is answered `404 Not Found` (by the application's fallback,
+//! as any path it does not serve). Its body must be sent as `Content-Type: application/json`
+//! (otherwise `415`), which a cross-site HTML form cannot do.
+//!
+//! Every error these routes answer is JSON, `{"error": "..."}`: `400` for a bad query, path or
+//! body and for a name the provider refuses (naming the parameter or the rule; a body that is
+//! JSON of another shape is `422`, as axum answers it); `502` when the backend failed, `503`
+//! when it could not be reached, `504` when it did not answer in time (the outcome of a
+//! force-unlock is then unknown: list again), `501` when the provider does not offer the
+//! operation. The messages are the providers' own, which never show a credential.
+//!
+//! The router checks no identity: mount it where the application's admin endpoints are, behind
+//! their authentication, as here under `/admin/shedlock`:
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use axum::Router;
+//! use shedlock::http::LockRoutes;
+//! use shedlock::LockingTaskExecutor;
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let provider = Arc::new(shedlock::connect("postgres://app@db/app").await?);
+//! // The jobs and the admin view share one provider, so one pool.
+//! let executor = LockingTaskExecutor::new(provider.clone());
+//! let admin = Router::new().nest(
+//!     "/admin/shedlock",
+//!     LockRoutes::new(provider).allow_force_unlock(true).into_router(),
+//! );
+//! // GET /admin/shedlock/locks?prefix=report-&limit=100
+//! // GET /admin/shedlock/locks/report%2Fdaily
+//! // POST /admin/shedlock/locks/report%2Fdaily/unlock {"acquisition": "..."}
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:9090").await?;
+//! axum::serve(listener, admin).await?;
+//! # drop(executor);
+//! # Ok(()) }
+//! ```
+
+use std::sync::Arc;
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+use shedlock_core::{
+    AcquisitionId, DEFAULT_PAGE_SIZE, LockAdmin, LockError, Operation, PageCursor, PageRequest,
+};
+
+use crate::json::{LockJson, LockPageJson};
+
+/// The largest `limit` a listing accepts: one request stays one bounded read of the backend and
+/// one bounded response, however many locks there are.
+pub const MAX_PAGE_SIZE: usize = 1000;
+
+/// The routes of the HTTP view, read-only unless [`allow_force_unlock`](Self::allow_force_unlock)
+/// says otherwise. See the [module docs](self) for the requests and answers.
+#[derive(Debug)]
+pub struct LockRoutes {
+    admin: Arc<dyn LockAdmin>,
+    force_unlock: bool,
+}
+
+impl LockRoutes {
+    /// The routes over `admin`: the provider itself, or an `Arc` of it shared with the
+    /// executor.
+    pub fn new(admin: impl LockAdmin + 'static) -> Self {
+        Self {
+            admin: Arc::new(admin),
+            force_unlock: false,
+        }
+    }
+
+    /// Serves `POST /locks/{name}/unlock` when `allow` is true. Off by default: freeing a lock
+    /// is an operator's power, and an application that shows its locks does not grant it by
+    /// accident.
+    pub fn allow_force_unlock(mut self, allow: bool) -> Self {
+        self.force_unlock = allow;
+        self
+    }
+
+    /// The router, for `Router::nest` or `Router::merge` into the application's own, whatever
+    /// state that one has.
+    pub fn into_router<S>(self) -> Router<S>
+    where
+        S: Clone + Send + Sync + 'static,
+    {
+        let mut router = Router::new()
+            .route("/locks", get(list))
+            .route("/locks/{name}", get(inspect));
+        if self.force_unlock {
+            router = router.route("/locks/{name}/unlock", post(force_unlock));
+        }
+        router.with_state(self.admin)
+    }
+}
+
+type Admin = State<Arc<dyn LockAdmin>>;
+
+async fn list(
+    State(admin): Admin,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Json<LockPageJson>, ApiError> {
+    let Query(parameters) = query.map_err(|rejection| {
+        ApiError::bad_request(format!(
+            "the query string cannot be read: {}",
+            rejection.body_text()
+        ))
+    })?;
+    let request = page_request(&parameters)?;
+    let page = admin.list_locks(&request).await?;
+    Ok(Json(LockPageJson::from(&page)))
+}
+
+async fn inspect(
+    State(admin): Admin,
+    name: Result<Path<String>, PathRejection>,
+) -> Result<Json<LockJson>, ApiError> {
+    let name = lock_name(name)?;
+    match admin.inspect_lock(&name).await? {
+        Some(lock) => Ok(Json(LockJson::from(&lock))),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no lock named {name:?}"),
+        )),
+    }
+}
+
+/// What an operator sends to free a lock: the acquisition a listing or an inspect showed.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UnlockBody {
+    acquisition: String,
+}
+
+async fn force_unlock(
+    State(admin): Admin,
+    name: Result<Path<String>, PathRejection>,
+    body: Result<Json<UnlockBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let name = lock_name(name)?;
+    let Json(body) = body.map_err(|rejection| {
+        ApiError::new(
+            rejection.status(),
+            format!(
+                "the body must be JSON {{\"acquisition\": \"...\"}} with the acquisition a \
+                 listing showed, sent as Content-Type: application/json: {}",
+                rejection.body_text()
+            ),
+        )
+    })?;
+    if body.acquisition.is_empty() {
+        return Err(ApiError::bad_request(
+            "acquisition must not be empty: pass the acquisition a listing showed".to_owned(),
+        ));
+    }
+    let acquisition = AcquisitionId::new(body.acquisition);
+    if admin.force_unlock(&name, &acquisition).await? {
+        Ok(Json(json!({ "freed": true })).into_response())
+    } else {
+        let error = format!(
+            "lock {name:?} was not freed: acquisition {:?} no longer holds it (it changed hands \
+             or is already free); nothing was changed",
+            acquisition.as_str()
+        );
+        Ok((
+            StatusCode::CONFLICT,
+            Json(json!({ "freed": false, "error": error })),
+        )
+            .into_response())
+    }
+}
+
+fn lock_name(path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+    match path {
+        Ok(Path(name)) => Ok(name),
+        Err(rejection) => Err(ApiError::bad_request(format!(
+            "the lock name in the path cannot be read (percent-encode it as one UTF-8 path \
+             segment): {}",
+            rejection.body_text()
+        ))),
+    }
+}
+
+/// The page a query string asks for. Each parameter at most once and no other, so a misspelt
+/// `perfix=` is refused rather than listing every lock.
+fn page_request(parameters: &[(String, String)]) -> Result<PageRequest, ApiError> {
+    let mut prefix = None;
+    let mut after = None;
+    let mut limit = None;
+    for (key, value) in parameters {
+        let slot = match key.as_str() {
+            "prefix" => &mut prefix,
+            "after" => &mut after,
+            "limit" => &mut limit,
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown query parameter {key:?}: a listing reads prefix, after and limit"
+                )));
+            }
+        };
+        if slot.replace(value.as_str()).is_some() {
+            return Err(ApiError::bad_request(format!(
+                "query parameter {key:?} is given more than once: give it at most once"
+            )));
+        }
+    }
+    let limit = match limit {
+        None => DEFAULT_PAGE_SIZE,
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|limit| (1..=MAX_PAGE_SIZE).contains(limit))
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "query parameter \"limit\" must be a whole number from 1 to {MAX_PAGE_SIZE}, \
+                     not {text:?}"
+                ))
+            })?,
+    };
+    let after = match after {
+        None => None,
+        Some("") => {
+            return Err(ApiError::bad_request(
+                "query parameter \"after\" must not be empty: pass the previous page's next, or \
+                 leave it out for the first page"
+                    .to_owned(),
+            ));
+        }
+        Some(cursor) => Some(PageCursor::new(cursor)),
+    };
+    Ok(PageRequest {
+        after,
+        ..PageRequest::first(prefix.unwrap_or_default()).with_limit(limit)
+    })
+}
+
+/// An answer other than success: its status and `{"error": message}`.
+#[derive(Debug)]
+struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: String) -> Self {
+        Self { status, message }
+    }
+
+    fn bad_request(message: String) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+}
+
+impl From<LockError> for ApiError {
+    fn from(error: LockError) -> Self {
+        Self::new(status_of(&error), error.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(json!({ "error": self.message }))).into_response()
+    }
+}
+
+/// The status that tells a client whose fault an error is: the request's (4xx), or the
+/// backend's behind this server (5xx, as a gateway reports its upstream).
+fn status_of(error: &LockError) -> StatusCode {
+    match error {
+        LockError::InvalidName { .. } => StatusCode::BAD_REQUEST,
+        LockError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+        LockError::Backend {
+            operation: Operation::Connect,
+            ..
+        } => StatusCode::SERVICE_UNAVAILABLE,
+        LockError::Backend { .. } => StatusCode::BAD_GATEWAY,
+        LockError::Unsupported { .. } => StatusCode::NOT_IMPLEMENTED,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn bad_query(pairs: &[(&str, &str)]) -> String {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+            .collect();
+        let error = page_request(&pairs).unwrap_err();
+        assert_eq!(error.status, StatusCode::BAD_REQUEST, "{}", error.message);
+        error.message
+    }
+
+    #[test]
+    fn a_query_reads_prefix_cursor_and_limit() {
+        let pairs = [
+            ("prefix".to_owned(), "report-".to_owned()),
+            ("after".to_owned(), "report-3".to_owned()),
+            ("limit".to_owned(), "1000".to_owned()),
+        ];
+        let request = page_request(&pairs).unwrap();
+        assert_eq!(request.prefix, "report-");
+        assert_eq!(request.after, Some(PageCursor::new("report-3")));
+        assert_eq!(request.limit, MAX_PAGE_SIZE);
+        let request = page_request(&[]).unwrap();
+        assert_eq!(request, PageRequest::first(""));
+    }
+
+    #[test]
+    fn a_bad_query_names_the_parameter_and_its_rule() {
+        for limit in ["0", "1001", "-1", "ten", ""] {
+            let message = bad_query(&[("limit", limit)]);
+            assert!(
+                message.contains("\"limit\" must be a whole number from 1 to 1000"),
+                "{message}"
+            );
+        }
+        assert!(bad_query(&[("after", "")]).contains("\"after\" must not be empty"));
+        let message = bad_query(&[("perfix", "report")]);
+        assert!(
+            message.contains("unknown query parameter \"perfix\""),
+            "{message}"
+        );
+        let message = bad_query(&[("prefix", "a"), ("prefix", "b")]);
+        assert!(
+            message.contains("\"prefix\" is given more than once"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn backend_errors_are_gateway_errors_and_a_refused_name_is_the_requests_fault() {
+        let backend = |operation| {
+            LockError::backend("postgres", operation, "x", "the server said no", "boom")
+        };
+        let cases = [
+            (
+                LockError::invalid_name("etcd", "a\0b", "it holds NUL"),
+                StatusCode::BAD_REQUEST,
+            ),
+            (backend(Operation::List), StatusCode::BAD_GATEWAY),
+            (backend(Operation::Connect), StatusCode::SERVICE_UNAVAILABLE),
+            (
+                LockError::Timeout {
+                    provider: "redis",
+                    operation: Operation::ForceUnlock,
+                    name: "x".to_owned(),
+                    after: Duration::from_secs(3),
+                },
+                StatusCode::GATEWAY_TIMEOUT,
+            ),
+            (
+                LockError::Unsupported {
+                    provider: "redis",
+                    operation: Operation::List,
+                    name: String::new(),
+                },
+                StatusCode::NOT_IMPLEMENTED,
+            ),
+            (LockError::NoActiveLock, StatusCode::INTERNAL_SERVER_ERROR),
+        ];
+        for (error, status) in cases {
+            let message = error.to_string();
+            let answer = ApiError::from(error);
+            assert_eq!(answer.status, status, "{message}");
+            assert_eq!(answer.message, message);
+        }
+    }
+}
