@@ -3,7 +3,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use futures_util::TryStreamExt;
+use futures_util::{StreamExt, TryStreamExt};
 use shedlock_core::{
     Acquisition, AcquisitionId, LockAdmin, LockConfiguration, LockError, LockHandle, LockInfo,
     LockProvider, list_all_locks,
@@ -11,6 +11,9 @@ use shedlock_core::{
 use tokio::time::Instant;
 
 use crate::failure::{CheckFailure, Event, Rule};
+
+/// The most locks a check's listing may return: the checks hold a handful under each prefix.
+const LISTING_LIMIT: usize = 1_000;
 
 /// How long the kit waits for any single operation before calling it hung.
 pub(crate) const OPERATION_LIMIT: Duration = Duration::from_secs(15);
@@ -476,18 +479,27 @@ impl Trace {
         page_size: usize,
     ) -> Result<Vec<LockInfo>, CheckFailure> {
         let action = format!("list locks under {prefix:?}, {page_size} per page");
+        // A cursor that never moves makes a listing endless, and one with no await to yield at
+        // would never let the time limit fire: the listing stops at a bound no check reaches.
+        let bounded = list_all_locks(admin, prefix, page_size)
+            .take(LISTING_LIMIT + 1)
+            .try_collect::<Vec<_>>();
         let timed = self
-            .request(
-                node,
-                action.clone(),
-                list_all_locks(admin, prefix, page_size).try_collect::<Vec<_>>(),
-                |result| match result {
-                    Ok(locks) => format!("{} locks", locks.len()),
-                    Err(error) => format!("error: {error}"),
-                },
-            )
+            .request(node, action.clone(), bounded, |result| match result {
+                Ok(locks) => format!("{} locks", locks.len()),
+                Err(error) => format!("error: {error}"),
+            })
             .await?;
-        Ok(self.answered_without_error(node, &action, timed)?.value)
+        let locks = self.answered_without_error(node, &action, timed)?.value;
+        if locks.len() > LISTING_LIMIT {
+            return Err(self.failure(
+                Rule::ADMIN,
+                format!(
+                    "node {node}: {action} did not end after {LISTING_LIMIT} locks, far more than the check holds: does the page cursor move?"
+                ),
+            ));
+        }
+        Ok(locks)
     }
 
     /// `inspect_lock`, recorded; an error fails the check.

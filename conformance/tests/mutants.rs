@@ -94,8 +94,9 @@ enum Defect {
     ForceUnlockLeavesItHeld,
     /// A listing reads its prefix as a SQL `LIKE` pattern (`%`, `_` unescaped).
     PrefixIsAPattern,
-    /// Each page after the first starts again at its own first name: the cursor is not honoured.
-    PagesRestart,
+    /// Each page after the first starts at its cursor's name, not after it: that lock is listed
+    /// twice.
+    PagesRepeatTheirCursor,
     /// A listing shows every record as held, expired or not.
     EveryRecordHeld,
     /// A listing leaves out the holder its refused acquisitions name.
@@ -241,7 +242,11 @@ const MUTANTS: &[(Defect, Check, Rule)] = &[
         Rule::ADMIN,
     ),
     (Defect::PrefixIsAPattern, Check::AdminListing, Rule::ADMIN),
-    (Defect::PagesRestart, Check::AdminListing, Rule::ADMIN),
+    (
+        Defect::PagesRepeatTheirCursor,
+        Check::AdminListing,
+        Rule::ADMIN,
+    ),
     (Defect::EveryRecordHeld, Check::AdminListing, Rule::ADMIN),
     (Defect::ListsNoHolder, Check::AdminListing, Rule::ADMIN),
     (
@@ -643,19 +648,20 @@ impl LockAdmin for MutantNode {
             Defect::PrefixIsAPattern => like(&name.chars().collect::<Vec<_>>(), &pattern),
             _ => name.starts_with(&request.prefix),
         };
-        let after = match (self.store.defect, &request.after) {
-            (Defect::PagesRestart, _) | (_, None) => None,
-            (_, Some(cursor)) => Some(cursor.as_str()),
-        };
+        let after = request.after.as_ref().map(PageCursor::as_str);
+        let repeats = self.store.defect == Defect::PagesRepeatTheirCursor;
         let mut names: Vec<&String> = records
             .keys()
             .filter(|name| matches(name))
-            .filter(|name| after.is_none_or(|after| name.as_str() > after))
+            .filter(|name| {
+                after.is_none_or(|after| {
+                    name.as_str() > after || (repeats && name.as_str() == after)
+                })
+            })
             .collect();
         names.sort();
         let more = names.len() > request.limit;
         names.truncate(request.limit);
-        // The restarting mutant still moves its cursor, or its listing would never end.
         let next = match (more, names.last()) {
             (true, Some(last)) => Some(PageCursor::new(last.as_str())),
             _ => None,

@@ -46,6 +46,9 @@ pub fn parse_timeout(text: &str) -> Result<Duration, String> {
 /// Connects to `url`, giving up after `timeout` whatever the provider's own bounds, with a
 /// progress line on a terminal once it takes more than a second.
 pub async fn connect(url: &str, args: &ConnectOptions) -> Result<AnyLockProvider, Failure> {
+    if let Some((scheme, feature)) = feature_left_out(url) {
+        return Err(feature_disabled(&scheme, feature));
+    }
     let shown = redact_url(url);
     let mut builder = AnyLockProvider::builder().operation_timeout(args.timeout);
     if let Some(path) = &args.tls_ca_file {
@@ -70,11 +73,9 @@ pub async fn connect(url: &str, args: &ConnectOptions) -> Result<AnyLockProvider
             args.timeout
         ))),
         Ok(Ok(provider)) => Ok(provider),
-        Ok(Err(ConnectError::FeatureDisabled { scheme, feature })) => Err(Failure::Error(format!(
-            "{scheme}:// URLs need the {feature} backend, which this build of shedlock leaves \
-             out: rebuild with `--features {feature}` (cargo install shedlock-cli --features \
-             {feature}, or cargo run -p shedlock-cli --features {feature} -- ...)"
-        ))),
+        Ok(Err(ConnectError::FeatureDisabled { scheme, feature })) => {
+            Err(feature_disabled(&scheme, feature))
+        }
         Ok(Err(error)) => Err(Failure::from_error("", &error)),
     }
 }
@@ -105,4 +106,38 @@ impl BackendArgs {
     pub fn shown_url(&self) -> String {
         redact_url(&self.url)
     }
+}
+
+fn feature_disabled(scheme: &str, feature: &str) -> Failure {
+    Failure::Error(format!(
+        "{scheme}:// URLs need the {feature} backend, which this build of shedlock leaves \
+         out: rebuild with `--features {feature}` (cargo install shedlock-cli --features \
+         {feature}, or cargo run -p shedlock-cli --features {feature} -- ...)"
+    ))
+}
+
+/// The scheme of `url` and the feature of this CLI it needs, when that feature is off.
+///
+/// Cargo builds the facade with every feature any crate of the build asks for, so in a
+/// workspace build the facade may reach a backend that this CLI's own features leave out. The
+/// CLI promises exactly its own features, so it checks them itself; an unknown scheme is left
+/// to the facade, which lists the known ones.
+fn feature_left_out(url: &str) -> Option<(String, &'static str)> {
+    let scheme = url.split_once(':')?.0.to_ascii_lowercase();
+    let (feature, enabled) = match scheme.as_str() {
+        "memory" => ("memory", cfg!(feature = "memory")),
+        "sqlite" => ("sqlite", cfg!(feature = "sqlite")),
+        "postgres" | "postgresql" => ("postgres", cfg!(feature = "postgres")),
+        "mysql" | "mariadb" => ("mysql", cfg!(feature = "mysql")),
+        "etcd" | "etcds" => ("etcd", cfg!(feature = "etcd")),
+        "mongodb" | "mongodb+srv" => ("mongo", cfg!(feature = "mongo")),
+        "zk" | "zookeeper" | "zk+tls" | "zookeeper+tls" => {
+            ("zookeeper", cfg!(feature = "zookeeper"))
+        }
+        redis if redis == "unix" || redis.starts_with("redis") || redis.starts_with("valkey") => {
+            ("redis", cfg!(feature = "redis"))
+        }
+        _ => return None,
+    };
+    (!enabled).then_some((scheme, feature))
 }

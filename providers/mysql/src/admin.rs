@@ -114,7 +114,11 @@ pub(crate) struct AdminStatements {
 }
 
 impl AdminStatements {
-    pub(crate) fn prepare(table: &LockTable, schema: &TableSchema, time_source: TimeSource) -> Self {
+    pub(crate) fn prepare(
+        table: &LockTable,
+        schema: &TableSchema,
+        time_source: TimeSource,
+    ) -> Self {
         let q = |c| table.quoted(DIALECT, c);
         let (t, name, until, at, by, fence) = (
             table.quoted_table(DIALECT),
@@ -133,7 +137,9 @@ impl AdminStatements {
         // comparison used.
         let select = || {
             Writer::new(time_source)
-                .sql(&format!("SELECT {name}, {by}, {at}, {until}, {fence_value}, "))
+                .sql(&format!(
+                    "SELECT {name}, {by}, {at}, {until}, {fence_value}, "
+                ))
                 .now()
                 .sql(&format!(", CAST({until} > "))
                 .now()

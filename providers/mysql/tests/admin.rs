@@ -6,13 +6,13 @@
 #[path = "../../sql/tests/shared/provider_tests.rs"]
 mod shared;
 // The harness's planting of rows as Java writes them is all this target uses of it.
+#[path = "../../sql/tests/shared/admin_tests.rs"]
+mod admin_tests;
 #[allow(dead_code)]
 #[path = "../../sql/tests/shared/conformance_harness.rs"]
 mod conformance_harness;
 #[path = "kit/planted_records.rs"]
 mod planted_records;
-#[path = "../../sql/tests/shared/admin_tests.rs"]
-mod admin_tests;
 
 use std::time::{Duration, Instant};
 
@@ -165,7 +165,11 @@ async fn a_case_insensitive_name_column_lists_exact_prefixes_every_row_once() {
     ];
     let mut handles = Vec::new();
     for name in names {
-        handles.push(lock(&node, name, MINUTE).await.expect("distinct under the collation"));
+        handles.push(
+            lock(&node, name, MINUTE)
+                .await
+                .expect("distinct under the collation"),
+        );
     }
     let in_collation_order: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT name FROM {table} ORDER BY name"
@@ -265,7 +269,11 @@ async fn admin_errors_name_the_operation_and_never_the_password() {
         .fetch_one(&pool)
         .await
         .unwrap();
-    exec(&pool, &format!("GRANT ALL ON `{database}`.* TO '{user}'@'%'")).await;
+    exec(
+        &pool,
+        &format!("GRANT ALL ON `{database}`.* TO '{user}'@'%'"),
+    )
+    .await;
     let with_password = url().replacen("root@", &format!("{user}:s3cr3t-pw@"), 1);
     assert!(with_password.contains("s3cr3t-pw"), "{with_password}");
     let node = MySqlLockProvider::builder_from_url(with_password)
@@ -288,15 +296,15 @@ async fn admin_errors_name_the_operation_and_never_the_password() {
         ),
         (
             Operation::ForceUnlock,
-            node.force_unlock("job", &seen.acquisition).await.unwrap_err(),
+            node.force_unlock("job", &seen.acquisition)
+                .await
+                .unwrap_err(),
         ),
     ];
     for (expected, error) in errors {
         match &error {
             LockError::Backend {
-                operation,
-                message,
-                ..
+                operation, message, ..
             } => {
                 assert_eq!(*operation, expected);
                 assert_eq!(message, "the database refused the statement");

@@ -39,7 +39,11 @@ pub(crate) struct AdminStatements {
 }
 
 impl AdminStatements {
-    pub(crate) fn prepare(table: &LockTable, schema: &TableSchema, time_source: TimeSource) -> Self {
+    pub(crate) fn prepare(
+        table: &LockTable,
+        schema: &TableSchema,
+        time_source: TimeSource,
+    ) -> Self {
         let q = |c| table.quoted(DIALECT, c);
         let (t, name, until, at, by, fence) = (
             table.quoted_table(DIALECT),
@@ -119,7 +123,8 @@ impl AdminStatements {
         name: &str,
     ) -> Result<Query<'q, Postgres, PgArguments>, LockError> {
         Ok(
-            match client_time_parameter::<PostgresBackend>(self.time_source, now, operation, name)? {
+            match client_time_parameter::<PostgresBackend>(self.time_source, now, operation, name)?
+            {
                 None => query,
                 Some(now) => self.bind_time(query, now.into()),
             },

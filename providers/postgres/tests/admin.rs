@@ -5,13 +5,13 @@
 #[path = "../../sql/tests/shared/provider_tests.rs"]
 mod shared;
 // The harness's planting of rows as Java writes them is all this target uses of it.
+#[path = "../../sql/tests/shared/admin_tests.rs"]
+mod admin_tests;
 #[allow(dead_code)]
 #[path = "../../sql/tests/shared/conformance_harness.rs"]
 mod conformance_harness;
 #[path = "kit/planted_records.rs"]
 mod planted_records;
-#[path = "../../sql/tests/shared/admin_tests.rs"]
-mod admin_tests;
 
 use std::time::{Duration, Instant};
 
@@ -176,7 +176,11 @@ async fn a_thousand_names_list_in_ten_pages_of_a_hundred() {
         ),
     )
     .await;
-    assert!(lock(&node, "other", Duration::from_secs(60)).await.is_some());
+    assert!(
+        lock(&node, "other", Duration::from_secs(60))
+            .await
+            .is_some()
+    );
     let expected: Vec<String> = (1..=1000).map(|n| format!("bulk-{n:04}")).collect();
     admin_tests::a_thousand_names_list_in_ten_pages_of_a_hundred(&node, "bulk-", &expected).await;
     drop_table(&table).await;
@@ -224,15 +228,15 @@ async fn admin_errors_name_the_operation_and_never_the_password() {
         ),
         (
             Operation::ForceUnlock,
-            node.force_unlock("job", &seen.acquisition).await.unwrap_err(),
+            node.force_unlock("job", &seen.acquisition)
+                .await
+                .unwrap_err(),
         ),
     ];
     for (expected, error) in errors {
         match &error {
             LockError::Backend {
-                operation,
-                message,
-                ..
+                operation, message, ..
             } => {
                 assert_eq!(*operation, expected);
                 assert_eq!(message, "the database refused the statement");

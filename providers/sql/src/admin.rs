@@ -39,11 +39,7 @@ impl<B: SqlBackend> LockAdmin for SqlLockProvider<B> {
         };
         let now = self.node_time();
         let mut rows = self
-            .within(
-                Operation::List,
-                "",
-                self.storage.read_locks(selection, now),
-            )
+            .within(Operation::List, "", self.storage.read_locks(selection, now))
             .await?;
         let more = rows.len() > limit;
         rows.truncate(limit);
@@ -176,7 +172,9 @@ impl<B: SqlBackend> SqlLockProvider<B> {
         let fencing_token = match parts.get(2) {
             None | Some(&"") => None,
             Some(token) => Some(token.parse::<i64>().map_err(|_| {
-                malformed(format!("its fencing token part {token:?} is not an integer"))
+                malformed(format!(
+                    "its fencing token part {token:?} is not an integer"
+                ))
             })?),
         };
         Ok(StoredAcquisition {
@@ -209,7 +207,10 @@ fn lock_info(row: StoredLock, fencing: bool) -> LockInfo {
     }
     // Tokens count acquisitions from 1: 0 is a row no fencing acquisition wrote (a Java
     // node's, or one from before the column was added).
-    match row.fencing_token.and_then(|token| u64::try_from(token).ok()) {
+    match row
+        .fencing_token
+        .and_then(|token| u64::try_from(token).ok())
+    {
         Some(token) if token > 0 => info.with_fencing_token(token),
         _ => info,
     }
@@ -305,13 +306,13 @@ mod tests {
     #[test]
     fn acquisition_ids_are_one_printable_word_that_decodes_to_its_parts() {
         let id = acquisition_id("host name/1%", "2024-06-10 12:00:00.123", Some(Some(7)));
-        assert_eq!(id.as_str(), "host%20name%2F1%25/2024-06-10%2012:00:00.123/7");
+        assert_eq!(
+            id.as_str(),
+            "host%20name%2F1%25/2024-06-10%2012:00:00.123/7"
+        );
         let parts: Vec<_> = id.as_str().split('/').collect();
         assert_eq!(percent_decode(parts[0]).unwrap(), "host name/1%");
-        assert_eq!(
-            percent_decode(parts[1]).unwrap(),
-            "2024-06-10 12:00:00.123"
-        );
+        assert_eq!(percent_decode(parts[1]).unwrap(), "2024-06-10 12:00:00.123");
 
         let unicode = acquisition_id("nœud\t#1", "1718000000123456", None);
         assert_eq!(unicode.as_str(), "nœud%09#1/1718000000123456");

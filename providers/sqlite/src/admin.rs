@@ -15,8 +15,8 @@ use shedlock_sql::{
     Column, Dialect, LIKE_ESCAPE, LockSelection, LockTable, StoredAcquisition, StoredLock,
     TableSchema, client_time_parameter, statement_error,
 };
-use sqlx::sqlite::{Sqlite, SqliteArguments, SqliteConnection, SqliteRow};
 use sqlx::query::Query;
+use sqlx::sqlite::{Sqlite, SqliteArguments, SqliteConnection, SqliteRow};
 use sqlx::{AssertSqlSafe, Row};
 
 use crate::SqliteBackend;
@@ -45,7 +45,11 @@ pub(crate) struct AdminStatements {
 }
 
 impl AdminStatements {
-    pub(crate) fn prepare(table: &LockTable, schema: &TableSchema, time_source: TimeSource) -> Self {
+    pub(crate) fn prepare(
+        table: &LockTable,
+        schema: &TableSchema,
+        time_source: TimeSource,
+    ) -> Self {
         let q = |c| table.quoted(DIALECT, c);
         let (t, name, until, at, by, fence) = (
             table.quoted_table(DIALECT),
@@ -99,9 +103,7 @@ impl AdminStatements {
         Ok(
             match client_time_parameter::<SqliteBackend>(self.time_source, now, operation, name)? {
                 None => "now".to_owned(),
-                Some(now) => DateTime::<Utc>::from(now)
-                    .format(CHRONO_FORMAT)
-                    .to_string(),
+                Some(now) => DateTime::<Utc>::from(now).format(CHRONO_FORMAT).to_string(),
             },
         )
     }

@@ -5,13 +5,13 @@
 #[path = "../../sql/tests/shared/provider_tests.rs"]
 mod shared;
 // The harness's planting of rows as Java writes them is all this target uses of it.
+#[path = "../../sql/tests/shared/admin_tests.rs"]
+mod admin_tests;
 #[allow(dead_code)]
 #[path = "../../sql/tests/shared/conformance_harness.rs"]
 mod conformance_harness;
 #[path = "kit/planted_records.rs"]
 mod planted_records;
-#[path = "../../sql/tests/shared/admin_tests.rs"]
-mod admin_tests;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -107,9 +107,8 @@ async fn force_unlock_frees_exactly_the_acquisition_it_names() {
 #[tokio::test]
 async fn the_configured_table_and_column_names_are_used() {
     let database = Database::new();
-    let renamed = |holder: &str| {
-        shared::renamed_table_and_columns(database.builder(holder), "ops_locks")
-    };
+    let renamed =
+        |holder: &str| shared::renamed_table_and_columns(database.builder(holder), "ops_locks");
     let a = renamed(HOLDER)
         .create_table_with_fencing_if_missing()
         .build()
@@ -172,7 +171,11 @@ async fn rows_with_times_in_another_format_list_and_force_unlock_by_the_stored_t
         "other-program/2024-06-10T12:00:00Z"
     );
     assert!(lock(&node, "iso-held", MINUTE).await.is_none());
-    assert!(node.force_unlock("iso-held", &held.acquisition).await.unwrap());
+    assert!(
+        node.force_unlock("iso-held", &held.acquisition)
+            .await
+            .unwrap()
+    );
     let taken = lock(&node, "iso-held", MINUTE).await.expect("freed");
     assert!(taken.unlock().await.unwrap());
     database.remove();
@@ -231,15 +234,15 @@ async fn admin_errors_name_the_operation() {
         ),
         (
             Operation::ForceUnlock,
-            node.force_unlock("job", &seen.acquisition).await.unwrap_err(),
+            node.force_unlock("job", &seen.acquisition)
+                .await
+                .unwrap_err(),
         ),
     ];
     for (expected, error) in errors {
         match &error {
             LockError::Backend {
-                operation,
-                message,
-                ..
+                operation, message, ..
             } => {
                 assert_eq!(*operation, expected);
                 assert_eq!(message, "the database refused the statement");

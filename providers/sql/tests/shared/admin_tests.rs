@@ -126,7 +126,11 @@ pub async fn held_released_and_at_least_locks_show_their_state(
 ) {
     let before = SystemTime::now();
     let held = lock(node, "state-held", MINUTE).await.unwrap();
-    let info = admin.inspect_lock("state-held").await.unwrap().expect("a row");
+    let info = admin
+        .inspect_lock("state-held")
+        .await
+        .unwrap()
+        .expect("a row");
     assert_eq!(info.name, "state-held");
     assert_eq!(info.state, LockState::Held, "{info:?}");
     let locked_by = info.locked_by.as_deref().unwrap();
@@ -135,7 +139,10 @@ pub async fn held_released_and_at_least_locks_show_their_state(
     let off = locked_at
         .duration_since(before)
         .unwrap_or_else(|e| e.duration());
-    assert!(off < Duration::from_secs(5), "locked_at is now (UTC): {off:?} off");
+    assert!(
+        off < Duration::from_secs(5),
+        "locked_at is now (UTC): {off:?} off"
+    );
     let held_for = info.held_until.unwrap().duration_since(locked_at).unwrap();
     assert!(
         held_for.abs_diff(MINUTE) <= Duration::from_millis(2),
@@ -162,7 +169,11 @@ pub async fn held_released_and_at_least_locks_show_their_state(
         .unwrap();
     assert!(at_least.unlock().await.unwrap());
     let info = admin.inspect_lock("state-at-least").await.unwrap().unwrap();
-    assert_eq!(info.state, LockState::Held, "within lock_at_least_for: {info:?}");
+    assert_eq!(
+        info.state,
+        LockState::Held,
+        "within lock_at_least_for: {info:?}"
+    );
     let remaining = info.remaining.unwrap();
     assert!(
         remaining <= Duration::from_secs(30) && remaining > Duration::from_secs(25),
@@ -211,7 +222,10 @@ pub async fn inspect_matches_the_listing_and_refuses_names_locks_refuse(
     assert_eq!(stable(&inspected), stable(&listed[0]));
     assert_eq!(admin.inspect_lock("never-used").await.unwrap(), None);
 
-    let max = node.capabilities().max_name_chars.expect("a declared column length");
+    let max = node
+        .capabilities()
+        .max_name_chars
+        .expect("a declared column length");
     let too_long = "n".repeat(max + 1);
     let error = admin.inspect_lock(&too_long).await.unwrap_err();
     assert!(
@@ -264,12 +278,24 @@ pub async fn force_unlock_frees_exactly_the_acquisition_it_names(
         }
     }
     let unchanged = admin.inspect_lock("stuck").await.unwrap().unwrap();
-    assert_eq!(stable(&unchanged), stable(&seen), "malformed ids changed nothing");
+    assert_eq!(
+        stable(&unchanged),
+        stable(&seen),
+        "malformed ids changed nothing"
+    );
 
-    assert!(admin.force_unlock("stuck", &seen.acquisition).await.unwrap());
+    assert!(
+        admin
+            .force_unlock("stuck", &seen.acquisition)
+            .await
+            .unwrap()
+    );
     let freed = admin.inspect_lock("stuck").await.unwrap().unwrap();
     assert_eq!(freed.state, LockState::Free, "{freed:?}");
-    assert_eq!(freed.locked_by, seen.locked_by, "the row stays, naming the last holder");
+    assert_eq!(
+        freed.locked_by, seen.locked_by,
+        "the row stays, naming the last holder"
+    );
 
     let b = lock(node_b, "stuck", MINUTE)
         .await
@@ -279,24 +305,44 @@ pub async fn force_unlock_frees_exactly_the_acquisition_it_names(
         a.fencing_token().map(|token| token + 1),
         "the fencing counter kept counting"
     );
-    assert!(!a.extend(MINUTE).await.unwrap(), "A's extend must not touch B's lock");
-    assert!(!a.unlock().await.unwrap(), "A's release must not touch B's lock");
-    assert!(lock(node_c, "stuck", MINUTE).await.is_none(), "B still holds it");
     assert!(
-        !admin.force_unlock("stuck", &seen.acquisition).await.unwrap(),
+        !a.extend(MINUTE).await.unwrap(),
+        "A's extend must not touch B's lock"
+    );
+    assert!(
+        !a.unlock().await.unwrap(),
+        "A's release must not touch B's lock"
+    );
+    assert!(
+        lock(node_c, "stuck", MINUTE).await.is_none(),
+        "B still holds it"
+    );
+    assert!(
+        !admin
+            .force_unlock("stuck", &seen.acquisition)
+            .await
+            .unwrap(),
         "the old acquisition no longer holds it"
     );
-    assert!(lock(node_c, "stuck", MINUTE).await.is_none(), "B still holds it");
+    assert!(
+        lock(node_c, "stuck", MINUTE).await.is_none(),
+        "B still holds it"
+    );
 
     let b_seen = admin.inspect_lock("stuck").await.unwrap().unwrap();
     assert_ne!(b_seen.acquisition, seen.acquisition);
     assert!(b.unlock().await.unwrap());
     assert!(
-        !admin.force_unlock("stuck", &b_seen.acquisition).await.unwrap(),
+        !admin
+            .force_unlock("stuck", &b_seen.acquisition)
+            .await
+            .unwrap(),
         "a free lock is not freed again"
     );
 
-    let short = lock(node_a, "short", Duration::from_millis(300)).await.unwrap();
+    let short = lock(node_a, "short", Duration::from_millis(300))
+        .await
+        .unwrap();
     let short_seen = admin.inspect_lock("short").await.unwrap().unwrap();
     tokio::time::sleep(Duration::from_millis(450)).await;
     assert_eq!(
@@ -304,7 +350,12 @@ pub async fn force_unlock_frees_exactly_the_acquisition_it_names(
         LockState::Free,
         "expired"
     );
-    assert!(!admin.force_unlock("short", &short_seen.acquisition).await.unwrap());
+    assert!(
+        !admin
+            .force_unlock("short", &short_seen.acquisition)
+            .await
+            .unwrap()
+    );
     assert!(!short.unlock().await.unwrap());
     assert!(
         !admin
@@ -336,15 +387,23 @@ pub async fn a_java_row_lists_and_is_freed_by_its_own_acquisition_only<B: PlantR
     let seen = &listed[0];
     assert_eq!(seen.state, LockState::Held);
     assert_eq!(seen.locked_by.as_deref(), Some("java-host"));
-    assert_eq!(seen.fencing_token, None, "no Rust acquisition wrote a token");
+    assert_eq!(
+        seen.fencing_token, None,
+        "no Rust acquisition wrote a token"
+    );
     let until = seen.held_until.unwrap();
     assert!(
-        until.duration_since(first.lock_until).unwrap_or_else(|e| e.duration())
+        until
+            .duration_since(first.lock_until)
+            .unwrap_or_else(|e| e.duration())
             <= Duration::from_millis(1),
         "held_until {until:?} is the planted lock_until {:?}",
         first.lock_until
     );
-    assert!(lock(node, "java-job", MINUTE).await.is_none(), "Java holds it");
+    assert!(
+        lock(node, "java-job", MINUTE).await.is_none(),
+        "Java holds it"
+    );
 
     let second = PlantedRecord {
         locked_at: now - Duration::from_secs(1),
@@ -352,13 +411,21 @@ pub async fn a_java_row_lists_and_is_freed_by_its_own_acquisition_only<B: PlantR
     };
     B::write_record(pool, table, &second).await.unwrap();
     assert!(
-        !admin.force_unlock("java-job", &seen.acquisition).await.unwrap(),
+        !admin
+            .force_unlock("java-job", &seen.acquisition)
+            .await
+            .unwrap(),
         "the same host's next acquisition is another acquisition"
     );
     assert!(lock(node, "java-job", MINUTE).await.is_none(), "still held");
     let current = admin.inspect_lock("java-job").await.unwrap().unwrap();
     assert_ne!(current.acquisition, seen.acquisition);
-    assert!(admin.force_unlock("java-job", &current.acquisition).await.unwrap());
+    assert!(
+        admin
+            .force_unlock("java-job", &current.acquisition)
+            .await
+            .unwrap()
+    );
     let taken = lock(node, "java-job", MINUTE).await.expect("freed");
     assert!(taken.unlock().await.unwrap());
 }
@@ -386,9 +453,7 @@ pub async fn a_thousand_names_list_in_ten_pages_of_a_hundred(
 /// A client-time node judges locks by its own clock, as its lock statements do: a lock it holds
 /// for a minute is held with about a minute left, yet free to a node an hour ahead, whose
 /// force-unlock then finds nothing held; the node's own force-unlock frees it.
-pub async fn client_time_admin_judges_by_the_nodes_clock<B: SqlBackend>(
-    node: &SqlLockProvider<B>,
-) {
+pub async fn client_time_admin_judges_by_the_nodes_clock<B: SqlBackend>(node: &SqlLockProvider<B>) {
     let held = lock(node, "client", MINUTE).await.unwrap();
     let seen = node.inspect_lock("client").await.unwrap().unwrap();
     assert_eq!(seen.state, LockState::Held);
@@ -401,7 +466,16 @@ pub async fn client_time_admin_judges_by_the_nodes_clock<B: SqlBackend>(
     let skewed = node.node().with_clock(ahead);
     let judged = skewed.inspect_lock("client").await.unwrap().unwrap();
     assert_eq!(judged.state, LockState::Free, "an hour ahead: {judged:?}");
-    assert!(!skewed.force_unlock("client", &seen.acquisition).await.unwrap());
-    assert!(node.force_unlock("client", &seen.acquisition).await.unwrap());
+    assert!(
+        !skewed
+            .force_unlock("client", &seen.acquisition)
+            .await
+            .unwrap()
+    );
+    assert!(
+        node.force_unlock("client", &seen.acquisition)
+            .await
+            .unwrap()
+    );
     assert!(!held.unlock().await.unwrap());
 }

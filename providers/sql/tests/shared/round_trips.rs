@@ -146,7 +146,12 @@ pub async fn every_admin_call_is_one_round_trip<B: SqlBackend>(
         ..first_page.clone()
     };
     provider.list_locks(&next_page).await.unwrap();
-    assert!(provider.force_unlock("admin-1", &warm.acquisition).await.unwrap());
+    assert!(
+        provider
+            .force_unlock("admin-1", &warm.acquisition)
+            .await
+            .unwrap()
+    );
     let connections = proxy.connections();
 
     let (seen, round_trips) = counted(proxy, provider.inspect_lock("admin-2")).await;
