@@ -286,12 +286,25 @@ fn bad_table<B: SqlBackend>(error: IdentifierError) -> LockError {
 }
 
 /// Parses `url` into connect options with the backend's session settings.
+/// Makes ring the process's rustls crypto provider unless the application chose one. sqlx's
+/// rustls asks rustls for the default provider when a URL asks for TLS, and a build in which
+/// another dependency turns on aws-lc-rs too (zookeeper-client's TLS does) has two and no
+/// default: rustls would panic inside the connect instead of answering.
+#[cfg(feature = "tls")]
+fn install_ring_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
 fn url_options<B: SqlBackend>(
     url: &str,
     target: &str,
     operation_timeout: Duration,
 ) -> Result<ConnectOptionsOf<B::Database>, LockError> {
     check_url_scheme::<B>(url)?;
+    #[cfg(feature = "tls")]
+    install_ring_provider();
     let options = ConnectOptionsOf::<B::Database>::from_str(url).map_err(|e| {
         LockError::backend(
             B::PROVIDER,
