@@ -41,9 +41,9 @@
 //!
 //! # Calls that may outlast `lock_at_most_for`: `keep_alive`
 //!
-//! `keep_alive = lost` runs the call with
-//! [`LockingTaskExecutor::execute_with_keep_alive`]: the lock is extended while the call runs,
-//! so a call longer than `lock_at_most_for` keeps its lock, and `lost` (a
+//! `keep_alive = lost` runs the call with the executor's
+//! [`execute_with_keep_alive`](shedlock_core::LockingTaskExecutor::execute_with_keep_alive),
+//! which extends the lock while the call runs, so a call longer than `lock_at_most_for` keeps its lock, and `lost` (a
 //! `CancellationToken`, the name is yours) is cancelled if the lock is lost anyway (an extend
 //! refused or failing): the body checks `lost.is_cancelled()` between steps and stops, since
 //! another node may be running the same work by then. `lock_at_most_for` then only bounds how

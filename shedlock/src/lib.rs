@@ -37,7 +37,7 @@
 //! | `sqlite:`, `sqlite://` | `shedlock::sqlite` | `sqlite` |
 //! | `postgres://`, `postgresql://` | `shedlock::postgres` | `postgres` |
 //! | `mysql://`, `mariadb://` | `shedlock::mysql` | `mysql` |
-//! | `redis://`, `rediss://`, `redis+unix://`, `valkey://`, `valkeys://`, `valkey+unix://` | `shedlock::redis` | `redis` |
+//! | `redis://`, `rediss://`, `redis+unix://`, `unix://`, `redis+cluster://`, `rediss+cluster://`, `redis+sentinel://`, `rediss+sentinel://`, and the same under `valkey` | `shedlock::redis` | `redis` |
 //! | `etcd://host:2379[,host:2379...]` (plain HTTP), `etcds://` (TLS) | `shedlock::etcd` | `etcd` (needs `protoc` to build) |
 //! | `mongodb://`, `mongodb+srv://` | `shedlock::mongo` | `mongo` |
 //! | `zk://host:2181[,host:2181...][/chroot]`, `zookeeper://` | `shedlock::zookeeper` | `zookeeper` |
@@ -48,8 +48,8 @@
 //! an error naming the feature to turn on ([`ConnectError::FeatureDisabled`]), never a guess.
 //!
 //! The rest of each URL is read by that provider, exactly as its own `connect` reads it
-//! (credentials, database, options; Redis Cluster and Sentinel connections are built with the
-//! `redis` crate and handed to `shedlock::redis::RedisLockProviderBuilder::build`). Connection
+//! (credentials, database, options; Redis Cluster is `redis+cluster://host:6379,host:6379`,
+//! Sentinel `redis+sentinel://host:26379,host:26379/<master name>[/<db>]`). Connection
 //! URLs may hold passwords: no error, log line or `Debug` output of this crate or of a provider
 //! shows one.
 //!

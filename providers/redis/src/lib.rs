@@ -271,7 +271,7 @@ impl RedisLockProviderBuilder {
         let endpoint = shedlock_core::redact_url(url);
         self.validate()?;
         let scheme = check_url_scheme(url)?;
-        self.check_tls_settings(url)?;
+        self.check_tls_settings(&endpoint, scheme)?;
         let connection = match scheme.topology {
             Topology::Server => {
                 let (client, config) = self.client(url, &endpoint, scheme.tls)?;
@@ -301,7 +301,7 @@ impl RedisLockProviderBuilder {
         let endpoint = shedlock_core::redact_url(url);
         self.validate()?;
         let scheme = check_url_scheme(url)?;
-        self.check_tls_settings(url)?;
+        self.check_tls_settings(&endpoint, scheme)?;
         let connection = match scheme.topology {
             Topology::Server => {
                 let (client, config) = self.client(url, &endpoint, scheme.tls)?;
@@ -573,22 +573,21 @@ impl RedisLockProviderBuilder {
 
     /// Refuses a TLS root certificate with a URL that does not use TLS, where it would be
     /// silently ignored.
-    fn check_tls_settings(&self, url: &str) -> Result<(), LockError> {
+    fn check_tls_settings(&self, endpoint: &str, scheme: UrlScheme) -> Result<(), LockError> {
         #[cfg(feature = "tls")]
-        if self.tls_root_certificate.is_some() && !is_tls_url(url) {
+        if self.tls_root_certificate.is_some() && !scheme.tls {
             return Err(LockError::backend_message(
                 PROVIDER,
                 Operation::Connect,
                 "",
                 format!(
-                    "a TLS root certificate was set but {} does not use TLS: use rediss:// (or \
-                     rediss+cluster://, rediss+sentinel://, or valkeys... for Valkey), or leave \
-                     the certificate out",
-                    shedlock_core::redact_url(url)
+                    "a TLS root certificate was set but {endpoint} does not use TLS: use \
+                     rediss:// (or rediss+cluster://, rediss+sentinel://, or valkeys... for \
+                     Valkey), or leave the certificate out"
                 ),
             ));
         }
-        let _ = url;
+        let _ = (endpoint, scheme);
         Ok(())
     }
 
@@ -652,11 +651,6 @@ fn url_scheme(url: &str) -> Option<UrlScheme> {
         .iter()
         .find(|accepted| name.eq_ignore_ascii_case(accepted.name))
         .copied()
-}
-
-/// Whether `url`'s scheme asks for TLS.
-fn is_tls_url(url: &str) -> bool {
-    url_scheme(url).is_some_and(|scheme| scheme.tls)
 }
 
 /// Refuses a URL meant for another backend before anything reads it, naming its scheme (never
