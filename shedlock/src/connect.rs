@@ -39,6 +39,8 @@ const SCHEMES: &[(&str, &str)] = &[
     ("mongodb+srv", "mongo"),
     ("zk", "zookeeper"),
     ("zookeeper", "zookeeper"),
+    ("zk+tls", "zookeeper"),
+    ("zookeeper+tls", "zookeeper"),
 ];
 
 /// The supported schemes, for error messages.
@@ -170,16 +172,73 @@ pub struct AnyLockProviderBuilder {
         allow(dead_code)
     )]
     operation_timeout: Option<Duration>,
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres", feature = "mysql")),
+        allow(dead_code)
+    )]
+    create_table: bool,
     tls_root_certificate: Option<Vec<u8>>,
+    tls_client_certificate: Option<ClientCertificate>,
+}
+
+/// A certificate chain and its private key (PEM), for a server that asks the client for one.
+#[derive(Clone)]
+struct ClientCertificate {
+    #[cfg_attr(
+        not(all(
+            feature = "zookeeper",
+            any(feature = "rustls", feature = "rustls-native-roots")
+        )),
+        allow(dead_code)
+    )]
+    certificate_pem: Vec<u8>,
+    #[cfg_attr(
+        not(all(
+            feature = "zookeeper",
+            any(feature = "rustls", feature = "rustls-native-roots")
+        )),
+        allow(dead_code)
+    )]
+    key_pem: Vec<u8>,
 }
 
 impl fmt::Debug for AnyLockProviderBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AnyLockProviderBuilder")
             .field("operation_timeout", &self.operation_timeout)
+            .field("create_table", &self.create_table)
             .field("tls_root_certificate", &self.tls_root_certificate.is_some())
+            // Never the key: whether one was given is all Debug shows.
+            .field(
+                "tls_client_certificate",
+                &self.tls_client_certificate.is_some(),
+            )
             .finish()
     }
+}
+
+/// Connects one of the SQL providers (the same builder, generic over its backend) with the
+/// facade builder's settings.
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+macro_rules! sql_provider {
+    ($settings:expr, $provider:ty, $url:expr) => {{
+        let settings = $settings;
+        let builder = <$provider>::builder_from_url($url);
+        let builder = match settings.operation_timeout {
+            Some(timeout) => builder.operation_timeout(timeout),
+            None => builder,
+        };
+        let builder = if settings.create_table {
+            builder.create_table_if_missing()
+        } else {
+            builder
+        };
+        builder
+            .build()
+            .await
+            .map(AnyLockProvider::from)
+            .map_err(ConnectError::from)
+    }};
 }
 
 impl AnyLockProviderBuilder {
@@ -191,9 +250,31 @@ impl AnyLockProviderBuilder {
         self
     }
 
+    /// Creates ShedLock's lock table at connect if it does not exist, for a PostgreSQL, MySQL
+    /// or SQLite URL (as each SQL provider's `create_table_if_missing`); an existing table is
+    /// left as it is. The other backends keep their locks where no table is needed (Redis and
+    /// etcd keys, ZooKeeper nodes, a MongoDB collection made on first write), so for their URLs
+    /// there is nothing to create and this changes nothing. For a table with the fencing
+    /// column, build the provider with its own crate's `create_table_with_fencing_if_missing`.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let provider = shedlock::AnyLockProvider::builder()
+    ///     .create_table_if_missing()
+    ///     .connect("postgres://app@db.internal/app")
+    ///     .await?;
+    /// # let _ = provider; Ok(()) }
+    /// ```
+    pub fn create_table_if_missing(mut self) -> Self {
+        self.create_table = true;
+        self
+    }
+
     /// Trusts only this CA (PEM) for a `rediss://` (or `rediss+cluster://`,
-    /// `rediss+sentinel://`) or `etcds://` server, instead of the roots
-    /// the TLS feature brings: for a server whose certificate a private CA signed. The SQL
+    /// `rediss+sentinel://`), `etcds://` or `zk+tls://` server, instead of the roots
+    /// the TLS feature brings: for a server whose certificate a private CA signed (ZooKeeper
+    /// over TLS needs it: it trusts nothing else). The SQL
     /// databases and MongoDB take their CA in the URL instead (`sslrootcert=/path/ca.pem`,
     /// `ssl-ca=/path/ca.pem`, `tlsCAFile=/path/ca.pem`), so with their URLs, and with any URL
     /// that does not ask for TLS, it is an error rather than silently ignored.
@@ -214,6 +295,38 @@ impl AnyLockProviderBuilder {
         self
     }
 
+    /// Presents this certificate (PEM chain, the client's first) and private key (PEM) to a
+    /// `zk+tls://` ensemble, which asks for one unless configured with `ssl.clientAuth=none`.
+    /// The key is never printed or put into an error. With any other URL it is an error rather
+    /// than silently ignored.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use shedlock::AnyLockProvider;
+    ///
+    /// let provider = AnyLockProvider::builder()
+    ///     .tls_root_certificate(std::fs::read("/etc/zookeeper/ca.pem")?)
+    ///     .tls_client_certificate(
+    ///         std::fs::read("/etc/zookeeper/client.pem")?,
+    ///         std::fs::read("/etc/zookeeper/client.key")?,
+    ///     )
+    ///     .connect("zk+tls://zk1.internal:2281,zk2.internal:2281/app")
+    ///     .await?;
+    /// # let _ = provider; Ok(()) }
+    /// ```
+    pub fn tls_client_certificate(
+        mut self,
+        certificate_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls_client_certificate = Some(ClientCertificate {
+            certificate_pem: certificate_pem.into(),
+            key_pem: key_pem.into(),
+        });
+        self
+    }
+
     /// Connects to the backend `url` names; see [`connect`](crate::connect).
     pub async fn connect(self, url: &str) -> Result<AnyLockProvider, ConnectError> {
         let scheme = scheme_of(url)?;
@@ -223,12 +336,20 @@ impl AnyLockProviderBuilder {
                 scheme: scheme.to_owned(),
             });
         };
-        if self.tls_root_certificate.is_some() && !matches!(feature, "redis" | "etcd") {
+        if self.tls_client_certificate.is_some() && feature != "zookeeper" {
+            return Err(ConnectError::InvalidUrl {
+                scheme: scheme.to_owned(),
+                rule: "a TLS client certificate set on the builder serves zk+tls:// only"
+                    .to_owned(),
+            });
+        }
+        if self.tls_root_certificate.is_some() && !matches!(feature, "redis" | "etcd" | "zookeeper")
+        {
             return Err(ConnectError::InvalidUrl {
                 scheme: scheme.to_owned(),
                 rule: format!(
-                    "a TLS root certificate set on the builder serves rediss:// and etcds:// only; \
-                     give this backend its CA in the URL ({})",
+                    "a TLS root certificate set on the builder serves rediss://, etcds:// and \
+                     zk+tls:// only; give this backend its CA in the URL ({})",
                     match feature {
                         "postgres" => "sslrootcert=/path/ca.pem",
                         "mysql" => "ssl-ca=/path/ca.pem",
@@ -266,41 +387,11 @@ impl AnyLockProviderBuilder {
             #[cfg(feature = "memory")]
             "memory" => Ok(named_memory_store(scheme, url)?.node().into()),
             #[cfg(feature = "sqlite")]
-            "sqlite" => {
-                let builder = shedlock_sqlite::SqliteLockProvider::builder_from_url(url);
-                match self.operation_timeout {
-                    Some(timeout) => builder.operation_timeout(timeout),
-                    None => builder,
-                }
-                .build()
-                .await
-                .map(AnyLockProvider::from)
-                .map_err(ConnectError::from)
-            }
+            "sqlite" => sql_provider!(self, shedlock_sqlite::SqliteLockProvider, url),
             #[cfg(feature = "postgres")]
-            "postgres" => {
-                let builder = shedlock_postgres::PostgresLockProvider::builder_from_url(url);
-                match self.operation_timeout {
-                    Some(timeout) => builder.operation_timeout(timeout),
-                    None => builder,
-                }
-                .build()
-                .await
-                .map(AnyLockProvider::from)
-                .map_err(ConnectError::from)
-            }
+            "postgres" => sql_provider!(self, shedlock_postgres::PostgresLockProvider, url),
             #[cfg(feature = "mysql")]
-            "mysql" => {
-                let builder = shedlock_mysql::MySqlLockProvider::builder_from_url(url);
-                match self.operation_timeout {
-                    Some(timeout) => builder.operation_timeout(timeout),
-                    None => builder,
-                }
-                .build()
-                .await
-                .map(AnyLockProvider::from)
-                .map_err(ConnectError::from)
-            }
+            "mysql" => sql_provider!(self, shedlock_mysql::MySqlLockProvider, url),
             #[cfg(feature = "redis")]
             "redis" => {
                 let builder = shedlock_redis::RedisLockProvider::builder();
@@ -354,14 +445,35 @@ impl AnyLockProviderBuilder {
             #[cfg(feature = "zookeeper")]
             "zookeeper" => {
                 let builder = shedlock_zookeeper::ZookeeperLockProvider::builder();
-                match self.operation_timeout {
+                let builder = match self.operation_timeout {
                     Some(timeout) => builder.operation_timeout(timeout),
                     None => builder,
+                };
+                #[cfg(any(feature = "rustls", feature = "rustls-native-roots"))]
+                let builder = {
+                    let builder = match self.tls_root_certificate {
+                        Some(pem) => builder.tls_root_certificate(pem),
+                        None => builder,
+                    };
+                    match self.tls_client_certificate {
+                        Some(client) => {
+                            builder.tls_client_certificate(client.certificate_pem, client.key_pem)
+                        }
+                        None => builder,
+                    }
+                };
+                #[cfg(not(any(feature = "rustls", feature = "rustls-native-roots")))]
+                if self.tls_root_certificate.is_some() || self.tls_client_certificate.is_some() {
+                    return Err(tls_feature_disabled(scheme));
                 }
-                .connect(&format!("zk://{}", &url[scheme.len() + "://".len()..]))
-                .await
-                .map(AnyLockProvider::from)
-                .map_err(ConnectError::from)
+                // The provider reads its schemes in lowercase; the rest of the URL is its own.
+                let tls = scheme.to_ascii_lowercase().ends_with("+tls");
+                let rest = &url[scheme.len() + "://".len()..];
+                builder
+                    .connect(&format!("{}://{rest}", if tls { "zk+tls" } else { "zk" }))
+                    .await
+                    .map(AnyLockProvider::from)
+                    .map_err(ConnectError::from)
             }
             disabled => Err(ConnectError::FeatureDisabled {
                 scheme: scheme.to_owned(),
@@ -434,15 +546,15 @@ fn etcd_endpoints(scheme: &str, url: &str) -> String {
         .join(",")
 }
 
-/// A root certificate was given to a build without TLS.
+/// A TLS certificate was given to a build without TLS.
 #[cfg(all(
-    any(feature = "redis", feature = "etcd"),
+    any(feature = "redis", feature = "etcd", feature = "zookeeper"),
     not(any(feature = "rustls", feature = "rustls-native-roots"))
 ))]
 fn tls_feature_disabled(scheme: &str) -> ConnectError {
     ConnectError::InvalidUrl {
         scheme: scheme.to_owned(),
-        rule: "a TLS root certificate was set, but this build leaves TLS out: enable the \
+        rule: "a TLS certificate was set, but this build leaves TLS out: enable the \
                \"rustls\" feature of shedlock"
             .to_owned(),
     }

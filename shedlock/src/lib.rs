@@ -40,7 +40,7 @@
 //! | `redis://`, `rediss://`, `redis+unix://`, `unix://`, `redis+cluster://`, `rediss+cluster://`, `redis+sentinel://`, `rediss+sentinel://`, and the same under `valkey` | `shedlock::redis` | `redis` |
 //! | `etcd://host:2379[,host:2379...]` (plain HTTP), `etcds://` (TLS) | `shedlock::etcd` | `etcd` (needs `protoc` to build) |
 //! | `mongodb://`, `mongodb+srv://` | `shedlock::mongo` | `mongo` |
-//! | `zk://host:2181[,host:2181...][/chroot]`, `zookeeper://` | `shedlock::zookeeper` | `zookeeper` |
+//! | `zk://host:2181[,host:2181...][/chroot]`, `zookeeper://`, `zk+tls://`, `zookeeper+tls://` (TLS) | `shedlock::zookeeper` | `zookeeper` |
 //!
 //! Of the providers only `memory` is on by default (with `scheduler`): each backend brings its
 //! client library and that library's dependencies, so an application turns on the ones it uses
@@ -57,8 +57,10 @@
 //! instead of Mozilla's roots) and chosen by the URL: PostgreSQL `?sslmode=require` (or
 //! `verify-ca`, `verify-full` with `sslrootcert=/path/ca.pem`), MySQL `?ssl-mode=REQUIRED` (or
 //! `VERIFY_CA`, `VERIFY_IDENTITY` with `ssl-ca=`), `rediss://`, `etcds://`, MongoDB
-//! `?tls=true` (`tlsCAFile=`). A private CA for Redis or etcd goes to
-//! [`AnyLockProviderBuilder::tls_root_certificate`]. ZooKeeper is reached without TLS.
+//! `?tls=true` (`tlsCAFile=`), `zk+tls://`. A private CA for Redis or etcd goes to
+//! [`AnyLockProviderBuilder::tls_root_certificate`]; ZooKeeper over TLS trusts only the CA given
+//! there, and presents the client certificate of
+//! [`AnyLockProviderBuilder::tls_client_certificate`] to an ensemble that asks for one.
 //!
 //! Every provider connects with its defaults (ShedLock's table, keys and collection, server
 //! time). [`AnyLockProvider::builder`] sets what every provider shares (the operation timeout);

@@ -128,6 +128,8 @@ async fn an_unknown_scheme_is_named_with_the_supported_ones() {
         "mongodb",
         "mongodb+srv",
         "zk",
+        "zk+tls",
+        "zookeeper+tls",
     ] {
         assert!(message.contains(scheme), "{scheme} missing from: {message}");
     }
@@ -231,8 +233,33 @@ disabled_feature_test!(
 disabled_feature_test!(
     "zookeeper",
     zookeeper_urls_name_the_zookeeper_feature,
-    ["zk", "zookeeper"]
+    ["zk", "zookeeper", "zk+tls", "zookeeper+tls"]
 );
+
+#[tokio::test]
+async fn a_client_certificate_serves_zookeeper_only() {
+    for url in [
+        "memory://client-cert",
+        "rediss://cache:6380",
+        "postgres://db/app?sslmode=require",
+    ] {
+        let error = AnyLockProvider::builder()
+            .tls_client_certificate("-----BEGIN CERTIFICATE-----", SECRET)
+            .connect(url)
+            .await
+            .unwrap_err();
+        let message = error.to_string();
+        assert!(
+            matches!(error, ConnectError::InvalidUrl { .. }),
+            "{url}: {error:?}"
+        );
+        assert!(message.contains("serves zk+tls:// only"), "{message}");
+        assert_no_secret(
+            "the client-certificate error",
+            &format!("{message} {error:?}"),
+        );
+    }
+}
 
 #[cfg(not(feature = "sqlite"))]
 #[tokio::test]
@@ -363,6 +390,33 @@ mod sqlite {
         })
         .await;
     }
+
+    /// A database without the lock table is refused with the way to create it; the builder's
+    /// `create_table_if_missing` creates it, and its locks are the provider crate's.
+    #[tokio::test]
+    async fn the_builder_creates_a_missing_table_on_request_only() {
+        bounded(async {
+            let dir = std::env::temp_dir().join(unique("shedlock-facade"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let url = format!("sqlite://{}?mode=rwc", dir.join("locks.db").display());
+            let error = shedlock::connect(&url).await.unwrap_err();
+            let message = error.to_string();
+            assert!(message.contains("does not exist"), "{message}");
+            assert!(message.contains("create_table_if_missing()"), "{message}");
+            let any = AnyLockProvider::builder()
+                .create_table_if_missing()
+                .connect(&url)
+                .await
+                .unwrap();
+            let own = SqliteLockProvider::builder_from_url(url.as_str())
+                .build()
+                .await
+                .unwrap();
+            assert_same_backend(&any, &own).await;
+            std::fs::remove_dir_all(dir).unwrap();
+        })
+        .await;
+    }
 }
 
 #[cfg(feature = "postgres")]
@@ -397,7 +451,9 @@ mod postgres {
     async fn a_password_shows_neither_in_debug_nor_in_errors() {
         bounded(async {
             // The test server trusts every login, so the password is accepted and ignored.
-            let any = shedlock::connect(&with_password(&url(), "postgres"))
+            let any = AnyLockProvider::builder()
+                .create_table_if_missing()
+                .connect(&with_password(&url(), "postgres"))
                 .await
                 .unwrap();
             assert_no_secret("the provider's Debug", &format!("{any:?}"));
@@ -746,6 +802,71 @@ mod zookeeper {
             }
         })
         .await;
+    }
+
+    /// `zk+tls://` and `zookeeper+tls://` reach the TLS ensemble `ci/` starts with the builder's
+    /// CA and client certificate, as the provider crate's own TLS connection does; its key never
+    /// shows in `Debug`.
+    #[cfg(any(feature = "rustls", feature = "rustls-native-roots"))]
+    #[tokio::test]
+    async fn zk_tls_urls_reach_the_tls_ensemble_with_the_builders_ca_and_client_certificate() {
+        bounded(async {
+            let url = env_url("SHEDLOCK_TEST_ZOOKEEPER_TLS_URL");
+            let read = |var: &str| {
+                let path = env_url(var);
+                std::fs::read(&path).unwrap_or_else(|error| panic!("{var}={path}: {error}"))
+            };
+            let ca = read("SHEDLOCK_TEST_TLS_CA_FILE");
+            let certificate = read("SHEDLOCK_TEST_ZOOKEEPER_TLS_CLIENT_CERT");
+            let key = read("SHEDLOCK_TEST_ZOOKEEPER_TLS_CLIENT_KEY");
+            let own = ZookeeperLockProvider::builder()
+                .tls_root_certificate(ca.clone())
+                .tls_client_certificate(certificate.clone(), key.clone())
+                .connect(&url)
+                .await
+                .unwrap();
+            let servers = url.split_once("://").expect("a zk+tls:// URL").1;
+            for scheme in ["zk+tls", "zookeeper+tls", "ZK+TLS"] {
+                let builder = AnyLockProvider::builder()
+                    .tls_root_certificate(ca.clone())
+                    .tls_client_certificate(certificate.clone(), key.clone());
+                let key_text = String::from_utf8_lossy(&key).into_owned();
+                assert!(!format!("{builder:?}").contains(key_text.trim()));
+                let any = builder
+                    .connect(&format!("{scheme}://{servers}"))
+                    .await
+                    .unwrap();
+                assert!(matches!(any, AnyLockProvider::Zookeeper(_)), "{any:?}");
+                assert_same_backend(&any, &own).await;
+            }
+            // The plain ensemble does not speak TLS: zk+tls:// never falls back to plain TCP.
+            let plain = AnyLockProvider::builder()
+                .operation_timeout(Duration::from_secs(2))
+                .tls_root_certificate(ca)
+                .connect(&format!("zk+tls://{}", connect_string()))
+                .await;
+            assert!(plain.is_err(), "zk+tls:// reached the plain ensemble");
+        })
+        .await;
+    }
+
+    /// A build without TLS refuses a certificate for `zk+tls://` rather than ignore it.
+    #[cfg(not(any(feature = "rustls", feature = "rustls-native-roots")))]
+    #[tokio::test]
+    async fn a_build_without_tls_names_the_feature_for_a_zk_tls_certificate() {
+        let error = AnyLockProvider::builder()
+            .tls_root_certificate("-----BEGIN CERTIFICATE-----")
+            .connect("zk+tls://zk1:2281")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, ConnectError::InvalidUrl { .. }),
+            "{error:?}"
+        );
+        assert!(
+            error.to_string().contains("enable the \"rustls\" feature"),
+            "{error}"
+        );
     }
 
     #[tokio::test]

@@ -194,12 +194,16 @@ mod admin;
 mod storage;
 
 pub use shedlock_sql::{Column, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, LockTable};
+// Inlined so this crate's docs list their methods: an alias page shows the impls of a type
+// documented in the same run only, and `cargo doc -p <this crate> --no-deps` documents no other.
+#[doc(inline)]
+pub use shedlock_sql::{SqlLockProvider, SqlLockProviderBuilder};
 pub use storage::{PostgresBackend, create_table_statement};
 
 /// A lock provider on a PostgreSQL table: one node's view of it. The shared provider, with this
-/// crate's statements; see [`shedlock_sql::SqlLockProvider`] for its methods.
-pub type PostgresLockProvider = shedlock_sql::SqlLockProvider<PostgresBackend>;
+/// crate's statements; see [`SqlLockProvider`] for its methods.
+pub type PostgresLockProvider = SqlLockProvider<PostgresBackend>;
 
 /// Configures and connects a [`PostgresLockProvider`]. Every setting has ShedLock's default; see
-/// [`shedlock_sql::SqlLockProviderBuilder`] for the settings.
-pub type PostgresLockProviderBuilder = shedlock_sql::SqlLockProviderBuilder<PostgresBackend>;
+/// [`SqlLockProviderBuilder`] for the settings.
+pub type PostgresLockProviderBuilder = SqlLockProviderBuilder<PostgresBackend>;

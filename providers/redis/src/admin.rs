@@ -38,36 +38,57 @@ const MAX_SCANS_PER_PAGE: usize = 16;
 ///
 /// `ARGV[1]` the `SCAN` cursor, `ARGV[2]` the `MATCH` pattern, `ARGV[3]` the page's limit,
 /// `ARGV[4]` `1` to read fencing counters, `ARGV[5]` `1` when routed to one cluster master,
-/// `ARGV[6]` the most `SCAN` calls. Each `SCAN` asks for as many keys as the page still lacks;
-/// a batch that would overflow the page is left for the next page (its cursor is not taken), so
-/// a page exceeds the limit only when its first batch does, which takes one hash bucket holding
-/// more matching keys than the limit.
+/// `ARGV[6]` the most `SCAN` calls, `ARGV[7]` the key the previous page stopped after within the
+/// batch this cursor returns ('' for none). Each `SCAN` asks for as many keys as the page still
+/// lacks, but `COUNT` is a hint: one hash bucket can hold more matching keys than that. A batch
+/// that would overflow a page that already has locks is left whole for the next page (its
+/// cursor is not taken). A first batch larger than the page is sorted byte-wise and cut at the
+/// limit; the next page runs the same cursor again and takes the keys after the last one taken.
+/// A key present throughout is still listed, as `SCAN` promises; the order only has to be the
+/// same on both pages, so it is bytes, never the server's locale.
 ///
 /// Returns `{'cluster'}` when not routed but on a cluster (where one node's `SCAN` would be a
-/// partial listing); otherwise `{cursor, time seconds, time microseconds, this master's lowest
-/// slot or -1, the next master's lowest slot or -1, then key, value, pttl, fencing counter ('')
-/// for each lock}`.
+/// partial listing); otherwise `{cursor, the key taken through or '', time seconds, time
+/// microseconds, this master's lowest slot or -1, the next master's lowest slot or -1, then key,
+/// value, pttl, fencing counter ('') for each lock}`.
 const LIST_BODY: &str = r"
 local cursor, pattern = ARGV[1], ARGV[2]
 local limit, fencing, routed = tonumber(ARGV[3]), ARGV[4] == '1', ARGV[5] == '1'
+local after = ARGV[7]
 if not routed and string.find(redis.call('INFO', 'cluster'), 'cluster_enabled:1', 1, true) then
   return {'cluster'}
 end
-local locks = {}
+local function bytewise_before(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+local locks, taken_through = {}, ''
 for _ = 1, tonumber(ARGV[6]) do
   local reply = redis.call('SCAN', cursor, 'MATCH', pattern, 'COUNT', limit - #locks)
-  local batch = {}
+  local keys = {}
   for _, key in ipairs(reply[2]) do
-    if redis.call('TYPE', key).ok == 'string' then
-      local fence = ''
-      if fencing and not string.find(key, '[{}]') then
-        fence = redis.call('GET', '{' .. key .. '}:fencing') or ''
-      end
-      batch[#batch + 1] = {key, redis.call('GET', key), redis.call('PTTL', key), fence}
+    if (after == '' or bytewise_before(after, key)) and redis.call('TYPE', key).ok == 'string' then
+      keys[#keys + 1] = key
     end
   end
-  if #locks > 0 and #locks + #batch > limit then break end
-  for _, lock in ipairs(batch) do locks[#locks + 1] = lock end
+  after = ''
+  if #locks + #keys > limit then
+    if #locks > 0 then break end
+    table.sort(keys, bytewise_before)
+    for i = #keys, limit + 1, -1 do keys[i] = nil end
+    taken_through = keys[limit]
+  end
+  for _, key in ipairs(keys) do
+    local fence = ''
+    if fencing and not string.find(key, '[{}]') then
+      fence = redis.call('GET', '{' .. key .. '}:fencing') or ''
+    end
+    locks[#locks + 1] = {key, redis.call('GET', key), redis.call('PTTL', key), fence}
+  end
+  if taken_through ~= '' then break end
   cursor = reply[1]
   if cursor == '0' or #locks >= limit then break end
 end
@@ -83,14 +104,14 @@ if routed then
     return redis.error_reply('the node the listing was routed to serves no slots')
   end
   here = lowest[me]
-  if cursor == '0' then
+  if cursor == '0' and taken_through == '' then
     for _, first in pairs(lowest) do
       if first > here and (following == -1 or first < following) then following = first end
     end
   end
 end
 local time = redis.call('TIME')
-local out = {cursor, time[1], time[2], here, following}
+local out = {cursor, taken_through, time[1], time[2], here, following}
 for _, lock in ipairs(locks) do
   for _, field in ipairs(lock) do out[#out + 1] = field end
 end
@@ -125,37 +146,85 @@ return {time[1], time[2], value, redis.call('PTTL', KEYS[1]), fence}
     )
 });
 
-/// Where a listing goes on: the `SCAN` cursor on the server, or on the cluster master that
-/// serves `slot` (identified by the lowest slot it serves).
+/// Where a listing goes on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Position {
-    Server(String),
-    Master { slot: u16, cursor: String },
+struct Position {
+    /// The cluster master the listing is on, named by the lowest slot it serves; `None` on one
+    /// server.
+    master: Option<u16>,
+    /// The `SCAN` cursor there.
+    scan: String,
+    /// The last key the previous page took from the batch `scan` returns, when that batch was
+    /// larger than a page.
+    taken_through: Option<Vec<u8>>,
 }
 
 impl Position {
-    /// The cursor text: `<scan cursor>`, or `<slot>:<scan cursor>` on a cluster.
-    fn encode(&self) -> String {
-        match self {
-            Position::Server(cursor) => cursor.clone(),
-            Position::Master { slot, cursor } => format!("{slot}:{cursor}"),
+    /// A listing's start on one server; on a cluster, the first page's script finds it is
+    /// unrouted and the listing starts again at the master serving slot 0.
+    fn start() -> Self {
+        Self::at(None, "0")
+    }
+
+    fn at(master: Option<u16>, scan: &str) -> Self {
+        Self {
+            master,
+            scan: scan.to_owned(),
+            taken_through: None,
         }
     }
 
-    fn decode(text: &str) -> Option<Self> {
-        let is_cursor =
-            |cursor: &str| !cursor.is_empty() && cursor.bytes().all(|b| b.is_ascii_digit());
-        match text.split_once(':') {
-            None => is_cursor(text).then(|| Position::Server(text.to_owned())),
-            Some((slot, cursor)) => {
-                let slot = slot.parse::<u16>().ok().filter(|&slot| slot < SLOTS)?;
-                is_cursor(cursor).then(|| Position::Master {
-                    slot,
-                    cursor: cursor.to_owned(),
-                })
+    /// The cursor text: `[<slot>:]<scan cursor>[/<key taken through, in hex>]`.
+    fn encode(&self) -> String {
+        let mut text = match self.master {
+            Some(slot) => format!("{slot}:{}", self.scan),
+            None => self.scan.clone(),
+        };
+        if let Some(key) = &self.taken_through {
+            text.push('/');
+            for byte in key {
+                text.push_str(&format!("{byte:02x}"));
             }
         }
+        text
     }
+
+    fn decode(text: &str) -> Option<Self> {
+        let (place, taken_through) = match text.split_once('/') {
+            None => (text, None),
+            Some((place, hex)) => (place, Some(decode_hex(hex)?)),
+        };
+        let (master, scan) = match place.split_once(':') {
+            None => (None, place),
+            Some((slot, scan)) => {
+                let slot = slot.parse::<u16>().ok().filter(|&slot| slot < SLOTS)?;
+                (Some(slot), scan)
+            }
+        };
+        let is_cursor = !scan.is_empty() && scan.bytes().all(|b| b.is_ascii_digit());
+        is_cursor.then(|| Self {
+            master,
+            scan: scan.to_owned(),
+            taken_through,
+        })
+    }
+}
+
+/// Lowercase hex of a non-empty key back to its bytes.
+fn decode_hex(hex: &str) -> Option<Vec<u8>> {
+    if hex.is_empty() || !hex.len().is_multiple_of(2) || !hex.is_ascii() {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|at| {
+            let pair = &hex[at..at + 2];
+            pair.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+                .then(|| u8::from_str_radix(pair, 16).ok())
+                .flatten()
+        })
+        .collect()
 }
 
 /// Redis Cluster's hash slots.
@@ -292,11 +361,11 @@ where
     ) -> redis::RedisResult<ListReply> {
         let inner = &self.inner;
         let mut connection = inner.connection.clone();
-        let (script, routing, cursor) = match position {
-            Position::Server(cursor) => (&*LIST, None, cursor),
-            Position::Master { slot, cursor } => {
-                let key = routing_key(*slot).ok_or_else(|| unexpected("no routing key"))?;
-                (&*LIST_ON_MASTER, Some(key), cursor)
+        let (script, routing) = match position.master {
+            None => (&*LIST, None),
+            Some(slot) => {
+                let key = routing_key(slot).ok_or_else(|| unexpected("no routing key"))?;
+                (&*LIST_ON_MASTER, Some(key))
             }
         };
         let mut invocation = script.prepare_invoke();
@@ -304,12 +373,13 @@ where
             invocation.key(key);
         }
         let reply: Vec<redis::Value> = invocation
-            .arg(cursor)
+            .arg(&position.scan)
             .arg(pattern)
             .arg(limit)
             .arg(if inner.fencing { "1" } else { "0" })
             .arg(if routing.is_some() { "1" } else { "0" })
             .arg(MAX_SCANS_PER_PAGE)
+            .arg(position.taken_through.as_deref().unwrap_or_default())
             .invoke_async(&mut connection)
             .await?;
         if reply.len() == 1 {
@@ -318,22 +388,26 @@ where
         let mut fields = reply.into_iter();
         let mut field = || fields.next().ok_or_else(|| unexpected("a page too short"));
         let cursor: String = redis::from_redis_value(field()?)?;
+        let taken_through: Vec<u8> = redis::from_redis_value(field()?)?;
         let now = server_time(field()?, field()?)?;
         let here: i64 = redis::from_redis_value(field()?)?;
         let following: i64 = redis::from_redis_value(field()?)?;
         let slot = |slot: i64| u16::try_from(slot).map_err(|_| unexpected("a slot"));
-        let next = match (&routing, cursor.as_str()) {
-            (None, "0") => None,
-            (None, _) => Some(Position::Server(cursor)),
-            (Some(_), "0") if following < 0 => None,
-            (Some(_), "0") => Some(Position::Master {
-                slot: slot(following)?,
-                cursor: "0".to_owned(),
-            }),
-            (Some(_), _) => Some(Position::Master {
-                slot: slot(here)?,
-                cursor,
-            }),
+        let master = match routing {
+            None => None,
+            Some(_) => Some(slot(here)?),
+        };
+        let next = if !taken_through.is_empty() {
+            Some(Position {
+                taken_through: Some(taken_through),
+                ..Position::at(master, &cursor)
+            })
+        } else if cursor != "0" {
+            Some(Position::at(master, &cursor))
+        } else if following >= 0 {
+            Some(Position::at(Some(slot(following)?), "0"))
+        } else {
+            None
         };
         let rest: Vec<redis::Value> = fields.collect();
         if !rest.len().is_multiple_of(4) {
@@ -363,7 +437,7 @@ where
     async fn list_locks(&self, request: &PageRequest) -> Result<LockPage, LockError> {
         let inner = &self.inner;
         let position = match &request.after {
-            None => Position::Server("0".to_owned()),
+            None => Position::start(),
             Some(after) => Position::decode(after.as_str()).ok_or_else(|| {
                 LockError::backend_message(
                     PROVIDER,
@@ -371,7 +445,8 @@ where
                     &request.prefix,
                     format!(
                         "the page cursor {:?} is not one this provider made: it is a SCAN \
-                         cursor, or <slot>:<SCAN cursor> on a Redis Cluster",
+                         cursor, <slot>:<SCAN cursor> on a Redis Cluster, either followed by \
+                         /<hex key> within a large batch",
                         after.as_str()
                     ),
                 )
@@ -388,15 +463,12 @@ where
                 match self.scan_page(&position, &pattern, limit).await? {
                     ListReply::Page(page) => Ok(page),
                     ListReply::Cluster => {
-                        if position != Position::Server("0".to_owned()) {
+                        if position != Position::start() {
                             return Err(unexpected(
                                 "a single-server cursor given to a Redis Cluster",
                             ));
                         }
-                        let first = Position::Master {
-                            slot: 0,
-                            cursor: "0".to_owned(),
-                        };
+                        let first = Position::at(Some(0), "0");
                         match self.scan_page(&first, &pattern, limit).await? {
                             ListReply::Page(page) => Ok(page),
                             ListReply::Cluster => Err(unexpected("a routed page")),
@@ -503,17 +575,24 @@ mod tests {
 
     #[test]
     fn cursors_round_trip_and_refuse_anything_else() {
+        let taken_through = |key: &[u8]| Position {
+            taken_through: Some(key.to_vec()),
+            ..Position::at(Some(5461), "0")
+        };
         for position in [
-            Position::Server("0".to_owned()),
-            Position::Server("123".to_owned()),
-            Position::Master {
-                slot: 5461,
-                cursor: "77".to_owned(),
-            },
+            Position::start(),
+            Position::at(None, "123"),
+            Position::at(Some(5461), "77"),
+            taken_through(b"job:/a:b"),
+            taken_through(&[0, 0xff, b'/']),
         ] {
             assert_eq!(Position::decode(&position.encode()), Some(position));
         }
-        for text in ["", "x", "1:", ":1", "16384:0", "1:2:3", "-1"] {
+        assert_eq!(taken_through(b"a/").encode(), "5461:0/612f");
+        for text in [
+            "", "x", "1:", ":1", "16384:0", "1:2:3", "-1", "0/", "0/1", "0/zz", "0/AB", "/61",
+            "0/é1",
+        ] {
             assert_eq!(Position::decode(text), None, "{text:?}");
         }
     }

@@ -122,12 +122,16 @@ mod admin;
 mod storage;
 
 pub use shedlock_sql::{Column, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, LockTable};
+// Inlined so this crate's docs list their methods: an alias page shows the impls of a type
+// documented in the same run only, and `cargo doc -p <this crate> --no-deps` documents no other.
+#[doc(inline)]
+pub use shedlock_sql::{SqlLockProvider, SqlLockProviderBuilder};
 pub use storage::{SqliteBackend, create_table_statement};
 
 /// A lock provider on a table in a SQLite file: one node's view of it. The shared provider, with this
-/// crate's statements; see [`shedlock_sql::SqlLockProvider`] for its methods.
-pub type SqliteLockProvider = shedlock_sql::SqlLockProvider<SqliteBackend>;
+/// crate's statements; see [`SqlLockProvider`] for its methods.
+pub type SqliteLockProvider = SqlLockProvider<SqliteBackend>;
 
 /// Configures and connects a [`SqliteLockProvider`]. Every setting has ShedLock's default; see
-/// [`shedlock_sql::SqlLockProviderBuilder`] for the settings.
-pub type SqliteLockProviderBuilder = shedlock_sql::SqlLockProviderBuilder<SqliteBackend>;
+/// [`SqlLockProviderBuilder`] for the settings.
+pub type SqliteLockProviderBuilder = SqlLockProviderBuilder<SqliteBackend>;
