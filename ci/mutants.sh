@@ -31,10 +31,10 @@ mkdir -p "$OUT"
 # area: the files (within .cargo/mutants.toml's), the package they are in, the packages whose
 # tests run, and which of their tests (the kit under server and client time, in UTC, on SQLite
 # and PostgreSQL: its non-UTC runs add nothing the shared code decides; and PostgreSQL's wire
-# round-trip counts, which notice a connection that is not reused)
+# round-trip counts, which notice a connection that is not reused; and their admin tests)
 areas=(
   "shedlock-core/src|shedlock-core|shedlock-core|"
-  "providers/sql/src|shedlock-sql|shedlock-sql shedlock-sqlite shedlock-postgres|--lib --test sqlite_provider --test conformance --test conformance_client_time --test round_trips"
+  "providers/sql/src|shedlock-sql|shedlock-sql shedlock-sqlite shedlock-postgres|--lib --test sqlite_provider --test conformance --test conformance_client_time --test round_trips --test admin"
   "conformance/src/checks/model.rs|shedlock-conformance|shedlock-conformance|"
 )
 

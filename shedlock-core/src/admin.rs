@@ -415,6 +415,55 @@ mod tests {
         assert_eq!(earlier.state, LockState::Free);
     }
 
+    /// Answers for one held lock, `"x"`, held by the acquisition `"right"`.
+    #[derive(Debug)]
+    struct OneLock;
+
+    #[async_trait]
+    impl LockAdmin for OneLock {
+        async fn list_locks(&self, _: &PageRequest) -> Result<LockPage, LockError> {
+            page(&["x"], None)
+        }
+
+        async fn inspect_lock(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+            Ok((name == "x").then(|| lock(name)))
+        }
+
+        async fn force_unlock(
+            &self,
+            name: &str,
+            acquisition: &AcquisitionId,
+        ) -> Result<bool, LockError> {
+            Ok(name == "x" && acquisition.as_str() == "right")
+        }
+    }
+
+    #[tokio::test]
+    async fn an_arc_answers_as_the_admin_it_holds() {
+        let admin: std::sync::Arc<OneLock> = std::sync::Arc::new(OneLock);
+        let page = admin.list_locks(&PageRequest::first("")).await.unwrap();
+        assert_eq!(page.locks, [lock("x")]);
+        assert_eq!(admin.inspect_lock("x").await.unwrap(), Some(lock("x")));
+        assert_eq!(admin.inspect_lock("y").await.unwrap(), None);
+        let right = AcquisitionId::new("right");
+        assert!(admin.force_unlock("x", &right).await.unwrap());
+        assert!(
+            !admin
+                .force_unlock("x", &AcquisitionId::new("wrong"))
+                .await
+                .unwrap()
+        );
+    }
+
+    #[test]
+    fn states_and_acquisitions_print_as_an_operator_passes_them_back() {
+        assert_eq!(LockState::Held.to_string(), "held");
+        assert_eq!(LockState::Free.to_string(), "free");
+        let acquisition = AcquisitionId::new("2024-01-02T03:04:05.678Z@web-3");
+        assert_eq!(acquisition.as_str(), "2024-01-02T03:04:05.678Z@web-3");
+        assert_eq!(acquisition.to_string(), "2024-01-02T03:04:05.678Z@web-3");
+    }
+
     #[test]
     fn a_page_size_of_zero_still_moves() {
         assert_eq!(PageRequest::first("").with_limit(0).limit, 1);
