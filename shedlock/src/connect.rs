@@ -183,22 +183,16 @@ pub struct AnyLockProviderBuilder {
 
 /// A certificate chain and its private key (PEM), for a server that asks the client for one.
 #[derive(Clone)]
+// Read only where ZooKeeper's TLS is built in; elsewhere only its presence is checked.
+#[cfg_attr(
+    not(all(
+        feature = "zookeeper",
+        any(feature = "rustls", feature = "rustls-native-roots")
+    )),
+    allow(dead_code)
+)]
 struct ClientCertificate {
-    #[cfg_attr(
-        not(all(
-            feature = "zookeeper",
-            any(feature = "rustls", feature = "rustls-native-roots")
-        )),
-        allow(dead_code)
-    )]
     certificate_pem: Vec<u8>,
-    #[cfg_attr(
-        not(all(
-            feature = "zookeeper",
-            any(feature = "rustls", feature = "rustls-native-roots")
-        )),
-        allow(dead_code)
-    )]
     key_pem: Vec<u8>,
 }
 
