@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use shedlock::{AnyLockProvider, ConnectError, redact_url};
+use shedlock::{AnyLockProvider, AnyLockProviderBuilder, ConnectError, redact_url};
 
 use crate::Failure;
 use crate::progress::Progress;
@@ -46,31 +46,47 @@ pub fn parse_timeout(text: &str) -> Result<Duration, String> {
 /// Connects to `url`, giving up after `timeout` whatever the provider's own bounds, with a
 /// progress line on a terminal once it takes more than a second.
 pub async fn connect(url: &str, args: &ConnectOptions) -> Result<AnyLockProvider, Failure> {
+    let builder = builder(url, args)?;
+    let progress = Progress::start(format!("connecting to {}", redact_url(url)));
+    let connected = connect_with(builder, url, args.timeout).await;
+    progress.finish();
+    connected
+}
+
+/// The facade's builder for `url` with `args`, once this build is known to have its backend.
+pub fn builder(url: &str, args: &ConnectOptions) -> Result<AnyLockProviderBuilder, Failure> {
     if let Some((scheme, feature)) = feature_left_out(url) {
         return Err(feature_disabled(&scheme, feature));
     }
+    let builder = AnyLockProvider::builder().operation_timeout(args.timeout);
+    let Some(path) = &args.tls_ca_file else {
+        return Ok(builder);
+    };
+    let pem = std::fs::read(path).map_err(|error| {
+        Failure::from_error(
+            &format!(
+                "cannot read the CA file {} given by --tls-ca-file: ",
+                path.display()
+            ),
+            &error,
+        )
+    })?;
+    Ok(builder.tls_root_certificate(pem))
+}
+
+/// Connects `builder` to `url` within `timeout`, with no progress line: for a command that
+/// connects many nodes under a progress line of its own.
+pub async fn connect_with(
+    builder: AnyLockProviderBuilder,
+    url: &str,
+    timeout: Duration,
+) -> Result<AnyLockProvider, Failure> {
     let shown = redact_url(url);
-    let mut builder = AnyLockProvider::builder().operation_timeout(args.timeout);
-    if let Some(path) = &args.tls_ca_file {
-        let pem = std::fs::read(path).map_err(|error| {
-            Failure::from_error(
-                &format!(
-                    "cannot read the CA file {} given by --tls-ca-file: ",
-                    path.display()
-                ),
-                &error,
-            )
-        })?;
-        builder = builder.tls_root_certificate(pem);
-    }
-    let progress = Progress::start(format!("connecting to {shown}"));
-    let connected = tokio::time::timeout(args.timeout, builder.connect(url)).await;
-    progress.finish();
+    let connected = tokio::time::timeout(timeout, builder.connect(url)).await;
     match connected {
         Err(_elapsed) => Err(Failure::Error(format!(
-            "no answer from {shown} within {:?} (--timeout): is the host reachable and the \
-             server up?",
-            args.timeout
+            "no answer from {shown} within {timeout:?} (--timeout): is the host reachable and \
+             the server up?"
         ))),
         Ok(Ok(provider)) => Ok(provider),
         Ok(Err(ConnectError::FeatureDisabled { scheme, feature })) => {
@@ -123,8 +139,24 @@ fn feature_disabled(scheme: &str, feature: &str) -> Failure {
 /// CLI promises exactly its own features, so it checks them itself; an unknown scheme is left
 /// to the facade, which lists the known ones.
 fn feature_left_out(url: &str) -> Option<(String, &'static str)> {
-    let scheme = url.split_once(':')?.0.to_ascii_lowercase();
-    let (feature, enabled) = match scheme.as_str() {
+    let scheme = scheme_of(url)?;
+    let (feature, enabled) = feature_of(&scheme)?;
+    (!enabled).then_some((scheme, feature))
+}
+
+/// The backend `url` names, called as its feature is (`postgres` for `postgresql://` too);
+/// `None` for a scheme no backend has.
+pub fn backend_name(url: &str) -> Option<&'static str> {
+    feature_of(&scheme_of(url)?).map(|(feature, _)| feature)
+}
+
+fn scheme_of(url: &str) -> Option<String> {
+    Some(url.split_once(':')?.0.to_ascii_lowercase())
+}
+
+/// The feature of this CLI that `scheme`'s backend needs, and whether this build has it.
+fn feature_of(scheme: &str) -> Option<(&'static str, bool)> {
+    Some(match scheme {
         "memory" => ("memory", cfg!(feature = "memory")),
         "sqlite" => ("sqlite", cfg!(feature = "sqlite")),
         "postgres" | "postgresql" => ("postgres", cfg!(feature = "postgres")),
@@ -138,6 +170,5 @@ fn feature_left_out(url: &str) -> Option<(String, &'static str)> {
             ("redis", cfg!(feature = "redis"))
         }
         _ => return None,
-    };
-    (!enabled).then_some((scheme, feature))
+    })
 }

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod backend;
+mod bench;
 mod demo;
 mod list;
 mod progress;
@@ -26,6 +27,9 @@ Examples:
   # Free a stuck lock: shows its holder and asks before freeing that very acquisition
   shedlock unlock nightly-report --url mysql://ops@db/app
 
+  # What a lock costs on each backend, beside the backend's floor (table and SVG chart)
+  shedlock bench --url postgres://postgres@db/test --url redis://cache:6379
+
 Backends: sqlite: and memory:// are built in; postgres://, mysql:// (mariadb://), redis://
 (rediss://, valkey://), etcd:// (etcds://), mongodb:// and zk:// each need the cargo feature
 of the same name (or `all`): cargo install shedlock-cli --features postgres
@@ -40,11 +44,11 @@ prompt; `demo` exits 1 when a tick did not run exactly once.";
     name = "shedlock",
     version,
     about = "See shedlock-rs at work, and see and free the locks of any backend",
-    long_about = "See shedlock-rs at work (`demo`), and see and free the locks of any backend \
-                  (`list`, `unlock`). A backend is named by a URL, given with --url or in the \
-                  SHEDLOCK_URL environment variable (better for URLs with a password: argv is \
-                  visible to every user of the machine). No URL is ever printed with its \
-                  password.",
+    long_about = "See shedlock-rs at work (`demo`), see and free the locks of any backend \
+                  (`list`, `unlock`), and measure what a lock costs on it (`bench`). A \
+                  backend is named by a URL, given with --url or in the SHEDLOCK_URL \
+                  environment variable (better for URLs with a password: argv is visible to \
+                  every user of the machine). No URL is ever printed with its password.",
     after_help = EXAMPLES
 )]
 struct Cli {
@@ -57,8 +61,7 @@ enum Command {
     Demo(demo::DemoArgs),
     List(list::ListArgs),
     Unlock(unlock::UnlockArgs),
-    /// Reserved for the benchmark; not in this version yet.
-    Bench,
+    Bench(bench::BenchArgs),
     /// One node of `demo`, started by it: not for direct use.
     #[command(hide = true)]
     DemoNode(demo::node::NodeArgs),
@@ -92,7 +95,8 @@ impl Failure {
         }
     }
 
-    fn message(&self) -> &str {
+    /// The line printed for it.
+    pub fn message(&self) -> &str {
         match self {
             Failure::Error(message)
             | Failure::NotFound(message)
@@ -123,10 +127,7 @@ fn main() -> ExitCode {
         // around the runtime it builds itself.
         Command::DemoNode(args) => demo::node::run(args),
         Command::Demo(args) => demo::run(args),
-        Command::Bench => Err(Failure::Error(
-            "`shedlock bench` is reserved for the benchmark, which is not in this version yet"
-                .to_owned(),
-        )),
+        Command::Bench(args) => runtime().and_then(|runtime| runtime.block_on(bench::run(args))),
         Command::List(args) => runtime().and_then(|runtime| runtime.block_on(list::run(args))),
         Command::Unlock(args) => runtime().and_then(|runtime| runtime.block_on(unlock::run(args))),
     };

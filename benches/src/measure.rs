@@ -1,0 +1,190 @@
+//! Timing an operation again and again, and what its latencies come to.
+
+use std::time::{Duration, Instant};
+
+/// How long to keep calling an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Budget {
+    /// Until this much time has passed (at least one call).
+    For(Duration),
+    /// This many calls (at least one).
+    Calls(usize),
+}
+
+impl Budget {
+    fn allows(self, started: Instant, calls: usize) -> bool {
+        match self {
+            Budget::For(duration) => calls == 0 || started.elapsed() < duration,
+            Budget::Calls(count) => calls < count.max(1),
+        }
+    }
+}
+
+/// The latencies of calls made one after another.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stats {
+    /// How many calls were timed.
+    pub samples: usize,
+    /// The median latency.
+    pub p50: Duration,
+    /// The latency 99 % of calls beat or matched.
+    pub p99: Duration,
+    /// The mean latency.
+    pub mean: Duration,
+    /// Calls per second one caller gets back to back: samples over the summed latencies, so the
+    /// time between calls (bookkeeping of the loop) is left out.
+    pub ops_per_sec: f64,
+}
+
+/// Every latency of a measurement, fastest first: the distribution a chart draws.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Samples {
+    latencies: Vec<Duration>,
+}
+
+impl Samples {
+    /// The samples of `latencies`, in any order; `None` if there are none.
+    pub fn from_latencies(mut latencies: Vec<Duration>) -> Option<Samples> {
+        latencies.sort_unstable();
+        (!latencies.is_empty()).then_some(Samples { latencies })
+    }
+
+    /// The latencies, fastest first.
+    pub fn latencies(&self) -> &[Duration] {
+        &self.latencies
+    }
+
+    /// Their summary.
+    pub fn stats(&self) -> Stats {
+        Stats::from_sorted(&self.latencies)
+    }
+}
+
+impl Stats {
+    /// The summary of `latencies`, sorted and not empty.
+    fn from_sorted(latencies: &[Duration]) -> Stats {
+        let total: Duration = latencies.iter().sum();
+        let samples = latencies.len();
+        // Nearest rank: the smallest latency with at least q of the samples at or below it.
+        let quantile = |q: f64| latencies[((samples as f64 * q).ceil() as usize).max(1) - 1];
+        Stats {
+            samples,
+            p50: quantile(0.50),
+            p99: quantile(0.99),
+            mean: total / samples as u32,
+            ops_per_sec: samples as f64 / total.as_secs_f64().max(f64::MIN_POSITIVE),
+        }
+    }
+}
+
+/// Calls `operation` within `budget`, one call at a time, timing each call.
+///
+/// Stops at the first error and returns it: a bench of a failing backend has no figure.
+pub async fn measure<E, F, Fut>(budget: Budget, mut operation: F) -> Result<Samples, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+{
+    measure_reported(budget, || {
+        let call = operation();
+        async move {
+            let start = Instant::now();
+            call.await?;
+            Ok(start.elapsed())
+        }
+    })
+    .await
+}
+
+/// Calls `operation` within `budget`, one call at a time, each call reporting its own latency:
+/// for an operation with setup or cleanup that is not part of what is measured (a contention
+/// round times the attempts, not the release of the winner).
+pub async fn measure_reported<E, F, Fut>(budget: Budget, mut operation: F) -> Result<Samples, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Duration, E>>,
+{
+    let started = Instant::now();
+    let mut latencies = Vec::new();
+    while budget.allows(started, latencies.len()) {
+        latencies.push(operation().await?);
+    }
+    Ok(Samples::from_latencies(latencies).expect("every budget allows one call"))
+}
+
+/// How many times `floor` the `lock` figure is: 2.0 for a lock operation that costs two floor
+/// round trips.
+pub fn ratio(lock: Duration, floor: Duration) -> f64 {
+    lock.as_secs_f64() / floor.as_secs_f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(millis: u64) -> Duration {
+        Duration::from_millis(millis)
+    }
+
+    #[test]
+    fn quantiles_are_nearest_rank() {
+        let stats = Samples::from_latencies((1..=100).rev().map(ms).collect())
+            .unwrap()
+            .stats();
+        assert_eq!(stats.samples, 100);
+        assert_eq!(stats.p50, ms(50));
+        assert_eq!(stats.p99, ms(99));
+        assert_eq!(stats.mean, Duration::from_micros(50_500));
+        assert!((stats.ops_per_sec - 100.0 / 5.05).abs() < 1e-9);
+
+        let one = Samples::from_latencies(vec![ms(7)]).unwrap().stats();
+        assert_eq!((one.p50, one.p99, one.mean), (ms(7), ms(7), ms(7)));
+        assert_eq!(Samples::from_latencies(Vec::new()), None);
+    }
+
+    #[test]
+    fn a_count_budget_makes_that_many_calls_and_at_least_one() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        for (count, calls) in [(5, 5), (0, 1)] {
+            let mut made = 0;
+            let samples = runtime
+                .block_on(measure(Budget::Calls(count), || {
+                    made += 1;
+                    async { Ok::<_, ()>(()) }
+                }))
+                .unwrap();
+            assert_eq!((made, samples.stats().samples), (calls, calls));
+        }
+    }
+
+    #[test]
+    fn reported_latencies_are_the_samples_and_an_error_stops_the_run() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut next = 0;
+        let samples = runtime
+            .block_on(measure_reported(Budget::Calls(3), || {
+                next += 1;
+                let latency = ms(10 - next);
+                async move { Ok::<_, ()>(latency) }
+            }))
+            .unwrap();
+        assert_eq!(samples.latencies(), [ms(7), ms(8), ms(9)]);
+        assert_eq!((samples.stats().p50, samples.stats().samples), (ms(8), 3));
+
+        let mut made = 0;
+        let failed = runtime.block_on(measure(Budget::For(Duration::from_secs(60)), || {
+            made += 1;
+            async { Err::<(), _>("backend down") }
+        }));
+        assert_eq!((failed, made), (Err("backend down"), 1));
+    }
+
+    #[test]
+    fn ratio_is_lock_over_floor() {
+        assert_eq!(ratio(ms(3), ms(2)), 1.5);
+    }
+}

@@ -1,0 +1,313 @@
+//! One backend's benches in one go, each set beside the floor of as many round trips: what the
+//! `shedlock bench` command runs and prints. (`cargo bench` measures the same scenarios with
+//! criterion, one group per backend.)
+//!
+//! A figure alone says little; its ratio to the floor says what the provider adds to what the
+//! server and the network cost anyway. An acquire + release is two round trips that each
+//! commit a write, so a cycle is set beside two floor writes, and a ratio of 1.00 means the
+//! provider adds nothing measurable.
+
+use std::error::Error;
+use std::fmt;
+use std::time::Duration;
+
+use shedlock::AnyLockProvider;
+
+use crate::floors::Driver;
+use crate::measure::{Budget, Samples, measure, measure_reported};
+use crate::scenarios::{Contention, Cycle, FirstAcquire, Refused, run_prefix};
+
+/// Calls made, and thrown away, before each measurement: connections warm, statements prepared,
+/// caches filled, as in a service that has been running a while.
+const WARM_UP_CALLS: usize = 20;
+/// Contention rounds thrown away first: each is many round trips already.
+const WARM_UP_ROUNDS: usize = 2;
+
+/// What one row of a backend's figures measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Bench {
+    /// The driver's cheapest durable write ([`Driver::write`]).
+    FloorWrite,
+    /// The driver's cheapest read ([`Driver::read`]).
+    FloorRead,
+    /// Acquire + release of one name ([`Cycle`]).
+    Cycle,
+    /// Acquire + release of a name the backend has never seen ([`FirstAcquire`]).
+    FirstAcquire,
+    /// An acquire refused, another node holding the name ([`Refused`]).
+    Refused,
+    /// 8 nodes trying one name at once, until every node knows its outcome ([`Contention`]).
+    Contention8,
+    /// The same with 32 nodes.
+    Contention32,
+}
+
+impl Bench {
+    /// Every bench, in the order [`run`] measures them.
+    pub const ALL: [Bench; 7] = [
+        Bench::FloorWrite,
+        Bench::FloorRead,
+        Bench::Cycle,
+        Bench::FirstAcquire,
+        Bench::Refused,
+        Bench::Contention8,
+        Bench::Contention32,
+    ];
+
+    /// Its name in tables and JSON, as criterion's groups name the same bench.
+    pub fn name(self) -> &'static str {
+        match self {
+            Bench::FloorWrite => "floor_write",
+            Bench::FloorRead => "floor_read",
+            Bench::Cycle => "cycle",
+            Bench::FirstAcquire => "first_acquire",
+            Bench::Refused => "refused",
+            Bench::Contention8 => "contention_8",
+            Bench::Contention32 => "contention_32",
+        }
+    }
+
+    /// How many floor writes the bench's least cost is; `None` for the floors themselves.
+    ///
+    /// A cycle, first acquire included, is two round trips that each commit a write. A refused
+    /// acquire is one round trip that tries a write. Contending nodes each make one attempt at
+    /// the same time, so the last to know its outcome needs one round trip at the least (what
+    /// the server's serialising of the attempts adds on top is the figure's point).
+    pub fn floor_round_trips(self) -> Option<u32> {
+        match self {
+            Bench::FloorWrite | Bench::FloorRead => None,
+            Bench::Cycle | Bench::FirstAcquire => Some(2),
+            Bench::Refused | Bench::Contention8 | Bench::Contention32 => Some(1),
+        }
+    }
+
+    /// How many nodes the bench contends with, for a contention bench.
+    fn contenders(self) -> Option<usize> {
+        match self {
+            Bench::Contention8 => Some(8),
+            Bench::Contention32 => Some(32),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Bench {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A backend's latencies, one [`Samples`] per [`Bench`].
+#[derive(Debug, Clone)]
+pub struct Figures {
+    measured: Vec<(Bench, Samples)>,
+}
+
+impl Figures {
+    /// Every bench and its samples, in the order they were measured.
+    pub fn iter(&self) -> impl Iterator<Item = (Bench, &Samples)> {
+        self.measured
+            .iter()
+            .map(|(bench, samples)| (*bench, samples))
+    }
+
+    /// The samples of `bench`.
+    pub fn get(&self, bench: Bench) -> Option<&Samples> {
+        self.iter()
+            .find(|(measured, _)| *measured == bench)
+            .map(|(_, samples)| samples)
+    }
+
+    /// `bench`'s median over the median floor write times its
+    /// [round trips](Bench::floor_round_trips): 1.00 when the provider adds nothing measurable
+    /// to what the server costs anyway.
+    pub fn ratio_to_floor(&self, bench: Bench) -> Option<f64> {
+        let trips = bench.floor_round_trips()?;
+        let floor = self.get(Bench::FloorWrite)?.stats().p50 * trips;
+        Some(crate::measure::ratio(self.get(bench)?.stats().p50, floor))
+    }
+}
+
+/// Why a backend has no figures: a step that failed and the backend's own error.
+#[derive(Debug)]
+pub struct BenchError {
+    step: String,
+    source: Box<dyn Error + Send + Sync>,
+}
+
+impl BenchError {
+    /// `source` stopped `step` ("connecting node 3", "cycle", ...).
+    pub fn new(step: impl Into<String>, source: impl Into<Box<dyn Error + Send + Sync>>) -> Self {
+        Self {
+            step: step.into(),
+            source: source.into(),
+        }
+    }
+}
+
+impl fmt::Display for BenchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} failed", self.step)
+    }
+}
+
+impl Error for BenchError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+/// Measures every [`Bench`] of one backend, each for `each`, after a short warm-up.
+///
+/// `node` connects a new node: a provider of its own, with its own connections (up to 33 are
+/// made: the bench's, a holder for [`Bench::Refused`], and 32 contenders, who reuse the first
+/// two). `driver` is the backend's floor. `starting` is told each bench before it starts, for a
+/// progress display. The lock records the run made are removed at the end, when it fails too.
+///
+/// # Panics
+///
+/// When a lock answers what a scenario rules out (a free lock refused, a held one granted, two
+/// winners of one round): a broken lock has no figure.
+pub async fn run<N, Fut, D>(
+    node: N,
+    driver: &D,
+    each: Duration,
+    mut starting: impl FnMut(Bench),
+) -> Result<Figures, BenchError>
+where
+    N: Fn() -> Fut,
+    Fut: Future<Output = Result<AnyLockProvider, BenchError>>,
+    D: Driver,
+{
+    let prefix = run_prefix();
+    let measured = measure_all(&node, driver, each, &prefix, &mut starting).await;
+    let removed = driver.remove_names(&prefix).await;
+    let measured = measured?;
+    removed.map_err(|error| BenchError::new("removing the run's lock records", error))?;
+    Ok(Figures { measured })
+}
+
+async fn measure_all<N, Fut, D>(
+    node: &N,
+    driver: &D,
+    each: Duration,
+    prefix: &str,
+    starting: &mut impl FnMut(Bench),
+) -> Result<Vec<(Bench, Samples)>, BenchError>
+where
+    N: Fn() -> Fut,
+    Fut: Future<Output = Result<AnyLockProvider, BenchError>>,
+    D: Driver,
+{
+    let first = node().await?;
+    let holder = node().await?;
+    let mut contenders = vec![first.clone(), holder.clone()];
+    let mut measured = Vec::with_capacity(Bench::ALL.len());
+    for bench in Bench::ALL {
+        starting(bench);
+        let samples = match bench {
+            Bench::FloorWrite => timed(each, || driver.write())
+                .await
+                .map_err(failed(bench))?,
+            Bench::FloorRead => timed(each, || driver.read()).await.map_err(failed(bench))?,
+            Bench::Cycle => {
+                let cycle = Cycle::new(first.clone(), prefix);
+                timed(each, || cycle.run()).await.map_err(failed(bench))?
+            }
+            Bench::FirstAcquire => {
+                let first_acquire = FirstAcquire::new(first.clone(), prefix);
+                timed(each, || first_acquire.run())
+                    .await
+                    .map_err(failed(bench))?
+            }
+            Bench::Refused => {
+                let refused = Refused::new(&holder, first.clone(), prefix)
+                    .await
+                    .map_err(failed(bench))?;
+                let samples = timed(each, || refused.run()).await;
+                refused.release().await.map_err(failed(bench))?;
+                samples.map_err(failed(bench))?
+            }
+            Bench::Contention8 | Bench::Contention32 => {
+                let count = bench.contenders().expect("a contention bench");
+                while contenders.len() < count {
+                    contenders.push(node().await?);
+                }
+                let contention = Contention::new(contenders[..count].to_vec(), prefix);
+                measure_reported(Budget::Calls(WARM_UP_ROUNDS), || contention.run())
+                    .await
+                    .map_err(failed(bench))?;
+                measure_reported(Budget::For(each), || contention.run())
+                    .await
+                    .map_err(failed(bench))?
+            }
+        };
+        measured.push((bench, samples));
+    }
+    Ok(measured)
+}
+
+/// Makes a backend's error, of either the driver or the provider, the failure of `bench`.
+fn failed<E>(bench: Bench) -> impl FnOnce(E) -> BenchError
+where
+    E: Into<Box<dyn Error + Send + Sync>>,
+{
+    move |error| BenchError::new(bench.name(), error)
+}
+
+/// Warms `operation` up, then measures it for `each`.
+async fn timed<E, F, Fut>(each: Duration, mut operation: F) -> Result<Samples, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+{
+    measure(Budget::Calls(WARM_UP_CALLS), &mut operation).await?;
+    measure(Budget::For(each), operation).await
+}
+
+#[cfg(all(test, feature = "memory"))]
+mod tests {
+    use super::*;
+    use crate::floors::MemoryDriver;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_bench_is_measured_once_in_order_and_set_beside_its_floor() {
+        let url = format!("memory://{}", run_prefix());
+        let mut started = Vec::new();
+        let figures = run(
+            || async { Ok(crate::connect_node(&url).await) },
+            &MemoryDriver::default(),
+            Duration::from_millis(20),
+            |bench| started.push(bench),
+        )
+        .await
+        .unwrap();
+        assert_eq!(started, Bench::ALL);
+        let measured: Vec<Bench> = figures.iter().map(|(bench, _)| bench).collect();
+        assert_eq!(measured, Bench::ALL);
+        for (bench, samples) in figures.iter() {
+            assert!(samples.stats().samples >= 1, "{bench} has no samples");
+        }
+
+        let write = figures.get(Bench::FloorWrite).unwrap().stats().p50;
+        let cycle = figures.get(Bench::Cycle).unwrap().stats().p50;
+        let expected = cycle.as_secs_f64() / (2.0 * write.as_secs_f64());
+        let ratio = figures.ratio_to_floor(Bench::Cycle).unwrap();
+        assert!((ratio - expected).abs() < 1e-9, "{ratio} != {expected}");
+        assert_eq!(figures.ratio_to_floor(Bench::FloorRead), None);
+    }
+
+    #[tokio::test]
+    async fn a_node_that_cannot_connect_stops_the_run_and_names_the_step() {
+        let error = run(
+            || async { Err(BenchError::new("connecting a node", "refused")) },
+            &MemoryDriver::default(),
+            Duration::from_millis(1),
+            |_| {},
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(error.to_string(), "connecting a node failed");
+        assert_eq!(error.source().unwrap().to_string(), "refused");
+    }
+}
