@@ -588,9 +588,9 @@ pub enum AnyDriver {
     /// `redis+unix://`, `unix://`.
     #[cfg(feature = "redis")]
     Redis(RedisDriver),
-    /// `etcd://`.
+    /// `etcd://`; boxed, as etcd's client is some kilobytes and the other drivers are not.
     #[cfg(feature = "etcd")]
-    Etcd(EtcdDriver),
+    Etcd(Box<EtcdDriver>),
     /// `zk://`, `zookeeper://`.
     #[cfg(feature = "zookeeper")]
     Zookeeper(ZookeeperDriver),
@@ -628,13 +628,13 @@ impl AnyDriver {
                 Ok(Self::Redis(RedisDriver::connect(url).await?))
             }
             #[cfg(feature = "etcd")]
-            "etcd" => Ok(Self::Etcd(
+            "etcd" => Ok(Self::Etcd(Box::new(
                 EtcdDriver::connect(
                     rest.split(',')
                         .map(|endpoint| format!("http://{}", endpoint.trim())),
                 )
                 .await?,
-            )),
+            ))),
             #[cfg(feature = "zookeeper")]
             "zk" | "zookeeper" => Ok(Self::Zookeeper(ZookeeperDriver::connect(rest).await?)),
             #[cfg(feature = "mongo")]

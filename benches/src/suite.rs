@@ -67,17 +67,20 @@ impl Bench {
         }
     }
 
-    /// How many floor writes the bench's least cost is; `None` for the floors themselves.
+    /// The floor the bench's least cost is made of, and how many of it; `None` for the floors
+    /// themselves.
     ///
-    /// A cycle, first acquire included, is two round trips that each commit a write. A refused
-    /// acquire is one round trip that tries a write. Contending nodes each make one attempt at
-    /// the same time, so the last to know its outcome needs one round trip at the least (what
-    /// the server's serialising of the attempts adds on top is the figure's point).
-    pub fn floor_round_trips(self) -> Option<u32> {
+    /// A cycle, first acquire included, is two round trips that each commit a write: two floor
+    /// writes. A refused acquire writes nothing (the record says the name is held): one floor
+    /// read. Contending nodes each make one attempt at the same time and one of them writes, so
+    /// the last to know its outcome needs one floor write at the least (what the server's
+    /// serialising of the attempts adds on top is the figure's point).
+    pub fn floor(self) -> Option<(Bench, u32)> {
         match self {
             Bench::FloorWrite | Bench::FloorRead => None,
-            Bench::Cycle | Bench::FirstAcquire => Some(2),
-            Bench::Refused | Bench::Contention8 | Bench::Contention32 => Some(1),
+            Bench::Cycle | Bench::FirstAcquire => Some((Bench::FloorWrite, 2)),
+            Bench::Refused => Some((Bench::FloorRead, 1)),
+            Bench::Contention8 | Bench::Contention32 => Some((Bench::FloorWrite, 1)),
         }
     }
 
@@ -118,12 +121,11 @@ impl Figures {
             .map(|(_, samples)| samples)
     }
 
-    /// `bench`'s median over the median floor write times its
-    /// [round trips](Bench::floor_round_trips): 1.00 when the provider adds nothing measurable
-    /// to what the server costs anyway.
+    /// `bench`'s median over the median of [its floor](Bench::floor) times the floor's count:
+    /// 1.00 when the provider adds nothing measurable to what the server costs anyway.
     pub fn ratio_to_floor(&self, bench: Bench) -> Option<f64> {
-        let trips = bench.floor_round_trips()?;
-        let floor = self.get(Bench::FloorWrite)?.stats().p50 * trips;
+        let (floor, trips) = bench.floor()?;
+        let floor = self.get(floor)?.stats().p50 * trips;
         Some(crate::measure::ratio(self.get(bench)?.stats().p50, floor))
     }
 }
@@ -295,6 +297,11 @@ mod tests {
         let ratio = figures.ratio_to_floor(Bench::Cycle).unwrap();
         assert!((ratio - expected).abs() < 1e-9, "{ratio} != {expected}");
         assert_eq!(figures.ratio_to_floor(Bench::FloorRead), None);
+        let read = figures.get(Bench::FloorRead).unwrap().stats().p50;
+        let refused = figures.get(Bench::Refused).unwrap().stats().p50;
+        let expected = refused.as_secs_f64() / read.as_secs_f64();
+        let ratio = figures.ratio_to_floor(Bench::Refused).unwrap();
+        assert!((ratio - expected).abs() < 1e-9, "{ratio} != {expected}");
     }
 
     #[tokio::test]

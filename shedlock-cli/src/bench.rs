@@ -24,19 +24,22 @@ its own: a one-row UPDATE, SET, put, setData or updateOne that commits, and SELE
 get), cycle (acquire + release of one name), first_acquire (of a name never seen), refused (the
 name held by another node), contention_8 and contention_32 (that many nodes, each a provider
 with its own connections, try one name at once: the time until the last knows its outcome;
-exactly one must win). RATIO is a bench's p50 over the floor write's p50 times the bench's
-least round trips (FLOOR): 1.00x means shedlock adds nothing measurable to the server's cost.
+exactly one must win). RATIO is a bench's p50 over its FLOOR's (the floor writes or reads the
+bench cannot do without: 2 writes for a cycle, 1 read for a refused acquire, 1 write for
+contention): 1.00x means shedlock adds nothing measurable to the server's cost.
 
 Every lock the bench takes has a name of its own (bench-<random>-...); the records it leaves
-(SQL rows, MongoDB documents, ZooKeeper nodes) are removed at the end. A SQL server needs
-ShedLock's table, as every node of a fleet does: the bench never creates a table on a server
-(the error says how); the temporary SQLite file of a run without --url gets one.
+(SQL rows, MongoDB documents, ZooKeeper nodes) are removed at the end. A SQL database needs
+ShedLock's table, as every node of a fleet does: the bench creates one only when told to
+(--create-table), or in the temporary SQLite file of a run without --url.
 
 Examples:
   # The embedded backends (memory, SQLite in a temporary file): runs anywhere
   shedlock bench
   # Two servers, 20 s each, as JSON
   shedlock bench --url postgres://postgres@db/test --url redis://cache:6379 --duration 20s --json
+  # A new SQLite file, its table created by the bench
+  shedlock bench --url 'sqlite://locks.db?mode=rwc' --create-table
 
 Exit codes: 0 measured, 1 error (bad input, a backend unreachable or failing), 2 usage error.";
 
@@ -63,6 +66,10 @@ pub struct BenchArgs {
     /// How long connecting, and then each request to the backend, may take before it fails.
     #[arg(long, value_name = "DURATION", default_value = DEFAULT_TIMEOUT, value_parser = parse_timeout)]
     timeout: Duration,
+    /// Create ShedLock's table in a SQL database that has none (without it, such a database
+    /// is an error that says how to create the table).
+    #[arg(long)]
+    create_table: bool,
     /// A PEM file of the CA that signed a rediss:// server's certificate, when a private CA did.
     #[arg(long, value_name = "PEM_FILE")]
     tls_ca_file: Option<PathBuf>,
@@ -84,7 +91,7 @@ pub async fn run(args: BenchArgs) -> Result<(), Failure> {
     // The SQLite file of a run without URLs lives until the end of the run, then goes.
     #[cfg(feature = "sqlite")]
     let sqlite_file = SqliteFile::new();
-    // Only a file of the run's own gets ShedLock's table made for it.
+    // A file of the run's own gets ShedLock's table; a database named by URL only when asked.
     let (urls, create_table) = if args.urls.is_empty() {
         let urls = embedded_urls(
             #[cfg(feature = "sqlite")]
@@ -92,7 +99,7 @@ pub async fn run(args: BenchArgs) -> Result<(), Failure> {
         )?;
         (urls, true)
     } else {
-        (args.urls.clone(), false)
+        (args.urls.clone(), args.create_table)
     };
     let each = args.duration / Bench::ALL.len() as u32;
     let progress = Progress::start("benching");
@@ -123,7 +130,7 @@ pub async fn run(args: BenchArgs) -> Result<(), Failure> {
     } else {
         print!("{}", table(&benched));
         println!(
-            "\n{} per bench; RATIO: p50 over FLOOR (that many floor writes' p50). Chart: {}",
+            "\n{} per bench; RATIO: p50 over FLOOR (that many floor writes' or reads' p50). Chart: {}",
             human(each),
             args.chart.display()
         );
@@ -260,9 +267,8 @@ fn table(benched: &[Benched]) -> String {
     for one in benched {
         for (bench, samples) in one.figures.iter() {
             let stats = samples.stats();
-            let floor = match bench.floor_round_trips() {
-                Some(1) => "1 write".to_owned(),
-                Some(trips) => format!("{trips} writes"),
+            let floor = match bench.floor() {
+                Some((floor, trips)) => format!("{trips} x {}", floor_kind(floor)),
                 None => "-".to_owned(),
             };
             let ratio = one
@@ -301,6 +307,14 @@ fn table(benched: &[Benched]) -> String {
     text
 }
 
+/// `write` or `read`, for the FLOOR column.
+fn floor_kind(floor: Bench) -> &'static str {
+    match floor {
+        Bench::FloorRead => "read",
+        _ => "write",
+    }
+}
+
 /// Every figure as one JSON document.
 fn json(benched: &[Benched], each: Duration, chart: &Path) -> serde_json::Value {
     let micros = |duration: Duration| duration.as_secs_f64() * 1e6;
@@ -319,7 +333,10 @@ fn json(benched: &[Benched], each: Duration, chart: &Path) -> serde_json::Value 
                         "p99_us": micros(stats.p99),
                         "mean_us": micros(stats.mean),
                         "ops_per_sec": stats.ops_per_sec,
-                        "floor_writes": bench.floor_round_trips(),
+                        "floor": bench.floor().map(|(floor, trips)| serde_json::json!({
+                            "bench": floor.name(),
+                            "times": trips,
+                        })),
                         "ratio_to_floor": one.figures.ratio_to_floor(bench),
                     })
                 })
@@ -342,6 +359,17 @@ fn json(benched: &[Benched], each: Duration, chart: &Path) -> serde_json::Value 
 /// many of its quantiles.
 const POINTS_PER_LINE: usize = 400;
 
+/// One line of the chart: a bench's distribution of one backend.
+struct ChartLine {
+    label: String,
+    /// The backend's place in the run, which picks its colour.
+    color: usize,
+    /// A cycle's line is thick, a floor's thin.
+    thick: bool,
+    /// (latency in µs, % of calls at or under it).
+    points: Vec<(f64, f64)>,
+}
+
 /// A cumulative distribution per backend of its cycle (thick) and its floor write (thin), on a
 /// logarithmic latency axis, so backends a thousand times apart share one chart.
 fn write_chart(path: &Path, benched: &[Benched]) -> Result<(), Failure> {
@@ -351,7 +379,7 @@ fn write_chart(path: &Path, benched: &[Benched]) -> Result<(), Failure> {
             path.display()
         ))
     };
-    let lines: Vec<(String, usize, bool, Vec<(f64, f64)>)> = benched
+    let lines: Vec<ChartLine> = benched
         .iter()
         .enumerate()
         .flat_map(|(index, one)| {
@@ -359,18 +387,18 @@ fn write_chart(path: &Path, benched: &[Benched]) -> Result<(), Failure> {
                 .into_iter()
                 .filter_map(move |(bench, thick)| {
                     let samples = one.figures.get(bench)?;
-                    Some((
-                        format!("{} {bench}", one.backend),
-                        index,
+                    Some(ChartLine {
+                        label: format!("{} {bench}", one.backend),
+                        color: index,
                         thick,
-                        distribution(samples),
-                    ))
+                        points: distribution(samples),
+                    })
                 })
         })
         .collect();
     let all_micros = lines
         .iter()
-        .flat_map(|(.., points)| points.iter().map(|p| p.0));
+        .flat_map(|line| line.points.iter().map(|point| point.0));
     let (low, high) = all_micros.fold((f64::MAX, f64::MIN), |(low, high), x| {
         (low.min(x), high.max(x))
     });
@@ -398,8 +426,14 @@ fn write_chart(path: &Path, benched: &[Benched]) -> Result<(), Failure> {
         .y_desc("calls at or under it (%)")
         .draw()
         .map_err(|e| failed(&e))?;
-    for (label, index, thick, points) in lines {
-        let color = Palette99::pick(index);
+    for ChartLine {
+        label,
+        color,
+        thick,
+        points,
+    } in lines
+    {
+        let color = Palette99::pick(color);
         let style = if thick {
             color.stroke_width(3)
         } else {

@@ -115,8 +115,16 @@ fn checked_json(ran: &Ran, backends: &[&str]) -> Value {
             let ratio = &bench["ratio_to_floor"];
             if WITH_A_FLOOR.contains(&name) {
                 assert!(ratio.as_f64().expect("a ratio") > 0.0, "{bench}");
+                let floor = bench["floor"]["bench"].as_str().expect("the floor's name");
+                let expected = if name == "refused" {
+                    "floor_read"
+                } else {
+                    "floor_write"
+                };
+                assert_eq!(floor, expected, "{bench}");
             } else {
                 assert!(ratio.is_null(), "a floor has no ratio: {bench}");
+                assert!(bench["floor"].is_null(), "{bench}");
             }
         }
     }
@@ -317,4 +325,21 @@ fn a_database_without_the_lock_table_is_refused_and_left_as_it_was() {
         "the bench made a table"
     );
     assert!(!chart.0.exists());
+
+    // Asked to, it makes the table and benches.
+    let ran = run(&mut shedlock(&[
+        "bench",
+        "--url",
+        &url,
+        "--create-table",
+        "--duration",
+        "700ms",
+        "--json",
+        "--chart",
+        chart.arg(),
+    ]));
+    let tables = std::fs::read(&database).unwrap_or_default();
+    let _ = std::fs::remove_file(&database);
+    checked_json(&ran, &["sqlite"]);
+    assert!(String::from_utf8_lossy(&tables).contains("CREATE TABLE"));
 }
