@@ -60,6 +60,9 @@ pub(crate) async fn grant_lease(
     Ok(client.lease_grant(ttl_secs, None).await?.id())
 }
 
+/// How long a finished `LeaseKeepAlive` call may take to be closed by etcd before it is reset.
+const KEEP_ALIVE_CLOSE_LIMIT: Duration = Duration::from_secs(10);
+
 /// One `LeaseKeepAlive` exchange: restarts `lease` at the TTL it was granted with. `false` when
 /// the lease has already ended (etcd answers a TTL of 0), so the caller grants a new one.
 pub(crate) async fn refresh_lease(
@@ -67,11 +70,22 @@ pub(crate) async fn refresh_lease(
     lease: i64,
 ) -> Result<bool, etcd_client::Error> {
     match client.lease_keep_alive(lease).await {
-        // Dropping the answer stream before the sender resets the call rather than closing
-        // it, so etcd has nothing more to send: one request, one answer.
-        Ok((keeper, answers)) => {
-            drop(answers);
+        // One request, one answer, then the call is ended the way gRPC ends a stream: the
+        // sender dropped closes our side, and etcd closes its own, read in the background so
+        // the lock operation does not wait for it. Dropping the answers instead resets the
+        // HTTP/2 stream, and the client counts resets: after a few thousand (a release build
+        // acquiring at full speed), its HTTP/2 layer closed the whole connection (GOAWAY
+        // `too_many_internal_resets`) and failed the operation in flight with an unknown
+        // outcome.
+        Ok((keeper, mut answers)) => {
             drop(keeper);
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    let closed = async { while let Ok(Some(_)) = answers.message().await {} };
+                    // A server that never closes its side gets the reset after all.
+                    let _ = tokio::time::timeout(KEEP_ALIVE_CLOSE_LIMIT, closed).await;
+                });
+            }
             Ok(true)
         }
         Err(etcd_client::Error::LeaseKeepAliveError(_)) => Ok(false),
