@@ -7,10 +7,13 @@
 //! microsecond per cycle.
 
 use cpu_time::ThreadTime;
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, criterion_group, criterion_main};
+use shedlock::LockError;
 use shedlock_benches::floors::MemoryDriver;
 use shedlock_benches::scenarios::{Cycle, ManyNames};
 use shedlock_benches::{connect_node, groups, scenarios};
+use tokio::runtime::Runtime;
 
 /// How many names the CPU-time cycle over many names goes through, as `names_10000`.
 const MANY_NAMES: usize = 10_000;
@@ -37,34 +40,36 @@ fn memory_cpu(c: &mut Criterion) {
     let cycle = Cycle::new(runtime.block_on(connect_node(&url)), &prefix);
     let many = ManyNames::new(runtime.block_on(connect_node(&url)), &prefix, MANY_NAMES);
     let mut group = c.benchmark_group("memory_cpu");
-    // The runtime runs on this thread, so this thread's CPU time is every instruction the
-    // cycle costs: the provider, the store, the executor.
-    group.bench_function("cycle", |b| {
-        b.iter_custom(|iterations| {
-            runtime.block_on(async {
-                let started = ThreadTime::now();
-                for _ in 0..iterations {
-                    cycle.run().await.expect("cycle");
-                }
-                started.elapsed()
-            })
-        })
-    });
-    group.bench_function("names_10000", |b| {
-        b.iter_custom(|iterations| {
-            runtime.block_on(async {
-                let started = ThreadTime::now();
-                for _ in 0..iterations {
-                    many.run().await.expect("cycle over many names");
-                }
-                started.elapsed()
-            })
-        })
-    });
+    in_cpu_time(&mut group, &runtime, "cycle", || cycle.run());
+    in_cpu_time(&mut group, &runtime, "names_10000", || many.run());
     group.finish();
 }
 
-fn current_thread_runtime() -> tokio::runtime::Runtime {
+/// Benches `call` in this thread's CPU time. The runtime runs on this thread, so that is every
+/// instruction a call costs: the provider, the store, the executor.
+fn in_cpu_time<F, Fut>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    runtime: &Runtime,
+    name: &str,
+    call: F,
+) where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<(), LockError>>,
+{
+    group.bench_function(name, |b| {
+        b.iter_custom(|iterations| {
+            runtime.block_on(async {
+                let started = ThreadTime::now();
+                for _ in 0..iterations {
+                    call().await.expect(name);
+                }
+                started.elapsed()
+            })
+        })
+    });
+}
+
+fn current_thread_runtime() -> Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

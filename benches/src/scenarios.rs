@@ -219,8 +219,8 @@ impl Contention {
 ///
 /// A node of the SQL backends also remembers the names it has seen (up to 10,000, exactly
 /// these): its first visit to a prepared name tries the insert before the take-over, one
-/// statement more than every later visit. Criterion's warm-up goes through the names in the same
-/// order before it measures, so a backend whose cycle is fast measures later visits only.
+/// statement more than every later visit, once per name and process. A measurement of the
+/// steady state visits each name once first ([`visit_each_once`](Self::visit_each_once)).
 #[derive(Debug)]
 pub struct ManyNames {
     node: AnyLockProvider,
@@ -246,6 +246,24 @@ impl ManyNames {
     /// Every name, in the order [`run`](Self::run) goes through them.
     pub fn names(&self) -> Vec<String> {
         self.configs.iter().map(|c| c.name().to_owned()).collect()
+    }
+
+    /// Acquires and releases every name once, some at a time: what a service has done once
+    /// each of its jobs has run, after which its node has seen every name.
+    pub async fn visit_each_once(&self) -> Result<(), LockError> {
+        const AT_ONCE: usize = 16;
+        for chunk in self.configs.chunks(AT_ONCE) {
+            let mut visits = tokio::task::JoinSet::new();
+            for config in chunk {
+                let (node, config) = (self.node.clone(), config.clone());
+                visits
+                    .spawn(async move { release_held(acquire_free(&node, &config).await?).await });
+            }
+            while let Some(visit) = visits.join_next().await {
+                visit.expect("a visit panicked")?;
+            }
+        }
+        Ok(())
     }
 
     /// One acquire and one release of the next name, back to the first after the last.
