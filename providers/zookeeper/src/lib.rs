@@ -895,6 +895,29 @@ fn consequence(operation: Operation) -> &'static str {
     }
 }
 
+/// The longest lock this provider writes: ShedLock's data is an RFC 3339 instant, whose year has
+/// four digits, so `lock_until` must stay before the year 10000; a thousand years keep it there
+/// for the next seven millennia, and the arithmetic on it far from overflowing.
+pub const MAX_LOCK_DURATION: Duration = Duration::from_secs(1000 * 365 * 24 * 60 * 60);
+
+/// Refuses a duration longer than [`MAX_LOCK_DURATION`] before anything is sent.
+fn check_duration(operation: Operation, name: &str, duration: Duration) -> Result<(), LockError> {
+    if duration <= MAX_LOCK_DURATION {
+        return Ok(());
+    }
+    Err(LockError::backend_message(
+        PROVIDER,
+        operation,
+        name,
+        format!(
+            "{duration:?} is longer than a lock this provider writes (at most {} s, 1000 \
+             years: ShedLock's lock_until must stay a four-digit-year instant); nothing was \
+             written",
+            MAX_LOCK_DURATION.as_secs()
+        ),
+    ))
+}
+
 fn micros(duration: Duration) -> ServerMicros {
     ServerMicros::try_from(duration.as_micros()).unwrap_or(ServerMicros::MAX)
 }
@@ -920,6 +943,9 @@ fn held_until(clock: &ServerClock, sent: Instant, duration: Duration) -> ServerM
 impl LockProvider for ZookeeperLockProvider {
     async fn try_lock(&self, config: &LockConfiguration) -> Result<Acquisition, LockError> {
         let path = self.lock_path(config.name())?;
+        for duration in [config.lock_at_most_for(), config.lock_at_least_for()] {
+            check_duration(Operation::Acquire, config.name(), duration)?;
+        }
         let session = self
             .inner
             .session(Operation::Acquire, config.name())
@@ -1238,6 +1264,7 @@ impl LockHandle for ZookeeperLockHandle {
             }
             .into());
         }
+        check_duration(Operation::Extend, &self.name, lock_at_most_for)?;
         let mut state = self.state.lock().await;
         if state.finished {
             return Ok(false);

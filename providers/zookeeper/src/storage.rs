@@ -39,12 +39,16 @@ pub(crate) fn describe_data(data: &[u8]) -> String {
 /// Rounds a server time up to the millisecond ShedLock's format can carry, so a written
 /// `lock_until` is never earlier than computed.
 pub(crate) fn ceil_to_millis(micros: ServerMicros) -> ServerMicros {
-    micros.div_euclid(1000) * 1000
-        + if micros.rem_euclid(1000) == 0 {
+    // Saturating: the provider refuses durations that come near the limit, and a time past
+    // it must never wrap into the past.
+    micros
+        .div_euclid(1000)
+        .saturating_mul(1000)
+        .saturating_add(if micros.rem_euclid(1000) == 0 {
             0
         } else {
             1000
-        }
+        })
 }
 
 /// Rounds a server time down to the millisecond.
@@ -120,6 +124,8 @@ mod tests {
         assert_eq!(ceil_to_millis(1_001), 2_000);
         assert_eq!(floor_to_millis(1_999), 1_000);
         assert_eq!(format_lock_until(1_999), "1970-01-01T00:00:00.001Z");
+        // Near the limit it saturates: never wraps into the past.
+        assert_eq!(ceil_to_millis(ServerMicros::MAX), ServerMicros::MAX);
     }
 
     #[test]

@@ -730,3 +730,52 @@ async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting() 
         assert!(provider.is_ok(), "{connect_string}: {provider:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_duration_past_what_shedlocks_data_can_carry_is_refused_and_nothing_is_written() {
+    let (node, client, path) = node_and_raw_path("forever").await;
+    let thousand_years = shedlock_zookeeper::MAX_LOCK_DURATION;
+    let too_long = [
+        config("forever", thousand_years + Duration::from_secs(1)),
+        config("forever", Duration::from_secs(10_u64.pow(13))),
+        config_with_at_least(
+            "forever",
+            Duration::MAX,
+            Duration::from_secs(10_u64.pow(13)),
+        ),
+    ];
+    for config in &too_long {
+        let error = match node.try_lock(config).await {
+            Err(error) => error.to_string(),
+            Ok(acquisition) => panic!("{config:?}: {}", acquisition.is_acquired()),
+        };
+        assert!(
+            error.contains("longer than a lock this provider writes")
+                && error.contains("nothing was written"),
+            "{error}"
+        );
+        assert!(
+            client.check_stat(&path).await.unwrap().is_none(),
+            "no node was made for {config:?}"
+        );
+    }
+
+    // A thousand years is accepted and written as ShedLock writes it; extending past it is
+    // refused and the lock keeps its expiry.
+    let handle = acquire(&node, &config("forever", thousand_years)).await;
+    let (data, _) = read(&client, &path).await;
+    let until = DateTime::parse_from_rfc3339(&data).unwrap();
+    assert!(
+        until.timestamp() > Utc::now().timestamp() + 999 * 365 * 86_400,
+        "{data}"
+    );
+    let error = handle
+        .extend(Duration::from_secs(10_u64.pow(13)))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("nothing was written"), "{error}");
+    assert_eq!(read(&client, &path).await.0, data);
+    assert!(handle.unlock().await.unwrap());
+    remove_test_root(&path).await;
+}
