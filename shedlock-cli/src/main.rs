@@ -127,9 +127,9 @@ fn main() -> ExitCode {
         // around the runtime it builds itself.
         Command::DemoNode(args) => demo::node::run(args),
         Command::Demo(args) => demo::run(args),
-        Command::Bench(args) => runtime().and_then(|runtime| runtime.block_on(bench::run(args))),
-        Command::List(args) => runtime().and_then(|runtime| runtime.block_on(list::run(args))),
-        Command::Unlock(args) => runtime().and_then(|runtime| runtime.block_on(unlock::run(args))),
+        Command::Bench(args) => run_command(bench::run(args)),
+        Command::List(args) => run_command(list::run(args)),
+        Command::Unlock(args) => run_command(unlock::run(args)),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -138,6 +138,21 @@ fn main() -> ExitCode {
             ExitCode::from(failure.exit_code())
         }
     }
+}
+
+/// Runs one command on a runtime of its own, then drops the runtime quietly.
+///
+/// Dropping the runtime cancels the clients' background tasks mid-flight, and the MongoDB
+/// driver (3.9) panics in one of them when its connection pool is gone first (`SendError` in
+/// `connection_requester.rs`), printing a backtrace under the command's answer. The command's
+/// outcome is decided by then, so a panic past that point is not printed; any panic before it
+/// is, as always.
+fn run_command(command: impl Future<Output = Result<(), Failure>>) -> Result<(), Failure> {
+    let runtime = runtime()?;
+    let outcome = runtime.block_on(command);
+    std::panic::set_hook(Box::new(|_| {}));
+    drop(runtime);
+    outcome
 }
 
 /// The runtime of one command; a few threads, as clients keep background tasks.
