@@ -79,7 +79,7 @@ if ! mariadb_ready 2>/dev/null; then
   apt_install mariadb-server mariadb-client
   if ! port_open 3306; then
     log "starting MariaDB"
-    start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
+    start-stop-daemon --start --oknodo --background --pidfile /run/mysqld/mysqld.pid --exec /usr/sbin/mariadbd
   fi
   wait_until "MariaDB port" /var/log/mysql/error.log port_open 3306
   if ! mariadb_ready 2>/dev/null; then

@@ -29,6 +29,14 @@ export SHEDLOCK_TEST_ZOOKEEPER_TLS_CLIENT_KEY=${SHEDLOCK_TEST_ZOOKEEPER_TLS_CLIE
 export SHEDLOCK_TEST_REDIS_CLUSTER_URL=${SHEDLOCK_TEST_REDIS_CLUSTER_URL:-redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002}
 export SHEDLOCK_TEST_REDIS_SENTINEL_URL=${SHEDLOCK_TEST_REDIS_SENTINEL_URL:-redis+sentinel://127.0.0.1:26390,127.0.0.1:26391,127.0.0.1:26392/shedlock}
 
+# The fault suite (tests/faults.rs of each provider) restarts each server with these commands.
+for backend in POSTGRES MYSQL REDIS ETCD ZOOKEEPER MONGO; do
+  variable="SHEDLOCK_TEST_${backend}_RESTART"
+  export "$variable=${!variable:-$PWD/ci/restart-backend.sh ${backend,,}}"
+done
+# Its soak runs this long per backend (seconds); see RELIABILITY.md for the long-soak command.
+export SHEDLOCK_SOAK_SECONDS=${SHEDLOCK_SOAK_SECONDS:-30}
+
 # Each provider's conformance run writes its report here; the summary is printed at the end.
 export SHEDLOCK_CONFORMANCE_REPORT_DIR=${SHEDLOCK_CONFORMANCE_REPORT_DIR:-$PWD/target/conformance-report}
 rm -rf "$SHEDLOCK_CONFORMANCE_REPORT_DIR"

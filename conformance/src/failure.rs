@@ -115,6 +115,11 @@ impl Rule {
         id: "admin",
         text: "A provider's LockAdmin shows every lock under a prefix exactly once, as held while it is held, with the holder's identity; and force_unlock frees a lock only if the acquisition it names still holds it, after which any node may take it at once and the former holder's release and extend change nothing.",
     };
+    /// Nodes recover by themselves when the backend comes back.
+    pub const RECOVERY: Rule = Rule {
+        id: "recovery",
+        text: "When the backend comes back after a restart or a network stall, every node answers ordinary outcomes again by itself, within a bounded time, without being rebuilt. A lock held when the backend went away is still held by the same acquisition afterwards, unless the provider's documentation says the backend loses locks on restart; and a request delayed by the stall that reaches the backend late acts only as the rules above allow.",
+    };
     /// The harness itself must do what the kit asks of it.
     pub const HARNESS: Rule = Rule {
         id: "harness",
@@ -266,6 +271,7 @@ mod tests {
             Rule::NAMES_ARE_DATA,
             Rule::NAME_CACHE,
             Rule::SHEDLOCK_RECORDS,
+            Rule::RECOVERY,
             Rule::HARNESS,
         ];
         for rule in rules {

@@ -36,6 +36,7 @@
 pub mod backends;
 mod checks;
 mod failure;
+pub mod faults;
 mod harness;
 mod names;
 mod report;

@@ -386,6 +386,17 @@ impl Trace {
         )
     }
 
+    /// `unlock`, recorded; the raw result is returned.
+    pub async fn try_unlock(
+        &self,
+        node: &str,
+        handle: &dyn LockHandle,
+    ) -> Result<Timed<Result<bool, LockError>>, CheckFailure> {
+        let action = format!("unlock {:?}", handle.name());
+        self.request(node, action, handle.unlock(), describe_answer)
+            .await
+    }
+
     /// `unlock`, recorded; an error fails the check.
     pub async fn unlock(
         &self,

@@ -3,6 +3,7 @@
 
 use std::time::SystemTime;
 
+use shedlock_conformance::backends::Backend;
 use shedlock_conformance::{PlantedRecord, async_trait};
 use shedlock_postgres::PostgresBackend;
 use sqlx::PgPool;
@@ -16,6 +17,8 @@ fn utc(time: SystemTime) -> chrono::NaiveDateTime {
 #[async_trait]
 impl PlantRecords for PostgresBackend {
     const UNREACHABLE_URL: &'static str = "postgres://postgres:secret@127.0.0.1:1/test";
+
+    const SERVER: Option<(Backend, u16)> = Some((Backend::Postgres, 5432));
 
     async fn write_record(
         admin: &PgPool,

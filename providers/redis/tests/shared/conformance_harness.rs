@@ -13,6 +13,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use shedlock_conformance::backends::Backend;
+use shedlock_conformance::faults::{FaultHarness, restart_command};
 use shedlock_conformance::{
     Clock, ConformanceHarness, PlantedRecord, SetupError, Support, async_trait, backends,
 };
@@ -191,8 +193,67 @@ impl ConformanceHarness for Harness {
     }
 }
 
+#[async_trait]
+impl FaultHarness for Harness {
+    fn backend_address(&self) -> Support<String> {
+        match (self.settings.topology, self.url.strip_prefix("redis://")) {
+            (Topology::Server, Some(rest)) => {
+                let authority = rest.split(['/', '?']).next().unwrap_or_default();
+                let host = authority.rsplit('@').next().unwrap_or_default();
+                Support::Supported(if host.contains(':') {
+                    host.to_owned()
+                } else {
+                    format!("{host}:6379")
+                })
+            }
+            _ => Support::not_applicable(
+                "the fault suite stalls one server's connection: a plain redis:// URL",
+            ),
+        }
+    }
+
+    async fn node_via(&self, address: &str) -> Result<RedisLockProvider, SetupError> {
+        Ok(self
+            .builder()
+            .operation_timeout(Duration::from_secs(2))
+            .connect(&format!("redis://{address}"))
+            .await?)
+    }
+
+    async fn restart_backend(&self) -> Result<Support<()>, SetupError> {
+        restart_command(Backend::Redis, Duration::from_secs(120)).await
+    }
+
+    /// The servers `ci/` starts keep nothing on disk (`--save "" --appendonly no`), as many
+    /// cache deployments do: a restart loses every lock.
+    fn locks_survive_restart(&self) -> bool {
+        false
+    }
+}
+
+/// Runs the fault suite (`shedlock_conformance::faults`) against one Redis server
+/// (`SHEDLOCK_TEST_REDIS_URL`) with the given configuration: the body of `tests/faults.rs`.
+#[allow(dead_code)] // Only the fault target runs it.
+pub fn run_faults(settings: Settings) -> ExitCode {
+    shedlock_conformance::faults::run(|| async move {
+        let (url, admin) = settings.backend().await?;
+        Ok(Harness {
+            url,
+            // The suite's node processes must share the test's key space.
+            env: format!(
+                "faults-{}-{}",
+                settings.report_name(),
+                shedlock_conformance::faults::run_id()
+            ),
+            settings,
+            admin,
+        })
+    })
+}
+
 /// Runs the whole kit against a real Redis (the variable of `settings.topology`) with the given
 /// configuration: the body of each conformance target's `main`.
+#[allow(dead_code)] // The fault target runs `run_faults` instead.
 pub fn run(settings: Settings) -> ExitCode {
     shedlock_conformance::run(|| async move {
         let (url, admin) = settings.backend().await?;

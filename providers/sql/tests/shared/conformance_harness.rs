@@ -10,7 +10,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shedlock_conformance::backends::LaunchError;
+use shedlock_conformance::backends::{Backend, LaunchError};
+use shedlock_conformance::faults::{FaultHarness, restart_command};
 use shedlock_conformance::{
     Clock, ConformanceHarness, PlantedRecord, SetupError, Support, async_trait,
 };
@@ -91,6 +92,10 @@ pub enum Sessions<B: SqlBackend> {
 pub trait PlantRecords: SqlBackend {
     /// A URL where no database answers (with a password, as a real one would have).
     const UNREACHABLE_URL: &'static str;
+
+    /// The server the fault suite stalls and restarts, and its default port; `None` for a
+    /// database in a file.
+    const SERVER: Option<(Backend, u16)>;
 
     /// Writes `record` into `table` as another program would, replacing any row of the same
     /// name.
@@ -227,6 +232,89 @@ impl<B: PlantRecords> ConformanceHarness for SqlHarness<B> {
     async fn cleanup(&self, name_prefix: &str) -> Result<(), SetupError> {
         Ok(B::cleanup(&self.admin, self.run.table, name_prefix).await?)
     }
+}
+
+/// How long a node reached through the fault suite's proxy waits for a statement or a
+/// connection: a stalled network answers an error this soon.
+const STALLED_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `url` split around its `host:port`: what comes before, the authority, and the rest.
+fn split_authority(url: &str) -> Option<(&str, &str, &str)> {
+    let start = url.find("://")? + 3;
+    let end = url[start..]
+        .find(['/', '?'])
+        .map_or(url.len(), |at| start + at);
+    let host = url[start..end]
+        .rfind('@')
+        .map_or(start, |at| start + at + 1);
+    Some((&url[..host], &url[host..end], &url[end..]))
+}
+
+#[async_trait]
+impl<B: PlantRecords> FaultHarness for SqlHarness<B> {
+    fn backend_address(&self) -> Support<String> {
+        let (Some((_, default_port)), Sessions::Url(url)) = (B::SERVER, &self.sessions) else {
+            return Support::not_applicable(
+                "the database is a file the node opens itself: there is no network to stall",
+            );
+        };
+        match split_authority(url) {
+            Some((_, authority, _)) if !authority.is_empty() && !authority.contains(',') => {
+                Support::Supported(if authority.contains(':') {
+                    authority.to_owned()
+                } else {
+                    format!("{authority}:{default_port}")
+                })
+            }
+            _ => Support::not_applicable("the URL names no single host to put a proxy in front of"),
+        }
+    }
+
+    async fn node_via(&self, address: &str) -> Result<SqlLockProvider<B>, SetupError> {
+        let Sessions::Url(url) = &self.sessions else {
+            return Err(SetupError::new(
+                "node_via() needs nodes that connect from a URL",
+            ));
+        };
+        let (before, _, after) =
+            split_authority(url).ok_or_else(|| SetupError::new("the URL has no host"))?;
+        Ok(
+            SqlLockProvider::<B>::builder_from_url(format!("{before}{address}{after}"))
+                .max_connections(NODE_CONNECTIONS)
+                .operation_timeout(STALLED_TIMEOUT)
+                .connect_timeout(STALLED_TIMEOUT)
+                .table_name(self.run.table)
+                .time_source(self.run.time_source)
+                .build()
+                .await?,
+        )
+    }
+
+    async fn restart_backend(&self) -> Result<Support<()>, SetupError> {
+        match B::SERVER {
+            Some((backend, _)) => restart_command(backend, Duration::from_secs(120)).await,
+            None => Ok(Support::not_applicable(
+                "the database is a file: there is no server to restart",
+            )),
+        }
+    }
+}
+
+/// Runs the fault suite (`shedlock_conformance::faults`) in configuration `run` on the
+/// server `url` finds: the body of each SQL provider's `tests/faults.rs`.
+// Only the fault targets use this.
+#[allow(dead_code)]
+pub fn run_faults<B: PlantRecords>(
+    url: impl Future<Output = Result<String, LaunchError>>,
+    admin_connections: u32,
+    run: KitRun,
+) -> ExitCode {
+    shedlock_conformance::faults::run(|| async move {
+        let harness =
+            SqlHarness::<B>::connect(Sessions::Url(url.await?), admin_connections, run).await?;
+        harness.prepare_table().await?;
+        Ok(harness)
+    })
 }
 
 /// Runs the kit in configuration `run` on the server `url` finds, with `admin_connections`

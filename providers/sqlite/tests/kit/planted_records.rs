@@ -3,6 +3,7 @@
 
 use std::time::SystemTime;
 
+use shedlock_conformance::backends::Backend;
 use shedlock_conformance::{PlantedRecord, async_trait};
 use shedlock_sqlite::SqliteBackend;
 use sqlx::SqlitePool;
@@ -19,6 +20,8 @@ fn text(time: SystemTime) -> String {
 #[async_trait]
 impl PlantRecords for SqliteBackend {
     const UNREACHABLE_URL: &'static str = "sqlite:///nonexistent-shedlock-dir/locks.db";
+
+    const SERVER: Option<(Backend, u16)> = None;
 
     async fn write_record(
         admin: &SqlitePool,

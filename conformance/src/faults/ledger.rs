@@ -1,0 +1,429 @@
+//! The soak's external ledger: a file every run of the job appends to, and the judgement of
+//! what it shows.
+//!
+//! Each line is one event: `start <tick> <node> <token or -> <unix ms>` when a node's job
+//! begins, `end <tick> <node> <unix ms>` when it ends, and `error <tick> <node> <unix ms>`
+//! when a node's acquire failed (so it skipped the tick: fail closed). Lines are short and
+//! appended with one write each, so nodes in separate processes never interleave within one.
+
+use std::collections::BTreeMap;
+use std::fs::OpenOptions;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+/// The ledger file.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    path: PathBuf,
+}
+
+/// One run of the job, as the ledger shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerEntry {
+    /// The tick the run belongs to: its scheduled start divided by the tick length.
+    pub tick: u64,
+    /// The node (child process) that ran it.
+    pub node: u32,
+    /// The acquisition's fencing token, when the provider gives one.
+    pub token: Option<u64>,
+    /// When the job began, in Unix milliseconds.
+    pub started_ms: u64,
+    /// When it ended, unless its node was killed first.
+    pub ended_ms: Option<u64>,
+}
+
+/// A stretch of time in which a tick may go without a run, and why: a killed node may have
+/// held the lock until its `lock_at_most_for`, or the backend was restarting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TickExcuse {
+    /// From this Unix millisecond...
+    pub from_ms: u64,
+    /// ...to this one, inclusive.
+    pub to_ms: u64,
+    /// What happened.
+    pub why: String,
+}
+
+/// What the ledger shows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LedgerVerdict {
+    /// Runs in the judged ticks.
+    pub runs: usize,
+    /// Ticks judged.
+    pub ticks: u64,
+    /// Ticks without a run, each inside an excuse.
+    pub excused_losses: u64,
+    /// Acquires that failed (the node skipped the tick).
+    pub errors: usize,
+    /// Broken promises: two runs in a tick, overlapping runs, tokens out of order, a tick lost
+    /// without an excuse. Empty when the soak passed.
+    pub problems: Vec<String>,
+}
+
+impl Ledger {
+    /// A ledger at `path` (created on first append).
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self { path: path.into() }
+    }
+
+    /// Where it is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends one line, with a single write.
+    pub fn append(&self, line: &str) -> io::Result<()> {
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)?;
+        file.write_all(format!("{line}\n").as_bytes())
+    }
+
+    /// The runs it records, in the order they started, and how many acquires failed.
+    pub fn read(&self) -> io::Result<(Vec<LedgerEntry>, usize)> {
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(text) => text,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => String::new(),
+            Err(error) => return Err(error),
+        };
+        parse(&text)
+    }
+}
+
+fn bad_line(line: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("ledger line {line:?} is not `start|end|error ...`"),
+    )
+}
+
+fn parse(text: &str) -> io::Result<(Vec<LedgerEntry>, usize)> {
+    let mut runs: Vec<LedgerEntry> = Vec::new();
+    let mut open: BTreeMap<(u64, u32), usize> = BTreeMap::new();
+    let mut errors = 0;
+    for line in text.lines().filter(|line| !line.trim().is_empty()) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let number = |index: usize| -> io::Result<u64> {
+            fields
+                .get(index)
+                .and_then(|field| field.parse().ok())
+                .ok_or_else(|| bad_line(line))
+        };
+        match fields.first().copied() {
+            Some("start") if fields.len() == 5 => {
+                let tick = number(1)?;
+                let node = u32::try_from(number(2)?).map_err(|_| bad_line(line))?;
+                let token = match fields[3] {
+                    "-" => None,
+                    _ => Some(number(3)?),
+                };
+                open.insert((tick, node), runs.len());
+                runs.push(LedgerEntry {
+                    tick,
+                    node,
+                    token,
+                    started_ms: number(4)?,
+                    ended_ms: None,
+                });
+            }
+            Some("end") if fields.len() == 4 => {
+                let key = (
+                    number(1)?,
+                    u32::try_from(number(2)?).map_err(|_| bad_line(line))?,
+                );
+                let index = open.remove(&key).ok_or_else(|| bad_line(line))?;
+                runs[index].ended_ms = Some(number(3)?);
+            }
+            Some("error") if fields.len() == 4 => errors += 1,
+            _ => return Err(bad_line(line)),
+        }
+    }
+    runs.sort_by_key(|run| (run.started_ms, run.node));
+    Ok((runs, errors))
+}
+
+/// What a soak's ledger is judged against.
+#[derive(Debug, Clone)]
+pub struct SoakRecord<'a> {
+    /// The first tick judged: every node was up by then.
+    pub first_tick: u64,
+    /// The last tick judged.
+    pub last_tick: u64,
+    /// The tick length, in milliseconds.
+    pub tick_ms: u64,
+    /// The nodes killed, and when (Unix ms).
+    pub killed: &'a [(u32, u64)],
+    /// When a tick may go without a run.
+    pub excuses: &'a [TickExcuse],
+    /// Whether every run must carry a fencing token greater than the one before.
+    pub fencing: bool,
+    /// Moments (Unix ms) from which tokens may start again from the bottom: restarts of a
+    /// backend that loses its data on restart, counter included. Tokens are compared only
+    /// between runs on the same side of each.
+    pub token_resets: &'a [u64],
+}
+
+/// Judges `runs` over the ticks of `record`.
+///
+/// Every tick has at most one run; no run starts before the one before it ended (a run whose
+/// node was killed ends at the kill); with fencing, every run has a token greater than the one
+/// before, unless a token reset lies between them; and every tick has a run unless its start
+/// lies inside one of the excuses.
+pub fn judge(runs: &[LedgerEntry], errors: usize, record: &SoakRecord<'_>) -> LedgerVerdict {
+    let SoakRecord {
+        first_tick,
+        last_tick,
+        tick_ms,
+        killed,
+        excuses,
+        fencing,
+        token_resets,
+    } = *record;
+    let mut verdict = LedgerVerdict {
+        errors,
+        ticks: (last_tick + 1).saturating_sub(first_tick),
+        ..LedgerVerdict::default()
+    };
+    let mut per_tick: BTreeMap<u64, Vec<&LedgerEntry>> = BTreeMap::new();
+    for run in runs {
+        per_tick.entry(run.tick).or_default().push(run);
+    }
+    for (tick, in_tick) in &per_tick {
+        if in_tick.len() > 1 {
+            let nodes: Vec<String> = in_tick.iter().map(|run| run.node.to_string()).collect();
+            verdict.problems.push(format!(
+                "tick {tick} ran {} times, on nodes {}",
+                in_tick.len(),
+                nodes.join(", ")
+            ));
+        }
+    }
+    let end_of = |run: &LedgerEntry| -> u64 {
+        run.ended_ms.unwrap_or_else(|| {
+            killed
+                .iter()
+                .filter(|(node, at)| *node == run.node && *at >= run.started_ms)
+                .map(|(_, at)| *at)
+                .min()
+                .unwrap_or(u64::MAX)
+        })
+    };
+    for pair in runs.windows(2) {
+        let (before, after) = (&pair[0], &pair[1]);
+        let before_end = end_of(before);
+        if after.started_ms < before_end {
+            verdict.problems.push(format!(
+                "node {}'s run of tick {} started at {} ms, before node {}'s run of tick {} ended ({})",
+                after.node,
+                after.tick,
+                after.started_ms,
+                before.node,
+                before.tick,
+                if before_end == u64::MAX {
+                    "never, and its node was not killed".to_owned()
+                } else {
+                    format!("{before_end} ms")
+                }
+            ));
+        }
+        let reset_between = token_resets
+            .iter()
+            .any(|reset| (before.started_ms..after.started_ms).contains(reset));
+        if fencing && !reset_between {
+            match (before.token, after.token) {
+                (Some(earlier), Some(later)) if later > earlier => {}
+                (earlier, later) => verdict.problems.push(format!(
+                    "tokens out of order: node {}'s run of tick {} has token {later:?}, after node {}'s run of tick {} with {earlier:?}",
+                    after.node, after.tick, before.node, before.tick
+                )),
+            }
+        }
+    }
+    if fencing
+        && let Some(first) = runs.first()
+        && first.token.is_none()
+    {
+        verdict.problems.push(format!(
+            "node {}'s run of tick {} has no fencing token",
+            first.node, first.tick
+        ));
+    }
+    for tick in first_tick..=last_tick {
+        match per_tick.get(&tick) {
+            Some(in_tick) => verdict.runs += in_tick.len(),
+            None => {
+                let at = tick * tick_ms;
+                if excuses
+                    .iter()
+                    .any(|excuse| (excuse.from_ms..=excuse.to_ms).contains(&at))
+                {
+                    verdict.excused_losses += 1;
+                } else {
+                    verdict.problems.push(format!(
+                        "tick {tick} (at {at} ms) had no run, though a node was alive and the backend up"
+                    ));
+                }
+            }
+        }
+    }
+    verdict
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record<'a>(
+        first_tick: u64,
+        last_tick: u64,
+        killed: &'a [(u32, u64)],
+        excuses: &'a [TickExcuse],
+        fencing: bool,
+    ) -> SoakRecord<'a> {
+        SoakRecord {
+            first_tick,
+            last_tick,
+            tick_ms: 1000,
+            killed,
+            excuses,
+            fencing,
+            token_resets: &[],
+        }
+    }
+
+    fn run(tick: u64, node: u32, token: Option<u64>, ended: bool) -> LedgerEntry {
+        LedgerEntry {
+            tick,
+            node,
+            token,
+            started_ms: tick * 1000 + 5,
+            ended_ms: ended.then_some(tick * 1000 + 205),
+        }
+    }
+
+    #[test]
+    fn a_clean_ledger_passes() {
+        let runs = [
+            run(10, 1, Some(1), true),
+            run(11, 2, Some(2), true),
+            run(12, 1, Some(7), true),
+        ];
+        let verdict = judge(&runs, 0, &record(10, 12, &[], &[], true));
+        assert_eq!(verdict.problems, Vec::<String>::new());
+        assert_eq!((verdict.runs, verdict.ticks), (3, 3));
+    }
+
+    #[test]
+    fn two_runs_in_a_tick_are_reported() {
+        let mut second = run(10, 2, None, true);
+        second.started_ms += 300;
+        second.ended_ms = Some(second.started_ms + 100);
+        let verdict = judge(
+            &[run(10, 1, None, true), second],
+            0,
+            &record(10, 10, &[], &[], false),
+        );
+        assert_eq!(
+            verdict.problems,
+            vec!["tick 10 ran 2 times, on nodes 1, 2".to_owned()]
+        );
+    }
+
+    #[test]
+    fn an_overlap_is_reported_and_a_kill_ends_a_run() {
+        let mut late = run(11, 2, None, true);
+        late.started_ms = 10_100;
+        let verdict = judge(
+            &[run(10, 1, None, true), late.clone()],
+            0,
+            &record(10, 11, &[], &[], false),
+        );
+        assert_eq!(verdict.problems.len(), 1, "{:?}", verdict.problems);
+        assert!(verdict.problems[0].contains("before node 1's run of tick 10 ended"));
+
+        let unfinished = run(10, 1, None, false);
+        let verdict = judge(
+            &[unfinished.clone(), late.clone()],
+            0,
+            &record(10, 11, &[], &[], false),
+        );
+        assert!(verdict.problems[0].contains("never, and its node was not killed"));
+        let verdict = judge(
+            &[unfinished, late],
+            0,
+            &record(10, 11, &[(1, 10_050)], &[], false),
+        );
+        assert_eq!(verdict.problems, Vec::<String>::new());
+    }
+
+    #[test]
+    fn tokens_must_increase_and_be_present() {
+        let verdict = judge(
+            &[run(10, 1, Some(5), true), run(11, 2, Some(5), true)],
+            0,
+            &record(10, 11, &[], &[], true),
+        );
+        assert_eq!(verdict.problems.len(), 1);
+        assert!(verdict.problems[0].contains("tokens out of order"));
+        let verdict = judge(
+            &[run(10, 1, None, true)],
+            0,
+            &record(10, 10, &[], &[], true),
+        );
+        assert_eq!(verdict.problems.len(), 1);
+        assert!(verdict.problems[0].contains("no fencing token"));
+    }
+
+    #[test]
+    fn tokens_may_start_again_only_across_a_reset() {
+        let runs = [run(10, 1, Some(15), true), run(11, 2, Some(1), true)];
+        let mut rules = record(10, 11, &[], &[], true);
+        assert_eq!(judge(&runs, 0, &rules).problems.len(), 1);
+        rules.token_resets = &[10_500];
+        assert_eq!(judge(&runs, 0, &rules).problems, Vec::<String>::new());
+        rules.token_resets = &[11_500];
+        assert_eq!(
+            judge(&runs, 0, &rules).problems.len(),
+            1,
+            "a reset after both runs excuses nothing"
+        );
+    }
+
+    #[test]
+    fn a_lost_tick_needs_an_excuse() {
+        let runs = [run(10, 1, None, true), run(12, 1, None, true)];
+        let verdict = judge(&runs, 0, &record(10, 12, &[], &[], false));
+        assert_eq!(verdict.problems.len(), 1);
+        assert!(verdict.problems[0].starts_with("tick 11 (at 11000 ms) had no run"));
+        let excuse = TickExcuse {
+            from_ms: 11_000,
+            to_ms: 11_000,
+            why: "restart".into(),
+        };
+        let verdict = judge(&runs, 0, &record(10, 12, &[], &[excuse], false));
+        assert_eq!(verdict.problems, Vec::<String>::new());
+        assert_eq!(verdict.excused_losses, 1);
+    }
+
+    #[test]
+    fn the_file_round_trips() {
+        let text = "start 10 1 4 10005\nerror 10 2 10009\nend 10 1 10205\nstart 11 2 - 11003\n";
+        let (runs, errors) = parse(text).unwrap();
+        assert_eq!(errors, 1);
+        assert_eq!(runs.len(), 2);
+        assert_eq!(
+            runs[0],
+            LedgerEntry {
+                tick: 10,
+                node: 1,
+                token: Some(4),
+                started_ms: 10005,
+                ended_ms: Some(10205)
+            }
+        );
+        assert_eq!(runs[1].ended_ms, None);
+        assert!(parse("start x").is_err());
+        assert!(parse("end 10 9 5").is_err(), "an end without its start");
+    }
+}

@@ -1,0 +1,144 @@
+//! The fault suite: the lock rules under the failures production throws. A node's process is
+//! killed while it holds a lock, the backend's server restarts, the network stalls during each
+//! operation, and a soak runs a job every tick on several node processes through random kills
+//! and restarts, with a ledger that must show at most one run per tick.
+//!
+//! It is a second entry point beside [`run`](crate::run), for a second `harness = false` test
+//! target, because its checks stop servers and kill processes: they run one at a time, and
+//! the harness needs the few more hooks of [`FaultHarness`]:
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use shedlock_conformance::{ConformanceHarness, SetupError, Support, async_trait};
+//! # use shedlock_conformance::faults::FaultHarness;
+//! # use shedlock_core::Clock;
+//! # use shedlock_memory::{MemoryLockProvider, MemoryLockStore};
+//! # struct MyHarness(MemoryLockStore);
+//! # #[async_trait]
+//! # impl ConformanceHarness for MyHarness {
+//! #     type Node = MemoryLockProvider;
+//! #     fn name(&self) -> &str { "memory" }
+//! #     async fn node(&self, clock: Arc<dyn Clock>) -> Result<MemoryLockProvider, SetupError> {
+//! #         Ok(self.0.node_with("faults", clock))
+//! #     }
+//! # }
+//! #[async_trait]
+//! impl FaultHarness for MyHarness {
+//!     // Override the hooks that apply: shares_across_processes, backend_address,
+//!     // node_via, restart_backend, locks_survive_restart.
+//! }
+//!
+//! fn main() -> std::process::ExitCode {
+//!     shedlock_conformance::faults::run(|| async { Ok(MyHarness(MemoryLockStore::new())) })
+//! }
+//! ```
+//!
+//! The crash and soak checks start this same test binary again as child processes (nodes of
+//! their own): [`run`] recognises such a child by its environment and plays the node's part
+//! instead of running the checks, so `main` must call it first thing, as above.
+
+mod checks;
+mod child;
+mod ledger;
+mod runner;
+mod stall_proxy;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::backends::Backend;
+use crate::harness::{ConformanceHarness, SetupError, Support};
+
+pub use checks::{
+    FaultCheck, RECONNECT_LIMIT, SOAK_NODES_VARIABLE, SOAK_SECONDS_VARIABLE, SoakSettings,
+    check_backend_restart, check_holder_crash, check_soak, check_stall_during_acquire,
+    check_stall_during_extend, check_stall_during_release,
+};
+pub use child::run_id;
+pub use ledger::{Ledger, LedgerEntry, LedgerVerdict, SoakRecord, TickExcuse, judge};
+pub use runner::{run, run_with_args};
+pub use stall_proxy::StallProxy;
+
+/// What the fault suite needs of a harness beyond [`ConformanceHarness`]. Every hook has a
+/// default meaning "does not apply", under which the checks that need it show as ignored with
+/// the reason.
+#[async_trait]
+pub trait FaultHarness: ConformanceHarness {
+    /// Whether nodes in different processes share the backend (every server, and a database
+    /// file), so a child process can hold a lock that this process sees. An in-process store
+    /// answers `false`.
+    fn shares_across_processes(&self) -> bool {
+        true
+    }
+
+    /// The one `host:port` a node connects to, for the stall checks, which put a
+    /// [`StallProxy`] in front of it.
+    fn backend_address(&self) -> Support<String> {
+        Support::not_applicable(
+            "the harness provides no backend_address() hook, so the kit cannot stall the network between a node and its backend",
+        )
+    }
+
+    /// A node like [`node`](ConformanceHarness::node) that connects to `address` (the kit's
+    /// proxy) instead of the backend's own address. Give it short operation timeouts (a few
+    /// seconds): the stall checks wait for them.
+    async fn node_via(&self, address: &str) -> Result<Self::Node, SetupError> {
+        Err(SetupError::new(format!(
+            "the harness declares backend_address() but provides no node_via() to reach it through {address}"
+        )))
+    }
+
+    /// Stops the backend's server and starts it again, returning once it answers.
+    /// [`restart_command`] does it with a command taken from the environment.
+    async fn restart_backend(&self) -> Result<Support<()>, SetupError> {
+        Ok(Support::not_applicable(
+            "the harness provides no restart_backend() hook, so the kit cannot restart the backend while locks are held",
+        ))
+    }
+
+    /// Whether a lock held when the server restarts is still held afterwards. `false` for a
+    /// backend that keeps locks only in memory (Redis without persistence): the restart check
+    /// then notes the loss instead of failing on it.
+    fn locks_survive_restart(&self) -> bool {
+        true
+    }
+}
+
+/// The environment variable holding a shell command that restarts `backend`'s server and
+/// returns once it answers: `SHEDLOCK_TEST_<BACKEND>_RESTART`.
+pub fn restart_variable(backend: Backend) -> String {
+    format!("SHEDLOCK_TEST_{}_RESTART", backend.name().to_uppercase())
+}
+
+/// Runs the command in [`restart_variable`]`(backend)` with `sh -c`, for a harness's
+/// [`FaultHarness::restart_backend`]: not applicable when the variable is unset, an error when
+/// the command fails or takes more than `limit`.
+pub async fn restart_command(backend: Backend, limit: Duration) -> Result<Support<()>, SetupError> {
+    let variable = restart_variable(backend);
+    let command = match std::env::var(&variable) {
+        Ok(command) if !command.trim().is_empty() => command,
+        _ => {
+            return Ok(Support::not_applicable(format!(
+                "{variable} is not set: set it to a shell command that restarts the {} server and returns once it answers",
+                backend.name()
+            )));
+        }
+    };
+    let run = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(&command)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(limit, run)
+        .await
+        .map_err(|_| SetupError::new(format!("{variable} did not finish within {limit:?}")))??;
+    if !output.status.success() {
+        return Err(SetupError::new(format!(
+            "{variable} failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    Ok(Support::Supported(()))
+}
