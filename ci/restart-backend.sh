@@ -43,7 +43,7 @@ listener_pid() {
   local pids
   pids=$(ss -Hltnp "sport = :$1" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u)
   [ -n "$pids" ] || die "$backend: nothing listens on 127.0.0.1:$1 (run ci/start-backends.sh first)"
-  [ "$(wc -l <<<"$pids")" -eq 1 ] || die "$backend: several processes listen on port $1: $(echo $pids)"
+  [ "$(wc -l <<<"$pids")" -eq 1 ] || die "$backend: several processes listen on port $1: ${pids//$'\n'/ }"
   echo "$pids"
 }
 cmdline() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null || true; }

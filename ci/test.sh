@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ci/start-backends.sh
+# The clustered deployments of the failover tests: 3 etcd members, 3 ZooKeeper servers, and a
+# PostgreSQL primary streaming to a replica (Redis Cluster and Sentinel start above).
+ci/start-clusters.sh >/dev/null
 
 # Tests find their backends here only; each may be pointed elsewhere by setting it beforehand.
 export SHEDLOCK_TEST_POSTGRES_URL=${SHEDLOCK_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}
@@ -29,6 +32,14 @@ export SHEDLOCK_TEST_ZOOKEEPER_TLS_CLIENT_KEY=${SHEDLOCK_TEST_ZOOKEEPER_TLS_CLIE
 export SHEDLOCK_TEST_REDIS_CLUSTER_URL=${SHEDLOCK_TEST_REDIS_CLUSTER_URL:-redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002}
 export SHEDLOCK_TEST_REDIS_SENTINEL_URL=${SHEDLOCK_TEST_REDIS_SENTINEL_URL:-redis+sentinel://127.0.0.1:26390,127.0.0.1:26391,127.0.0.1:26392/shedlock}
 
+# The clusters of ci/start-clusters.sh, and the command that fails them over.
+export SHEDLOCK_TEST_ETCD_CLUSTER_URL=${SHEDLOCK_TEST_ETCD_CLUSTER_URL:-http://127.0.0.1:2479,http://127.0.0.1:2579,http://127.0.0.1:2679}
+export SHEDLOCK_TEST_ZOOKEEPER_ENSEMBLE_URL=${SHEDLOCK_TEST_ZOOKEEPER_ENSEMBLE_URL:-127.0.0.1:2191,127.0.0.1:2192,127.0.0.1:2193}
+export SHEDLOCK_TEST_POSTGRES_PRIMARY_URL=${SHEDLOCK_TEST_POSTGRES_PRIMARY_URL:-postgres://postgres@127.0.0.1:5440/test}
+export SHEDLOCK_TEST_POSTGRES_REPLICA_URL=${SHEDLOCK_TEST_POSTGRES_REPLICA_URL:-postgres://postgres@127.0.0.1:5441/test}
+export SHEDLOCK_TEST_POSTGRES_FAILOVER=${SHEDLOCK_TEST_POSTGRES_FAILOVER:-$PWD/ci/failover.sh}
+export SHEDLOCK_TEST_ETCD_FAILOVER=${SHEDLOCK_TEST_ETCD_FAILOVER:-$PWD/ci/failover.sh}
+export SHEDLOCK_TEST_ZOOKEEPER_FAILOVER=${SHEDLOCK_TEST_ZOOKEEPER_FAILOVER:-$PWD/ci/failover.sh}
 # The fault suite (tests/faults.rs of each provider) restarts each server with these commands.
 for backend in POSTGRES MYSQL REDIS ETCD ZOOKEEPER MONGO; do
   variable="SHEDLOCK_TEST_${backend}_RESTART"
