@@ -90,15 +90,28 @@ impl Backend {
         {
             return Ok(url.trim().to_owned());
         }
-        if self == Backend::Sqlite {
+        let url = if self == Backend::Sqlite {
             let file = std::env::temp_dir().join(format!(
                 "shedlock-conformance-{}.db",
                 uuid::Uuid::new_v4().simple()
             ));
-            return Ok(format!("sqlite://{}?mode=rwc", file.display()));
-        }
-        container::start(self).await
+            format!("sqlite://{}?mode=rwc", file.display())
+        } else {
+            container::start(self).await?
+        };
+        CHOSEN.lock().unwrap().push((self.env_var(), url.clone()));
+        Ok(url)
     }
+}
+
+/// The URLs this process chose for backends whose variable was not set (a fresh SQLite file,
+/// a container): the fault suite's node processes get them in their environment, so they
+/// reach the same backend rather than choosing their own.
+static CHOSEN: std::sync::Mutex<Vec<(&'static str, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// The variables and URLs of [`CHOSEN`].
+pub(crate) fn chosen_urls() -> Vec<(&'static str, String)> {
+    CHOSEN.lock().unwrap().clone()
 }
 
 /// PostgreSQL: `SHEDLOCK_TEST_POSTGRES_URL`, else a `postgres` container.

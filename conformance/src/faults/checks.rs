@@ -253,6 +253,17 @@ async fn stalled<H: FaultHarness>(
     }))
 }
 
+/// The failure for a stalled operation that answered although nothing waited in the proxy:
+/// the node did not connect through it, so the harness, not the provider, is at fault.
+fn bypassed(trace: &Trace, operation: &str) -> CheckFailure {
+    trace.failure(
+        Rule::HARNESS,
+        format!(
+            "{operation} answered through a stalled proxy in which no byte waited: the node from node_via() does not connect through the address it was given (a client that learns the server's own address from it, such as MongoDB's without directConnection=true, goes around the proxy)"
+        ),
+    )
+}
+
 /// Retries `operation` on errors until it answers, for at most [`RECONNECT_LIMIT`]; fails
 /// under [`Rule::RECOVERY`] if it never does.
 async fn until_answered<T, Fut>(
@@ -316,6 +327,7 @@ pub async fn check_stall_during_acquire<H: FaultHarness>(
     let answered_in = stalled_try.answered - stalled_try.sent;
     match stalled_try.value {
         Err(_) => {}
+        Ok(_) if proxy.delayed_bytes() == 0 => return Err(bypassed(&trace, "try_lock")),
         Ok(acquisition) => {
             return Err(trace.failure(
                 Rule::FAIL_CLOSED,
@@ -432,6 +444,9 @@ pub async fn check_stall_during_release<H: FaultHarness>(
     proxy.pause();
     trace.note("the network between node S and the backend stalls");
     let release = trace.try_unlock("S", &*taken.value).await?;
+    if release.value.is_ok() && proxy.delayed_bytes() == 0 {
+        return Err(bypassed(&trace, "unlock"));
+    }
     if let Ok(answer) = release.value {
         return Err(trace.failure(
             Rule::FAIL_CLOSED,
@@ -523,6 +538,9 @@ pub async fn check_stall_during_extend<H: FaultHarness>(
     let extended = trace
         .try_extend("S", &*taken.value, Duration::from_secs(60))
         .await?;
+    if extended.value.is_ok() && proxy.delayed_bytes() == 0 {
+        return Err(bypassed(&trace, "extend"));
+    }
     if let Ok(answer) = extended.value {
         return Err(trace.failure(
             Rule::FAIL_CLOSED,

@@ -75,6 +75,7 @@ impl ChildNode {
         let mut child = Command::new(exe)
             .env(CHILD_VARIABLE, role)
             .env(RUN_ID_VARIABLE, run_id())
+            .envs(crate::backends::chosen_urls())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -8,24 +8,12 @@ mod conformance_harness;
 mod planted_records;
 
 use conformance_harness::KitRun;
-use shedlock_conformance::backends::{Backend, LaunchError};
+use shedlock_conformance::backends;
 use shedlock_sqlite::SqliteBackend;
-
-/// `SHEDLOCK_TEST_SQLITE_URL`, else one file in the temp folder: the suite's node processes
-/// must all open the same file, so it cannot be a fresh one per process.
-async fn shared_url() -> Result<String, LaunchError> {
-    match std::env::var(Backend::Sqlite.env_var()) {
-        Ok(url) if !url.trim().is_empty() => Ok(url),
-        _ => Ok(format!(
-            "sqlite://{}?mode=rwc",
-            std::env::temp_dir().join("shedlock-faults.db").display()
-        )),
-    }
-}
 
 fn main() -> std::process::ExitCode {
     conformance_harness::run_faults::<SqliteBackend>(
-        shared_url(),
+        backends::sqlite_url(),
         1,
         KitRun::SERVER_TIME_WITH_FENCING,
     )

@@ -1,0 +1,194 @@
+//! The conformance harness for ZooKeeper, shared by the kit's two runs against
+//! `SHEDLOCK_TEST_ZOOKEEPER_URL`: `tests/conformance.rs` (the lock rules) and
+//! `tests/faults.rs` (the fault suite: crashed holders, stalled networks, a restarted server, a
+//! soak). Each node is its own provider with its own session, as a separate process would be.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use shedlock_conformance::backends::{self, Backend};
+use shedlock_conformance::faults::{self, FaultHarness};
+use shedlock_conformance::{
+    Clock, ConformanceHarness, PlantedRecord, SetupError, Support, async_trait,
+};
+use shedlock_core::LockAdmin;
+use shedlock_zookeeper::{ZookeeperLockProvider, ZookeeperLockProviderBuilder};
+use zookeeper_client::{Acls, Client, CreateMode};
+
+/// How long a node reached through the kit's stalling proxy waits for an answer, and for a
+/// session.
+const STALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// ZooKeeper's client port, when the connect string names none.
+const DEFAULT_PORT: u16 = 2181;
+
+/// Which suite a run puts the provider through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(dead_code)] // Each target runs one of them.
+pub enum Suite {
+    /// The lock rules.
+    Conformance,
+    /// The fault suite, whose crash and soak checks start the test binary again as node
+    /// processes: they build a harness of their own, which must use the same root.
+    Faults,
+}
+
+pub struct Harness {
+    url: String,
+    root: String,
+    admin: Client,
+}
+
+/// The harness of one run of `suite`: the body of each target's `main`.
+pub async fn harness(suite: Suite) -> Result<Harness, SetupError> {
+    let url = backends::zookeeper_url().await?;
+    let admin = Client::connect(&url).await?;
+    // Each run has a root of its own, deleted at the end; the fault suite's is the same in the
+    // test process and in the node processes it starts, which find it made.
+    let root = match suite {
+        Suite::Conformance => format!("/shedlock-conformance-{}", uuid::Uuid::new_v4().simple()),
+        Suite::Faults => format!("/shedlock-faults-{}", faults::run_id()),
+    };
+    admin
+        .mkdir(&root, &CreateMode::Persistent.with_acls(Acls::anyone_all()))
+        .await?;
+    Ok(Harness { url, root, admin })
+}
+
+impl Harness {
+    fn builder(&self) -> ZookeeperLockProviderBuilder {
+        ZookeeperLockProvider::builder().root(&self.root)
+    }
+}
+
+#[async_trait]
+impl ConformanceHarness for Harness {
+    type Node = ZookeeperLockProvider;
+
+    fn name(&self) -> &str {
+        "zookeeper"
+    }
+
+    /// The server's clock decides, learnt from the mtime of the node's own writes: the node's
+    /// wall clock is not used for anything.
+    async fn node(&self, _clock: Arc<dyn Clock>) -> Result<ZookeeperLockProvider, SetupError> {
+        Ok(self.builder().connect(&self.url).await?)
+    }
+
+    async fn unreachable_node(&self) -> Result<Support<ZookeeperLockProvider>, SetupError> {
+        let node = self
+            .builder()
+            .connect_timeout(Duration::from_secs(2))
+            .operation_timeout(Duration::from_secs(2))
+            .connect_lazy("127.0.0.1:1")?;
+        Ok(Support::Supported(node))
+    }
+
+    fn admin<'node>(&self, node: &'node ZookeeperLockProvider) -> Support<&'node dyn LockAdmin> {
+        Support::Supported(node)
+    }
+
+    fn clear_name_cache(&self, _node: &ZookeeperLockProvider) -> Support<()> {
+        Support::not_applicable(
+            "the ZooKeeper provider keeps no cache of lock names: every acquire reads the node first",
+        )
+    }
+
+    /// What Java ShedLock's Curator provider leaves: a persistent node whose data is the
+    /// lock_until instant, and nothing else (it stores no locked_at or locked_by).
+    async fn write_record(&self, record: &PlantedRecord) -> Result<Support<()>, SetupError> {
+        let node = self.builder().connect_lazy(&self.url)?;
+        let path = node.lock_path(&record.name)?;
+        let data = DateTime::<Utc>::from(record.lock_until)
+            .to_rfc3339_opts(SecondsFormat::Millis, true)
+            .into_bytes();
+        let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        match self.admin.create(&path, &data, &options).await {
+            Ok(_) => {}
+            Err(zookeeper_client::Error::NodeExists) => {
+                self.admin.set_data(&path, &data, None).await?;
+            }
+            Err(error) => return Err(error.into()),
+        }
+        Ok(Support::Supported(()))
+    }
+
+    /// Deletes this run's root and every lock node under it.
+    async fn cleanup(&self, _name_prefix: &str) -> Result<(), SetupError> {
+        for child in self.admin.list_children(&self.root).await? {
+            let path = format!("{}/{child}", self.root);
+            self.admin.delete(&path, None).await?;
+        }
+        self.admin.delete(&self.root, None).await?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl FaultHarness for Harness {
+    /// The connect string's one server: `127.0.0.1:2181` -> itself.
+    fn backend_address(&self) -> Support<String> {
+        match server_parts(&self.url) {
+            Ok((_, address)) => Support::Supported(address),
+            Err(reason) => Support::not_applicable(reason),
+        }
+    }
+
+    /// A node like [`node`](ConformanceHarness::node), at `address` instead, whose sessions
+    /// and operations give up after [`STALL_TIMEOUT`].
+    async fn node_via(&self, address: &str) -> Result<ZookeeperLockProvider, SetupError> {
+        let (before, _) = server_parts(&self.url).map_err(SetupError::new)?;
+        Ok(self
+            .builder()
+            .connect_timeout(STALL_TIMEOUT)
+            .operation_timeout(STALL_TIMEOUT)
+            .connect(&format!("{before}{address}"))
+            .await?)
+    }
+
+    async fn restart_backend(&self) -> Result<Support<()>, SetupError> {
+        faults::restart_command(Backend::Zookeeper, Duration::from_secs(120)).await
+    }
+}
+
+/// `connect_string` split into what comes before its one server (scheme and credentials) and
+/// that server's `host:port` (with ZooKeeper's port when it names none). An error saying why
+/// for several servers, a chroot, or TLS.
+fn server_parts(connect_string: &str) -> Result<(&str, String), String> {
+    let scheme_end = connect_string.find("://").map_or(0, |at| at + 3);
+    if connect_string[..scheme_end].contains("tls") {
+        return Err(
+            "the connect string uses TLS, whose certificate names the server, not the kit's proxy"
+                .to_owned(),
+        );
+    }
+    let host_start = connect_string
+        .rfind('@')
+        .map_or(scheme_end, |at| at + 1)
+        .max(scheme_end);
+    let servers = &connect_string[host_start..];
+    if servers.contains(',') {
+        return Err(
+            "the connect string names several servers: the kit stalls the network to one address"
+                .to_owned(),
+        );
+    }
+    if servers.contains('/') {
+        return Err(
+            "the connect string has a chroot: the kit's proxy address would have to keep it"
+                .to_owned(),
+        );
+    }
+    let has_port = servers.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty()
+            && port.parse::<u16>().is_ok()
+            && (!host.contains(':') || host.ends_with(']'))
+    });
+    let address = if has_port {
+        servers.to_owned()
+    } else {
+        format!("{servers}:{DEFAULT_PORT}")
+    };
+    Ok((&connect_string[..host_start], address))
+}
