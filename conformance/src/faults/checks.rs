@@ -813,7 +813,7 @@ pub async fn check_backend_restart<H: FaultHarness>(
         ));
     }
     notes.insert(0, format!(
-        "the restart took {:?}; {} of {} requests meanwhile answered an error (fail closed), the slowest in {slowest:?}; every node answered normally again within {back_after:?} of the restart",
+        "restart_backend() (a restart, or a failover) took {:?}; {} of {} requests meanwhile answered an error (fail closed), the slowest in {slowest:?}; every node answered normally again within {back_after:?} after it returned",
         restarted - began,
         errors,
         attempts.len()
@@ -962,14 +962,17 @@ pub async fn check_soak<H: FaultHarness>(
                 }
                 Ok(Ok(Support::Supported(()))) => {
                     let back = unix_ms();
-                    trace.note(format!("the backend restarted in {} ms", back - began));
+                    trace.note(format!(
+                        "restart_backend() returned after {} ms",
+                        back - began
+                    ));
                     excuses.push(TickExcuse {
                         from_ms: began.saturating_sub(tick_ms),
                         to_ms: back + millis(at_most) + millis(RECONNECT_LIMIT.min(tick * 5)),
                         why: "the backend was restarting".to_owned(),
                     });
                     notes.push(format!(
-                        "the backend restarted at half time, down for {} ms",
+                        "restart_backend() (a restart, or a failover) ran at half time and took {} ms",
                         back - began
                     ));
                     if !harness.locks_survive_restart() {

@@ -115,19 +115,41 @@ pub fn restart_variable(backend: Backend) -> String {
 /// [`FaultHarness::restart_backend`]: not applicable when the variable is unset, an error when
 /// the command fails or takes more than `limit`.
 pub async fn restart_command(backend: Backend, limit: Duration) -> Result<Support<()>, SetupError> {
-    let variable = restart_variable(backend);
-    let command = match std::env::var(&variable) {
+    command_from_env(
+        &restart_variable(backend),
+        &[],
+        &format!(
+            "a shell command that restarts the {} server and returns once it answers",
+            backend.name()
+        ),
+        limit,
+    )
+    .await
+}
+
+/// Runs the shell command in `variable` with `arguments` appended, for a harness whose
+/// [`FaultHarness::restart_backend`] fails a cluster over (`ci/failover.sh etcd-kill-leader`):
+/// not applicable when the variable is unset (the reason says it should hold `what`), an error
+/// when the command fails or takes more than `limit`.
+pub async fn command_from_env(
+    variable: &str,
+    arguments: &[&str],
+    what: &str,
+    limit: Duration,
+) -> Result<Support<()>, SetupError> {
+    let command = match std::env::var(variable) {
         Ok(command) if !command.trim().is_empty() => command,
         _ => {
             return Ok(Support::not_applicable(format!(
-                "{variable} is not set: set it to a shell command that restarts the {} server and returns once it answers",
-                backend.name()
+                "{variable} is not set: set it to {what}"
             )));
         }
     };
     let run = tokio::process::Command::new("sh")
         .arg("-c")
-        .arg(&command)
+        .arg(format!("{command} \"$@\""))
+        .arg("sh")
+        .args(arguments)
         .kill_on_drop(true)
         .output();
     let output = tokio::time::timeout(limit, run)
@@ -135,7 +157,8 @@ pub async fn restart_command(backend: Backend, limit: Duration) -> Result<Suppor
         .map_err(|_| SetupError::new(format!("{variable} did not finish within {limit:?}")))??;
     if !output.status.success() {
         return Err(SetupError::new(format!(
-            "{variable} failed ({}): {}",
+            "{variable} {} failed ({}): {}",
+            arguments.join(" "),
             output.status,
             String::from_utf8_lossy(&output.stderr).trim()
         )));

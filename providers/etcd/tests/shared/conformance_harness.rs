@@ -27,25 +27,46 @@ pub enum Suite {
     /// The fault suite, whose crash and soak checks start the test binary again as node
     /// processes: they build a harness of their own, which must use the same env segment.
     Faults,
+    /// The fault suite against the 3-member cluster of `ci/start-clusters.sh` (`SHEDLOCK_TEST_ETCD_CLUSTER_URL`), whose "restart" is its leader killed with SIGKILL and, once a new leader serves, the member started again.
+    Cluster,
 }
+
+/// The steps of `ci/failover.sh` (in `SHEDLOCK_TEST_ETCD_FAILOVER`) that fail the
+/// cluster over and bring it back, for [`Suite::Cluster`].
+const FAILOVER_STEPS: &[&str] = &["etcd-kill-leader", "etcd-restore"];
 
 pub struct Harness {
     url: String,
+    suite: Suite,
     env: String,
     admin: Client,
 }
 
 /// The harness of one run of `suite`: the body of each target's `main`.
 pub async fn harness(suite: Suite) -> Result<Harness, SetupError> {
-    let url = backends::etcd_url().await?;
-    let admin = Client::connect([url.as_str()], None).await?;
+    let url = match suite {
+        Suite::Cluster => std::env::var("SHEDLOCK_TEST_ETCD_CLUSTER_URL").map_err(|_| {
+            SetupError::new(
+                "SHEDLOCK_TEST_ETCD_CLUSTER_URL is not set: run ci/start-clusters.sh and set it to the cluster's URL (ci/test.sh does)",
+            )
+        })?,
+        Suite::Conformance | Suite::Faults => backends::etcd_url().await?,
+    };
+    let endpoints: Vec<&str> = url.split(',').collect();
+    let admin = Client::connect(endpoints, None).await?;
     // Each run has an env segment of its own, deleted at the end; the fault suite's is the
     // same in the test process and in the node processes it starts.
     let env = match suite {
         Suite::Conformance => format!("conformance-{}", uuid::Uuid::new_v4().simple()),
         Suite::Faults => format!("faults-{}", faults::run_id()),
+        Suite::Cluster => format!("cluster-{}", faults::run_id()),
     };
-    Ok(Harness { url, env, admin })
+    Ok(Harness {
+        url,
+        suite,
+        env,
+        admin,
+    })
 }
 
 impl Harness {
@@ -65,7 +86,10 @@ impl ConformanceHarness for Harness {
     type Node = EtcdLockProvider;
 
     fn name(&self) -> &str {
-        "etcd"
+        match self.suite {
+            Suite::Cluster => "etcd-cluster",
+            Suite::Conformance | Suite::Faults => "etcd",
+        }
     }
 
     /// etcd keeps time with leases: the node's clock is not used for anything.
@@ -147,7 +171,22 @@ impl FaultHarness for Harness {
     }
 
     async fn restart_backend(&self) -> Result<Support<()>, SetupError> {
-        faults::restart_command(Backend::Etcd, Duration::from_secs(120)).await
+        if self.suite != Suite::Cluster {
+            return faults::restart_command(Backend::Etcd, Duration::from_secs(120)).await;
+        }
+        for step in FAILOVER_STEPS {
+            let done = faults::command_from_env(
+                "SHEDLOCK_TEST_ETCD_FAILOVER",
+                &[step],
+                "the path of ci/failover.sh",
+                Duration::from_secs(120),
+            )
+            .await?;
+            if let Support::NotApplicable(reason) = done {
+                return Ok(Support::NotApplicable(reason));
+            }
+        }
+        Ok(Support::Supported(()))
     }
 }
 

@@ -32,28 +32,53 @@ pub enum Suite {
     /// The fault suite, whose crash and soak checks start the test binary again as node
     /// processes: they build a harness of their own, which must use the same root.
     Faults,
+    /// The fault suite against the 3-server ensemble of `ci/start-clusters.sh` (`SHEDLOCK_TEST_ZOOKEEPER_ENSEMBLE_URL`), whose "restart" is a follower killed with SIGKILL, then the leader, each started again once the rest serves.
+    Cluster,
 }
+
+/// The steps of `ci/failover.sh` (in `SHEDLOCK_TEST_ZOOKEEPER_FAILOVER`) that fail the
+/// cluster over and bring it back, for [`Suite::Cluster`].
+const FAILOVER_STEPS: &[&str] = &[
+    "zookeeper-kill-follower",
+    "zookeeper-restore",
+    "zookeeper-kill-leader",
+    "zookeeper-restore",
+];
 
 pub struct Harness {
     url: String,
+    suite: Suite,
     root: String,
     admin: Client,
 }
 
 /// The harness of one run of `suite`: the body of each target's `main`.
 pub async fn harness(suite: Suite) -> Result<Harness, SetupError> {
-    let url = backends::zookeeper_url().await?;
+    let url = match suite {
+        Suite::Cluster => std::env::var("SHEDLOCK_TEST_ZOOKEEPER_ENSEMBLE_URL").map_err(|_| {
+            SetupError::new(
+                "SHEDLOCK_TEST_ZOOKEEPER_ENSEMBLE_URL is not set: run ci/start-clusters.sh and set it to the cluster's URL (ci/test.sh does)",
+            )
+        })?,
+        Suite::Conformance | Suite::Faults => backends::zookeeper_url().await?,
+    };
     let admin = Client::connect(&url).await?;
     // Each run has a root of its own, deleted at the end; the fault suite's is the same in the
     // test process and in the node processes it starts, which find it made.
     let root = match suite {
         Suite::Conformance => format!("/shedlock-conformance-{}", uuid::Uuid::new_v4().simple()),
         Suite::Faults => format!("/shedlock-faults-{}", faults::run_id()),
+        Suite::Cluster => format!("/shedlock-cluster-{}", faults::run_id()),
     };
     admin
         .mkdir(&root, &CreateMode::Persistent.with_acls(Acls::anyone_all()))
         .await?;
-    Ok(Harness { url, root, admin })
+    Ok(Harness {
+        url,
+        suite,
+        root,
+        admin,
+    })
 }
 
 impl Harness {
@@ -67,7 +92,10 @@ impl ConformanceHarness for Harness {
     type Node = ZookeeperLockProvider;
 
     fn name(&self) -> &str {
-        "zookeeper"
+        match self.suite {
+            Suite::Cluster => "zookeeper-cluster",
+            Suite::Conformance | Suite::Faults => "zookeeper",
+        }
     }
 
     /// The server's clock decides, learnt from the mtime of the node's own writes: the node's
@@ -148,7 +176,22 @@ impl FaultHarness for Harness {
     }
 
     async fn restart_backend(&self) -> Result<Support<()>, SetupError> {
-        faults::restart_command(Backend::Zookeeper, Duration::from_secs(120)).await
+        if self.suite != Suite::Cluster {
+            return faults::restart_command(Backend::Zookeeper, Duration::from_secs(120)).await;
+        }
+        for step in FAILOVER_STEPS {
+            let done = faults::command_from_env(
+                "SHEDLOCK_TEST_ZOOKEEPER_FAILOVER",
+                &[step],
+                "the path of ci/failover.sh",
+                Duration::from_secs(120),
+            )
+            .await?;
+            if let Support::NotApplicable(reason) = done {
+                return Ok(Support::NotApplicable(reason));
+            }
+        }
+        Ok(Support::Supported(()))
     }
 }
 
