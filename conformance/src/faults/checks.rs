@@ -976,7 +976,7 @@ pub async fn check_soak<H: FaultHarness>(
                         back - began
                     ));
                     if !harness.locks_survive_restart() {
-                        token_resets.push(began);
+                        token_resets.push((began, back));
                         notes.push("the backend loses its data on restart, as the harness declares: fencing tokens are compared only between runs on the same side of the restart".to_owned());
                     }
                 }

@@ -158,10 +158,11 @@ pub struct SoakRecord<'a> {
     pub excuses: &'a [TickExcuse],
     /// Whether every run must carry a fencing token greater than the one before.
     pub fencing: bool,
-    /// Moments (Unix ms) from which tokens may start again from the bottom: restarts of a
-    /// backend that loses its data on restart, counter included. Tokens are compared only
-    /// between runs on the same side of each.
-    pub token_resets: &'a [u64],
+    /// Stretches of time (Unix ms, from and to) somewhere in which tokens may start again from
+    /// the bottom: restarts of a backend that loses its data on restart, counter included.
+    /// Tokens are not compared between a run before such a stretch ended and one after it
+    /// began.
+    pub token_resets: &'a [(u64, u64)],
 }
 
 /// Judges `runs` over the ticks of `record`.
@@ -229,7 +230,7 @@ pub fn judge(runs: &[LedgerEntry], errors: usize, record: &SoakRecord<'_>) -> Le
         }
         let reset_between = token_resets
             .iter()
-            .any(|reset| (before.started_ms..after.started_ms).contains(reset));
+            .any(|(from, to)| before.started_ms < *to && after.started_ms > *from);
         if fencing && !reset_between {
             match (before.token, after.token) {
                 (Some(earlier), Some(later)) if later > earlier => {}
@@ -380,14 +381,30 @@ mod tests {
         let runs = [run(10, 1, Some(15), true), run(11, 2, Some(1), true)];
         let mut rules = record(10, 11, &[], &[], true);
         assert_eq!(judge(&runs, 0, &rules).problems.len(), 1);
-        rules.token_resets = &[10_500];
+        rules.token_resets = &[(10_500, 10_700)];
         assert_eq!(judge(&runs, 0, &rules).problems, Vec::<String>::new());
-        rules.token_resets = &[11_500];
-        assert_eq!(
-            judge(&runs, 0, &rules).problems.len(),
-            1,
-            "a reset after both runs excuses nothing"
-        );
+        // A restart that began before the first run and ended after it began: the data may
+        // have gone after the first run took its token.
+        rules.token_resets = &[(9_000, 10_010)];
+        assert_eq!(judge(&runs, 0, &rules).problems, Vec::<String>::new());
+        for (window, why) in [
+            ((11_500, 11_600), "a reset after both runs excuses nothing"),
+            (
+                (9_000, 10_005),
+                "a reset over when the first run began excuses nothing",
+            ),
+            (
+                (11_005, 11_100),
+                "a reset from when the second run began excuses nothing",
+            ),
+        ] {
+            let windows = [window];
+            let rules = SoakRecord {
+                token_resets: &windows,
+                ..record(10, 11, &[], &[], true)
+            };
+            assert_eq!(judge(&runs, 0, &rules).problems.len(), 1, "{why}");
+        }
     }
 
     #[test]
