@@ -424,6 +424,68 @@ mod tests {
     }
 
     #[test]
+    fn a_kill_ends_only_its_own_nodes_run_and_back_to_back_runs_do_not_overlap() {
+        let unfinished = run(10, 1, None, false);
+        let mut next = run(11, 2, None, true);
+        next.started_ms = 10_100;
+        let verdict = judge(
+            &[unfinished, next.clone()],
+            3,
+            &record(10, 11, &[(2, 10_050)], &[], false),
+        );
+        assert_eq!(
+            verdict.problems.len(),
+            1,
+            "node 2's kill does not end node 1's run"
+        );
+        assert_eq!(verdict.errors, 3);
+        let mut first = run(10, 1, None, true);
+        first.ended_ms = Some(10_100);
+        let verdict = judge(&[first, next], 0, &record(10, 11, &[], &[], false));
+        assert_eq!(
+            verdict.problems,
+            Vec::<String>::new(),
+            "a run may start as the one before ends"
+        );
+    }
+
+    #[test]
+    fn lines_with_a_field_too_many_are_refused() {
+        for line in [
+            "start 10 1 4 10005 9",
+            "end 10 1 10205 9",
+            "error 10 2 10009 9",
+        ] {
+            let text = format!("start 10 1 4 10005\n{line}\n");
+            assert!(parse(&text).is_err(), "{line}");
+        }
+    }
+
+    #[test]
+    fn the_ledger_file_is_appended_and_read_back() {
+        let dir =
+            std::env::temp_dir().join(format!("shedlock-ledger-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ledger = Ledger::new(dir.join("ledger"));
+        assert_eq!(
+            ledger.read().unwrap(),
+            (Vec::new(), 0),
+            "a ledger nobody wrote is empty"
+        );
+        ledger.append("start 10 1 4 10005").unwrap();
+        ledger.append("error 10 2 10009").unwrap();
+        let (runs, errors) = ledger.read().unwrap();
+        assert_eq!((runs.len(), errors), (1, 1));
+        assert_eq!(runs[0].token, Some(4));
+        assert!(
+            Ledger::new(&dir).read().is_err(),
+            "a directory is not a ledger"
+        );
+        assert!(Ledger::new(dir.join("no/such/dir")).append("x").is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn the_file_round_trips() {
         let text = "start 10 1 4 10005\nerror 10 2 10009\nend 10 1 10205\nstart 11 2 - 11003\n";
         let (runs, errors) = parse(text).unwrap();
