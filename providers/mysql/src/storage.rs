@@ -8,7 +8,7 @@ use shedlock_core::{HeldRecord, LockError, LockRecord, NodeTime, Operation, Time
 use shedlock_sql::{
     AcquireAnswer, AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement,
     LockSelection, LockStatements, LockTable, SqlBackend, StoredAcquisition, StoredLock,
-    TableSchema, client_time_parameter, statement_error,
+    TableSchema, TimestampLimit, UtcInstant, client_time_parameter, statement_error,
 };
 use sqlx::mysql::{MySql, MySqlArguments, MySqlConnectOptions, MySqlConnection, MySqlQueryResult};
 use sqlx::query::Query;
@@ -36,6 +36,28 @@ impl Flavor {
         }
     }
 }
+
+/// What a `TIMESTAMP` column reaches on MySQL, and on MariaDB before 11.5 (or on a 32-bit
+/// server): the largest signed 32-bit count of seconds since the epoch.
+const TIMESTAMP_LIMIT: TimestampLimit = TimestampLimit {
+    latest: UtcInstant::from_civil((2038, 1, 19), (3, 14, 7), 999_999_000),
+    advice: TIMESTAMP_ADVICE,
+};
+
+/// What a `TIMESTAMP` column reaches on MariaDB 11.5 and later on 64-bit servers (MDEV-32188):
+/// the largest unsigned 32-bit count of seconds.
+const WIDE_TIMESTAMP_LIMIT: TimestampLimit = TimestampLimit {
+    latest: UtcInstant::from_civil((2106, 2, 7), (6, 28, 15), 999_999_000),
+    advice: TIMESTAMP_ADVICE,
+};
+
+const TIMESTAMP_ADVICE: &str = ", or make the column DATETIME(3), which reaches the year 9999";
+
+/// What a `DATETIME` column reaches: the last instant of the year 9999.
+const DATETIME_LIMIT: TimestampLimit = TimestampLimit {
+    latest: UtcInstant::from_civil((9999, 12, 31), (23, 59, 59), 999_999_000),
+    advice: "",
+};
 
 /// `CREATE TABLE IF NOT EXISTS` for `table` on `flavor`: ShedLock's MySQL table, plus the
 /// fencing column when `fencing` is true.
@@ -311,15 +333,28 @@ impl MySqlBackend {
     }
 }
 
-/// Reads which server this is.
-async fn flavor(connection: &mut MySqlConnection) -> Result<Flavor, sqlx::Error> {
-    let version: String = sqlx::query_scalar("SELECT CAST(VERSION() AS CHAR)")
-        .fetch_one(&mut *connection)
-        .await?;
+/// Reads which server this is, and how far its `TIMESTAMP` type reaches.
+///
+/// MariaDB's `FROM_UNIXTIME` returns NULL past the range of its `TIMESTAMP` values, which
+/// reaches 2106 from 11.5 on 64-bit servers and 2038 otherwise, so the server says which it
+/// has rather than a version number being read for it. MySQL's `FROM_UNIXTIME` reaches
+/// further than its `TIMESTAMP` type (3001 from 8.0.28), which ends in 2038 in every version.
+async fn flavor(connection: &mut MySqlConnection) -> Result<(Flavor, TimestampLimit), sqlx::Error> {
+    let (version, wide): (String, i64) = sqlx::query_as(
+        "SELECT CAST(VERSION() AS CHAR), \
+         CAST(FROM_UNIXTIME(4294967295) IS NOT NULL AS SIGNED)",
+    )
+    .fetch_one(&mut *connection)
+    .await?;
     Ok(if version.to_ascii_lowercase().contains("mariadb") {
-        Flavor::MariaDb
+        let timestamp = if wide == 1 {
+            WIDE_TIMESTAMP_LIMIT
+        } else {
+            TIMESTAMP_LIMIT
+        };
+        (Flavor::MariaDb, timestamp)
     } else {
-        Flavor::MySql
+        (Flavor::MySql, TIMESTAMP_LIMIT)
     })
 }
 
@@ -329,6 +364,13 @@ impl SqlBackend for MySqlBackend {
     const DATABASE_NAME: &'static str = "MySQL";
     const UNREACHABLE_HINT: &'static str = "is the server reachable?";
     const URL_SCHEMES: &'static [&'static str] = &["mysql", "mariadb"];
+    const CREATED_LOCK_UNTIL_TYPE: &'static str = "timestamp(3)";
+    /// [`create_table_statement`]'s `TIMESTAMP(3)`, on MySQL (a provider built without
+    /// connecting assumes MySQL).
+    const CREATED_LOCK_UNTIL_LIMIT: TimestampLimit = TimestampLimit {
+        latest: TIMESTAMP_LIMIT.latest.truncated_to(3),
+        ..TIMESTAMP_LIMIT
+    };
 
     fn session_options(
         options: MySqlConnectOptions,
@@ -362,7 +404,7 @@ impl SqlBackend for MySqlBackend {
         create_table: Option<bool>,
     ) -> Result<(Self, TableSchema), LockError> {
         let connect_error = |e| statement_error::<Self>(Operation::Connect, "", e);
-        let flavor = flavor(&mut *connection).await.map_err(connect_error)?;
+        let (flavor, timestamp_limit) = flavor(&mut *connection).await.map_err(connect_error)?;
         if let Some(fencing) = create_table {
             sqlx::query(AssertSqlSafe(create_table_statement(
                 table, fencing, flavor,
@@ -432,6 +474,11 @@ impl SqlBackend for MySqlBackend {
                         fraction_digits: precision.unwrap_or(0) as u32,
                         // Neither stores an instant: both hold UTC wall times here.
                         with_time_zone: false,
+                        limit: if data_type == "timestamp" {
+                            timestamp_limit
+                        } else {
+                            DATETIME_LIMIT
+                        },
                     }
                 }
                 "bigint" | "int" | "integer" | "mediumint" => ColumnKind::Integer,
@@ -674,6 +721,8 @@ mod tests {
             time_precision: Duration::from_millis(1),
             timestamps_with_time_zone: false,
             fencing: false,
+            lock_until_type: "timestamp(3)".to_owned(),
+            lock_until_limit: TIMESTAMP_LIMIT,
         };
         let node_clock = NodeTime::ClientTime(std::time::SystemTime::now());
         for (time_source, now, agrees) in [
@@ -709,6 +758,8 @@ mod tests {
             time_precision: Duration::from_millis(1),
             timestamps_with_time_zone: false,
             fencing: false,
+            lock_until_type: "timestamp(3)".to_owned(),
+            lock_until_limit: TIMESTAMP_LIMIT,
         };
         let statements = prepare_statements(&LockTable::default(), &schema, TimeSource::Server);
         for statement in [&statements.insert, &statements.take_over] {

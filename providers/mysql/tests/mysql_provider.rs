@@ -747,3 +747,86 @@ async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting() 
     .expect("connecting took over 30 s");
     provider.unwrap();
 }
+
+#[tokio::test]
+async fn locks_ending_past_what_lock_until_can_keep_are_refused_before_writing() {
+    let pool = pool().await;
+    // MariaDB's TIMESTAMP reaches 2106 from 11.5 on 64-bit servers (MDEV-32188), and says so
+    // through FROM_UNIXTIME, which gives NULL past its range; MySQL's ends in 2038.
+    let (version, wide): (String, i64) = sqlx::query_as(
+        "SELECT CAST(VERSION() AS CHAR), CAST(FROM_UNIXTIME(4294967295) IS NOT NULL AS SIGNED)",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let timestamp = if version.to_ascii_lowercase().contains("mariadb") && wide == 1 {
+        (4_294_967_295, "2106-02-07 06:28:15.999 UTC")
+    } else {
+        (2_147_483_647, "2038-01-19 03:14:07.999 UTC")
+    };
+    let made = unique("my_limit_ts");
+    let by_hand = unique("my_limit_dt");
+    exec(
+        &pool,
+        &format!(
+            "CREATE TABLE {by_hand} (name VARCHAR(64) PRIMARY KEY, lock_until DATETIME(3) NOT NULL, \
+             locked_at DATETIME(3) NOT NULL, locked_by VARCHAR(255) NOT NULL)"
+        ),
+    )
+    .await;
+    let checked = provider_on(&made, false).await;
+    // Built without connecting, the provider trusts the table to be the one it makes, on MySQL.
+    let unchecked = MySqlLockProvider::builder_from_url(url())
+        .table_name(&made)
+        .holder("rust-node")
+        .build_without_connecting(false)
+        .unwrap();
+    let hand_made = MySqlLockProvider::builder_from_url(url())
+        .table_name(&by_hand)
+        .holder("rust-node")
+        .build()
+        .await
+        .unwrap();
+    for (table, provider, (latest, shown), column) in [
+        (
+            &made,
+            checked,
+            timestamp,
+            "column lock_until (timestamp(3))",
+        ),
+        (
+            &made,
+            unchecked,
+            (2_147_483_647, "2038-01-19 03:14:07.999 UTC"),
+            "column lock_until (timestamp(3))",
+        ),
+        (
+            &by_hand,
+            hand_made,
+            (253_402_300_799, "9999-12-31 23:59:59.999 UTC"),
+            "column lock_until (datetime(3))",
+        ),
+    ] {
+        exec(&pool, &format!("DELETE FROM {table}")).await;
+        let ahead = MySqlLockProvider::builder_from_url(url())
+            .table_name(table)
+            .time_source(TimeSource::Client)
+            .clock(shared::two_days_ahead())
+            .build()
+            .await
+            .unwrap();
+        shared::locks_ending_past_the_lock_until_columns_limit_are_refused_before_writing(
+            &provider,
+            Some(&ahead),
+            &provider,
+            &Rows { pool: &pool, table },
+            &shared::LockUntilLimit {
+                latest: Duration::new(latest, 999_000_000),
+                shown,
+                column,
+            },
+        )
+        .await;
+    }
+    exec(&pool, &format!("DROP TABLE {made}, {by_hand}")).await;
+}

@@ -10,7 +10,7 @@ use shedlock_core::{
 use shedlock_sql::{
     AcquireAnswer, AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement,
     LockSelection, LockStatements, LockTable, SqlBackend, StoredAcquisition, StoredLock,
-    TableSchema, client_time_parameter, statement_error,
+    TableSchema, TimestampLimit, UtcInstant, client_time_parameter, statement_error,
 };
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection};
 use sqlx::query::Query;
@@ -19,6 +19,25 @@ use sqlx::{AssertSqlSafe, Postgres, Row};
 use crate::admin::{self, AdminStatements};
 
 const DIALECT: Dialect = Dialect::Postgres;
+
+/// How far a `timestamp` or `timestamptz` column reaches with this provider.
+///
+/// PostgreSQL's own types end with the year 294276, but the provider reaches less far:
+/// - the admin statements read times back through chrono, whose dates end with the year
+///   262142; sqlx panics decoding a later one (`NaiveDateTime + TimeDelta overflowed`);
+/// - the take-over statement reads `lock_until` as microseconds since the epoch in an `int8`,
+///   which overflows after 294247-01-10 04:00:54.775807, so every other node's acquire would
+///   fail while such a lock is held;
+/// - `make_interval` takes the duration in float seconds, and rounds one this long by up to
+///   about a millisecond.
+///
+/// So the limit is chrono's last whole second: a lock ending by then reads back everywhere,
+/// and the rounding cannot carry it past the end of chrono's calendar.
+const TIMESTAMP_LIMIT: TimestampLimit = TimestampLimit {
+    latest: UtcInstant::from_civil((262_142, 12, 31), (23, 59, 59), 0),
+    advice: " (PostgreSQL's timestamps reach the year 294276, but this provider reads them back \
+             through chrono, whose calendar ends with 262142)",
+};
 
 /// `CREATE TABLE IF NOT EXISTS` for `table`: ShedLock's PostgreSQL table, plus the fencing
 /// column when `fencing` is true.
@@ -181,6 +200,9 @@ impl SqlBackend for PostgresBackend {
     const DATABASE_NAME: &'static str = "PostgreSQL";
     const UNREACHABLE_HINT: &'static str = "is the server reachable?";
     const URL_SCHEMES: &'static [&'static str] = &["postgres", "postgresql"];
+    /// [`create_table_statement`]'s `TIMESTAMP`, as `format_type` names it.
+    const CREATED_LOCK_UNTIL_TYPE: &'static str = "timestamp without time zone";
+    const CREATED_LOCK_UNTIL_LIMIT: TimestampLimit = TIMESTAMP_LIMIT;
 
     fn session_options(options: PgConnectOptions, operation_timeout: Duration) -> PgConnectOptions {
         let statement_timeout = operation_timeout.as_millis().max(1).to_string();
@@ -389,6 +411,7 @@ fn classify(type_name: &str, typmod: i32) -> ColumnKind {
             // The modifier is the number of fraction digits; -1 means the default, 6.
             fraction_digits: if typmod >= 0 { typmod as u32 } else { 6 },
             with_time_zone: type_name == "timestamptz",
+            limit: TIMESTAMP_LIMIT,
         },
         "int8" | "int4" | "int2" => ColumnKind::Integer,
         _ => ColumnKind::Other,
@@ -407,6 +430,8 @@ mod tests {
             time_precision: Duration::from_millis(1),
             timestamps_with_time_zone: false,
             fencing: false,
+            lock_until_type: "timestamp without time zone".to_owned(),
+            lock_until_limit: TIMESTAMP_LIMIT,
         };
         let node_clock = NodeTime::ClientTime(std::time::SystemTime::now());
         for (time_source, now, agrees) in [

@@ -705,3 +705,128 @@ async fn a_pool_with_no_free_connection_is_a_timeout_that_says_so() {
     drop(held);
     exec(&pool, &format!("DROP TABLE {table}")).await;
 }
+
+#[tokio::test]
+async fn locks_ending_past_what_the_provider_reads_back_are_refused_before_writing() {
+    // PostgreSQL's timestamps reach 294276, but the provider reads them back through chrono,
+    // whose calendar ends with 262142 (and sqlx panics past it); see
+    // the_provider_reaches_the_end_of_chronos_calendar_and_not_further.
+    let pool = pool().await;
+    let made = unique("pg_limit_ts");
+    let by_hand = unique("pg_limit_tz");
+    exec(
+        &pool,
+        &format!(
+            "CREATE TABLE {by_hand} (name VARCHAR(64) PRIMARY KEY, lock_until TIMESTAMPTZ(3) NOT NULL, \
+             locked_at TIMESTAMPTZ(3) NOT NULL, locked_by VARCHAR(255) NOT NULL)"
+        ),
+    )
+    .await;
+    let checked = provider_on(&made, false).await;
+    let unchecked = PostgresLockProvider::builder_from_url(url())
+        .table_name(&made)
+        .holder("rust-node")
+        .build_without_connecting(false)
+        .unwrap();
+    let hand_made = PostgresLockProvider::builder_from_url(url())
+        .table_name(&by_hand)
+        .holder("rust-node")
+        .build()
+        .await
+        .unwrap();
+    for (table, provider, column) in [
+        (
+            &made,
+            checked,
+            "column lock_until (timestamp without time zone)",
+        ),
+        (
+            &made,
+            unchecked,
+            "column lock_until (timestamp without time zone)",
+        ),
+        (
+            &by_hand,
+            hand_made,
+            "column lock_until (timestamp(3) with time zone)",
+        ),
+    ] {
+        exec(&pool, &format!("DELETE FROM {table}")).await;
+        let ahead = PostgresLockProvider::builder_from_url(url())
+            .table_name(table)
+            .time_source(TimeSource::Client)
+            .clock(shared::two_days_ahead())
+            .build()
+            .await
+            .unwrap();
+        shared::locks_ending_past_the_lock_until_columns_limit_are_refused_before_writing(
+            &provider,
+            Some(&ahead),
+            &provider,
+            &Rows { pool: &pool, table },
+            &shared::LockUntilLimit {
+                latest: Duration::from_secs(CHRONO_LAST_SECOND),
+                shown: "262142-12-31 23:59:59 UTC",
+                column,
+            },
+        )
+        .await;
+    }
+    exec(&pool, &format!("DROP TABLE {made}, {by_hand}")).await;
+}
+
+/// 262142-12-31 23:59:59 UTC, chrono's last whole second, as seconds since the epoch.
+const CHRONO_LAST_SECOND: u64 = 8_210_266_876_799;
+
+/// Why the limit is chrono's last second rather than PostgreSQL's 294276: a row ending after
+/// it (written here by hand, as another program could) makes the provider's admin panic, and
+/// one ending after 294247-01-10 fails every other node's acquire with an `int8` overflow.
+#[tokio::test]
+async fn the_provider_reaches_the_end_of_chronos_calendar_and_not_further() {
+    use shedlock_core::LockAdmin;
+    let pool = pool().await;
+    let table = unique("pg_reach");
+    let provider = provider_on(&table, false).await;
+    let write = |name: &'static str, until: &'static str| {
+        let (pool, table) = (pool.clone(), table.clone());
+        async move {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO {table} VALUES ($1, $2::timestamp, timezone('utc', now()), 'other#1')"
+            )))
+            .bind(name)
+            .bind(until)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+    };
+    // The limit itself, and PostgreSQL's own last microsecond, are stored as they are.
+    write("at-limit", "262142-12-31 23:59:59").await;
+    write("postgres-last", "294276-12-31 23:59:59.999999").await;
+    // At the limit, both the acquire's take-over and the admin read the row.
+    assert!(lock(&provider, "at-limit", MINUTE).await.is_none(), "held");
+    let info = provider.inspect_lock("at-limit").await.unwrap().unwrap();
+    assert_eq!(
+        info.held_until,
+        Some(SystemTime::UNIX_EPOCH + Duration::from_secs(CHRONO_LAST_SECOND))
+    );
+    // A microsecond into the next year, the admin's read panics inside sqlx (chrono).
+    write("past-chrono", "262143-01-01 00:00:00.000001").await;
+    let inspect = tokio::spawn({
+        let provider = provider.node();
+        async move { provider.inspect_lock("past-chrono").await.map(|_| ()) }
+    });
+    assert!(
+        inspect.await.unwrap_err().is_panic(),
+        "sqlx's chrono decoding panics past 262142; if it no longer does, the limit may move"
+    );
+    // Past 294247-01-10 04:00:54.775807, the take-over's microseconds overflow int8.
+    let error = provider
+        .try_lock(&config("postgres-last", MINUTE, Duration::ZERO))
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    let chain = format!("{:?}", std::error::Error::source(&error));
+    assert!(chain.contains("bigint out of range"), "{error}: {chain}");
+    exec(&pool, &format!("DROP TABLE {table}")).await;
+}

@@ -10,7 +10,7 @@ use shedlock_core::{
 };
 use sqlx::{Connection, Database};
 
-use crate::schema::TableSchema;
+use crate::schema::{TableSchema, TimestampLimit};
 use crate::table::LockTable;
 
 /// The connect options of `DB`'s connections (`PgConnectOptions` for PostgreSQL).
@@ -47,6 +47,15 @@ pub trait SqlBackend: Sized + Send + Sync + fmt::Debug + 'static {
 
     /// Whether text without a scheme is a file path (SQLite's `locks.db`) rather than an error.
     const ACCEPTS_FILE_PATH: bool = false;
+
+    /// The declared type of column `lock_until` in the table this backend's own
+    /// `CREATE TABLE` makes, as its catalog shows it (`"timestamp(3)"`): a provider built
+    /// without connecting trusts the table to be that one, and names it in errors.
+    const CREATED_LOCK_UNTIL_TYPE: &'static str;
+
+    /// How far that column reaches, at its precision (`TIMESTAMP(3)` keeps milliseconds):
+    /// a provider built without connecting refuses locks that would end later.
+    const CREATED_LOCK_UNTIL_LIMIT: TimestampLimit;
 
     /// This backend's session settings on options parsed from a URL (time zone, statement or
     /// busy timeouts), derived from the provider's `operation_timeout`.

@@ -8,7 +8,10 @@
 //!   they end up inside SQL text. Only plain identifiers are accepted and every use is quoted,
 //!   so a configured name can never change a statement's meaning.
 //! - [`ColumnInfo`] and [`LockTable::check_columns`]: what a provider read from its catalog,
-//!   checked once at connect, with errors that say how to create or fix the table.
+//!   checked once at connect, with errors that say how to create or fix the table. Each
+//!   date-time type carries its [`TimestampLimit`], so a lock that would end past what column
+//!   `lock_until` can keep (MySQL's `TIMESTAMP` ends in 2038) is refused before anything is
+//!   sent, with an error that names the limit.
 //! - [`SqlBackend`]: what differs between databases (session settings, catalog checks, the
 //!   lock statements), implemented once by each provider crate.
 //! - [`SqlLockProvider`] and [`SqlLockProviderBuilder`]: the provider and its builder for any
@@ -42,5 +45,5 @@ pub use identifier::{Dialect, Identifier, IdentifierError, MAX_IDENTIFIER_LEN, T
 pub use provider::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, SqlLockProvider, SqlLockProviderBuilder,
 };
-pub use schema::{ColumnInfo, ColumnKind, TableSchema};
+pub use schema::{ColumnInfo, ColumnKind, TableSchema, TimestampLimit, UtcInstant};
 pub use table::{Column, LockTable};

@@ -2,7 +2,7 @@
 //! every SQL provider shares, around the backend's own statements.
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use shedlock_core::{
@@ -72,8 +72,8 @@ impl<B: SqlBackend> SqlStorage<B> {
 
     /// Storage that trusts `table` to be ShedLock's table as the backend's
     /// `create_table_statement` makes it (`VARCHAR(64)` names, `VARCHAR(255)` holders,
-    /// millisecond times, the fencing column when `fencing`), without connecting: the first
-    /// statement connects.
+    /// millisecond times reaching as far as [`SqlBackend::CREATED_LOCK_UNTIL_LIMIT`], the
+    /// fencing column when `fencing`), without connecting: the first statement connects.
     pub(crate) fn unchecked(
         connections: Connections<B>,
         table: LockTable,
@@ -87,6 +87,8 @@ impl<B: SqlBackend> SqlStorage<B> {
             time_precision: Duration::from_millis(1),
             timestamps_with_time_zone: false,
             fencing,
+            lock_until_type: B::CREATED_LOCK_UNTIL_TYPE.to_owned(),
+            lock_until_limit: B::CREATED_LOCK_UNTIL_LIMIT,
         };
         let backend = B::unchecked(&table, &schema, time_source);
         Self {
@@ -133,12 +135,45 @@ impl<B: SqlBackend> SqlStorage<B> {
         }
     }
 
+    /// A lock that would end past what column `lock_until` can keep is an error, and no
+    /// statement is sent (the database would refuse it, or SQLite's date functions give NULL).
+    ///
+    /// `now` is the node's wall clock, also for server time, where the database computes the
+    /// end from its own clock: every limit is decades away or more (MySQL's `TIMESTAMP` ends
+    /// in 2038), so only a lock ending within the clocks' skew of its limit can be judged
+    /// otherwise than the database would. MySQL then refuses it itself (nothing is written);
+    /// SQLite has no other clock; PostgreSQL would store it, seconds past the limit of the
+    /// year 262142, which the provider's admin listing cannot read back.
+    fn check_lock_until(
+        &self,
+        operation: Operation,
+        name: &str,
+        lock_at_most_for: Duration,
+        now: NodeTime,
+    ) -> Result<(), LockError> {
+        let now = now.client_time().unwrap_or_else(SystemTime::now);
+        self.schema.check_lock_until(
+            &self.table,
+            B::PROVIDER,
+            operation,
+            name,
+            lock_at_most_for,
+            now,
+        )
+    }
+
     async fn acquire(
         &self,
         statement: AcquireStatement,
         record: &LockRecord<'_>,
     ) -> Result<RecordOutcome, LockError> {
         self.check_locked_by(record.name, record.locked_by)?;
+        self.check_lock_until(
+            Operation::Acquire,
+            record.name,
+            record.lock_at_most_for,
+            record.now,
+        )?;
         let mut checkout = self.checkout(Operation::Acquire, record.name).await?;
         let answer = self
             .backend
@@ -261,11 +296,16 @@ impl<B: SqlBackend> LockStorage for SqlStorage<B> {
         lock_at_most_for: Duration,
         now: NodeTime,
     ) -> Result<bool, LockError> {
+        self.check_lock_until(Operation::Extend, &held.name, lock_at_most_for, now)?;
         self.change_held(HeldStatement::Extend, held, lock_at_most_for, now)
             .await
     }
 
     async fn unlock(&self, held: &HeldRecord, now: NodeTime) -> Result<bool, LockError> {
+        // No limit check, and none needed: release sets `lock_until` to at most `locked_at +
+        // lock_at_least_for`, and the acquire that wrote `locked_at` refused a
+        // `lock_at_most_for` (never shorter than `lock_at_least_for`) that would end the lock
+        // past the limit. Refusing a release would keep the lock held instead.
         let at_least = held.lock_at_least_for;
         self.change_held(HeldStatement::Release, held, at_least, now)
             .await

@@ -8,7 +8,7 @@ use shedlock_core::{HeldRecord, LockError, LockRecord, NodeTime, Operation, Time
 use shedlock_sql::{
     AcquireAnswer, AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement,
     LockSelection, LockStatements, LockTable, SqlBackend, StoredAcquisition, StoredLock,
-    TableSchema, client_time_parameter, statement_error,
+    TableSchema, TimestampLimit, UtcInstant, client_time_parameter, statement_error,
 };
 use sqlx::query::Query;
 use sqlx::sqlite::{Sqlite, SqliteArguments, SqliteConnectOptions, SqliteConnection};
@@ -24,6 +24,13 @@ pub(crate) const FORMAT: &str = "'%Y-%m-%d %H:%M:%f'";
 
 /// The same format for chrono, for times taken from the node clock.
 pub(crate) const CHRONO_FORMAT: &str = "%Y-%m-%d %H:%M:%S%.3f";
+
+/// How far a time column reaches, whatever its declared type: SQLite's date functions, which
+/// compute every stored time, give NULL past the year 9999.
+const TIMESTAMP_LIMIT: TimestampLimit = TimestampLimit {
+    latest: UtcInstant::from_civil((9999, 12, 31), (23, 59, 59), 999_000_000),
+    advice: " (SQLite's date functions end with the year 9999, whatever the column's type)",
+};
 
 /// `CREATE TABLE IF NOT EXISTS` for `table`: ShedLock's table in SQLite's types, plus the
 /// fencing column when `fencing` is true.
@@ -153,6 +160,7 @@ fn classify(declared: &str) -> ColumnKind {
         ColumnKind::Timestamp {
             fraction_digits: 3,
             with_time_zone: false,
+            limit: TIMESTAMP_LIMIT,
         }
     } else if upper.contains("INT") {
         ColumnKind::Integer
@@ -168,6 +176,8 @@ impl SqlBackend for SqliteBackend {
     const UNREACHABLE_HINT: &'static str = "can the file be opened?";
     const URL_SCHEMES: &'static [&'static str] = &["sqlite"];
     const ACCEPTS_FILE_PATH: bool = true;
+    const CREATED_LOCK_UNTIL_TYPE: &'static str = "TIMESTAMP(3)";
+    const CREATED_LOCK_UNTIL_LIMIT: TimestampLimit = TIMESTAMP_LIMIT;
 
     fn session_options(
         options: SqliteConnectOptions,
@@ -343,6 +353,8 @@ mod tests {
             time_precision: Duration::from_millis(1),
             timestamps_with_time_zone: false,
             fencing: false,
+            lock_until_type: "TIMESTAMP(3)".to_owned(),
+            lock_until_limit: TIMESTAMP_LIMIT,
         };
         let node_clock = NodeTime::ClientTime(std::time::SystemTime::now());
         for (time_source, now, agrees) in [

@@ -416,3 +416,66 @@ async fn urls_of_other_backends_are_refused_and_file_paths_still_open() {
             .is_ok()
     );
 }
+
+/// SQLite's date functions end with the year 9999, whatever the column's declared type.
+fn year_9999(column_type: &str) -> (Duration, String) {
+    (
+        Duration::new(253_402_300_799, 999_000_000),
+        format!("column lock_until ({column_type})"),
+    )
+}
+
+#[tokio::test]
+async fn locks_ending_past_the_year_9999_are_refused_before_writing() {
+    // The table the provider makes, one made by hand with another declared type, and the
+    // provider built without connecting, which trusts the table it would make.
+    let url = database_url();
+    let pool = admin(&url).await;
+    exec(
+        &pool,
+        "CREATE TABLE by_hand (name VARCHAR(64) PRIMARY KEY, lock_until DATETIME NOT NULL, \
+         locked_at DATETIME NOT NULL, locked_by VARCHAR(255) NOT NULL)",
+    )
+    .await;
+    let made = node(&url, false).await;
+    let unchecked = SqliteLockProvider::builder_from_url(url.clone())
+        .holder("rust-node")
+        .build_without_connecting(false)
+        .unwrap();
+    for (table, provider, column_type) in [
+        ("shedlock", made, "TIMESTAMP(3)"),
+        ("shedlock", unchecked, "TIMESTAMP(3)"),
+        (
+            "by_hand",
+            SqliteLockProvider::builder(pool.clone())
+                .table_name("by_hand")
+                .holder("rust-node")
+                .build()
+                .await
+                .unwrap(),
+            "DATETIME",
+        ),
+    ] {
+        exec(&pool, &format!("DELETE FROM {table}")).await;
+        let ahead = SqliteLockProvider::builder_from_url(url.clone())
+            .table_name(table)
+            .time_source(TimeSource::Client)
+            .clock(shared::two_days_ahead())
+            .build()
+            .await
+            .unwrap();
+        let (latest, column) = year_9999(column_type);
+        shared::locks_ending_past_the_lock_until_columns_limit_are_refused_before_writing(
+            &provider,
+            Some(&ahead),
+            &provider,
+            &Rows { pool: &pool, table },
+            &shared::LockUntilLimit {
+                latest,
+                shown: "9999-12-31 23:59:59.999 UTC",
+                column: &column,
+            },
+        )
+        .await;
+    }
+}

@@ -6,11 +6,11 @@
 #![allow(dead_code)]
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use shedlock_core::{
-    Acquisition, Clock, LockConfiguration, LockError, LockHandle, LockProvider, SkewedClock,
-    SystemClock, TimeSource,
+    Acquisition, Clock, LockAdmin, LockConfiguration, LockError, LockHandle, LockProvider,
+    LockState, Operation, SkewedClock, SystemClock, TimeSource,
 };
 use shedlock_sql::{Column, SqlBackend, SqlLockProvider, SqlLockProviderBuilder};
 use sqlx::pool::PoolOptions;
@@ -493,4 +493,212 @@ pub async fn rows_written_by_java_shedlock_and_by_rust_honour_each_other(
     // The client-time JDBC provider's rows (JVM in UTC) are honoured the same way.
     assert!(java.jdbc_lock("jdbc", MINUTE).await, "insert path");
     assert!(lock(rust, "jdbc", MINUTE).await.is_none());
+}
+
+/// How far column `lock_until` of a test's table reaches, as the provider's errors say it.
+pub struct LockUntilLimit<'a> {
+    /// The latest instant it keeps, as time since the Unix epoch.
+    pub latest: Duration,
+    /// How the errors show that instant: `2038-01-19 03:14:07.999 UTC`.
+    pub shown: &'a str,
+    /// How the errors name the column and its type: `column lock_until (timestamp(3))`.
+    pub column: &'a str,
+}
+
+impl LockUntilLimit<'_> {
+    /// The `lock_at_most_for` that ends a lock taken now `offset` before the limit.
+    fn ending_before(&self, offset: Duration) -> Duration {
+        self.latest - since_epoch() - offset
+    }
+
+    /// The `lock_at_most_for` that ends a lock taken now `offset` after the limit.
+    fn ending_after(&self, offset: Duration) -> Duration {
+        self.latest - since_epoch() + offset
+    }
+
+    /// Asserts that `error` is the refusal of a `lock_at_most_for` ending past this limit,
+    /// for `operation`, said before anything was sent (no client error behind it).
+    fn assert_refused(&self, error: &LockError, operation: Operation, past_any_instant: bool) {
+        let text = error.to_string();
+        assert!(
+            matches!(error, LockError::Backend { operation: op, source: None, .. } if *op == operation),
+            "{operation}: {error:?}"
+        );
+        let end = if past_any_instant {
+            "would end the lock past "
+        } else {
+            "would end the lock at "
+        };
+        for expected in [
+            "lock_at_most_for of ",
+            end,
+            &format!(
+                "{}, the latest instant the provider can keep in {}; nothing was written: use a \
+                 shorter lock_at_most_for",
+                self.shown, self.column
+            ),
+        ] {
+            assert!(text.contains(expected), "{expected:?} missing from {text}");
+        }
+    }
+}
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+fn since_epoch() -> Duration {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+}
+
+/// A `lock_at_most_for` or extend that would end the lock a day past what column `lock_until`
+/// can keep (`limit`), or at `Duration::MAX`, is refused with an error naming the limit, before
+/// anything is written: no row for a new name, the row of a known name and a held lock
+/// unchanged. A lock ending a day inside the limit is taken, extended, read back by `admin`
+/// and released, also with `lock_at_least_for` as long as it. `node` (server time, holder
+/// `rust-node`), `admin` and `rows` are on one table without a fencing column;
+/// `client_time_ahead`, on the same table, is a client-time node whose clock is two days
+/// ahead, so a lock ending a day inside the limit by the real clock ends a day past it by its
+/// own, and is refused.
+pub async fn locks_ending_past_the_lock_until_columns_limit_are_refused_before_writing(
+    node: &dyn LockProvider,
+    client_time_ahead: Option<&dyn LockProvider>,
+    admin: &dyn LockAdmin,
+    rows: &dyn StoredRows,
+    limit: &LockUntilLimit<'_>,
+) {
+    let past = |name| config(name, limit.ending_after(DAY), Duration::ZERO);
+    let refused_acquire = |name: &'static str, configuration: LockConfiguration| async move {
+        node.try_lock(&configuration)
+            .await
+            .map(|_| ())
+            .expect_err(&format!("{name}: acquired past the limit"))
+    };
+
+    // A new name: the insert is never sent, so there is no row; nor the second time, when the
+    // name is not known either.
+    for _ in 0..2 {
+        let error = refused_acquire("new", past("new")).await;
+        limit.assert_refused(&error, Operation::Acquire, false);
+        assert!(rows.row("new").await.is_none(), "nothing was written");
+        let error = refused_acquire("new", config("new", Duration::MAX, Duration::ZERO)).await;
+        limit.assert_refused(&error, Operation::Acquire, true);
+        assert!(rows.row("new").await.is_none(), "nothing was written");
+    }
+
+    // A held lock: an extend past the limit, or by Duration::MAX, leaves it as it was.
+    let held = lock(node, "held", MINUTE).await.expect("a minute is fine");
+    let before = rows.row("held").await.expect("row written");
+    let error = held
+        .extend(limit.ending_after(DAY))
+        .await
+        .expect_err("extended past the limit");
+    limit.assert_refused(&error, Operation::Extend, false);
+    let error = held
+        .extend(Duration::MAX)
+        .await
+        .expect_err("extended by Duration::MAX");
+    limit.assert_refused(&error, Operation::Extend, true);
+    let after = rows.row("held").await.expect("row kept");
+    assert_eq!(after.locked_by, before.locked_by, "the holder is unchanged");
+    assert!(
+        (after.held_ms - 60_000.0).abs() < 1.0,
+        "lock_until is unchanged: held {} ms",
+        after.held_ms
+    );
+    assert!(
+        lock(node, "held", MINUTE).await.is_none(),
+        "still held by the same acquisition"
+    );
+    assert!(held.unlock().await.unwrap(), "and released by it");
+
+    // A known name, free: the take-over is not sent either, and the row stays as released.
+    let released = rows.row("held").await.unwrap();
+    let error = refused_acquire("held", past("held")).await;
+    limit.assert_refused(&error, Operation::Acquire, false);
+    let unchanged = rows.row("held").await.unwrap();
+    assert_eq!(unchanged.locked_by, released.locked_by);
+    assert_eq!(unchanged.held_ms, released.held_ms);
+
+    // A day inside the limit: taken, read back, extended, and released; with
+    // lock_at_least_for as long, the release keeps it until then, as it must.
+    let inside = limit.ending_before(DAY);
+    let long = node
+        .try_lock(&config("long", inside, Duration::ZERO))
+        .await
+        .unwrap()
+        .into_handle()
+        .expect("a lock a day inside the limit");
+    let held_ms = rows.row("long").await.unwrap().held_ms;
+    assert!(
+        (held_ms - inside.as_secs_f64() * 1000.0).abs() < 10.0,
+        "held {held_ms} ms, asked {inside:?}"
+    );
+    let info = admin
+        .inspect_lock("long")
+        .await
+        .unwrap()
+        .expect("the lock reads back");
+    assert_eq!(info.state, LockState::Held);
+    let held_until = info.held_until.expect("with its lock_until");
+    let expected = SystemTime::UNIX_EPOCH + limit.latest - DAY;
+    let off = held_until
+        .duration_since(expected)
+        .unwrap_or_else(|early| early.duration());
+    assert!(
+        off < MINUTE,
+        "{held_until:?} is a day before the limit, {expected:?}"
+    );
+    // Held so long, it still reads as held to an acquire that finds the row.
+    assert!(lock(node, "long", MINUTE).await.is_none(), "held");
+    assert!(
+        long.extend(limit.ending_before(DAY)).await.unwrap(),
+        "extended to a day inside the limit"
+    );
+    assert!(long.unlock().await.unwrap());
+    assert!(lock(node, "long", MINUTE).await.is_some(), "released");
+
+    let at_least = limit.ending_before(DAY);
+    let kept = node
+        .try_lock(&config("kept", at_least, at_least))
+        .await
+        .unwrap()
+        .into_handle()
+        .expect("a lock a day inside the limit");
+    assert!(kept.unlock().await.unwrap(), "released");
+    assert!(
+        lock(node, "kept", MINUTE).await.is_none(),
+        "kept until lock_at_least_for has passed"
+    );
+    let held_ms = rows.row("kept").await.unwrap().held_ms;
+    assert!(
+        (held_ms - at_least.as_secs_f64() * 1000.0).abs() < 10.0,
+        "released to locked_at + lock_at_least_for: held {held_ms} ms, asked {at_least:?}"
+    );
+
+    // Client time: the node's own clock decides where the lock would end.
+    if let Some(ahead) = client_time_ahead {
+        assert_eq!(ahead.capabilities().time_source, TimeSource::Client);
+        let error = ahead
+            .try_lock(&config("ahead", limit.ending_before(DAY), Duration::ZERO))
+            .await
+            .map(|_| ())
+            .expect_err("a day inside by the real clock, a day past by the node's");
+        limit.assert_refused(&error, Operation::Acquire, false);
+        assert!(rows.row("ahead").await.is_none(), "nothing was written");
+        let ahead_held = lock(ahead, "ahead", MINUTE)
+            .await
+            .expect("a minute is fine");
+        let error = ahead_held
+            .extend(limit.ending_before(DAY))
+            .await
+            .expect_err("extended past the limit by the node's clock");
+        limit.assert_refused(&error, Operation::Extend, false);
+        assert!(ahead_held.unlock().await.unwrap());
+    }
+}
+
+/// A client-time node of `builder`'s table whose clock is two days ahead.
+pub fn two_days_ahead() -> Arc<dyn Clock> {
+    Arc::new(SkewedClock::ahead(Arc::new(SystemClock), 2 * DAY))
 }
