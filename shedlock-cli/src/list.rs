@@ -8,10 +8,10 @@ use futures_util::StreamExt;
 use shedlock::json::LockJson;
 use shedlock::{DEFAULT_PAGE_SIZE, LockInfo, list_all_locks};
 
-use crate::Failure;
 use crate::backend::BackendArgs;
 use crate::progress::Progress;
 use crate::times;
+use crate::{Failure, printable};
 
 const LIST_EXAMPLES: &str = "\
 Columns: NAME, STATE (held or free, by the backend's clock), HOLDER (the last holder's
@@ -137,15 +137,17 @@ impl Output {
 fn row(lock: &LockInfo) -> [String; COLUMNS] {
     let dash = || "-".to_owned();
     [
-        lock.name.clone(),
+        printable(&lock.name).into_owned(),
         lock.state.to_string(),
-        lock.locked_by.clone().unwrap_or_else(dash),
+        lock.locked_by
+            .as_deref()
+            .map_or_else(dash, |holder| printable(holder).into_owned()),
         lock.locked_at.map_or_else(dash, times::instant),
         lock.held_until.map_or_else(dash, times::instant),
         lock.remaining.map_or_else(dash, times::span),
         lock.fencing_token
             .map_or_else(dash, |token| token.to_string()),
-        lock.acquisition.to_string(),
+        printable(lock.acquisition.as_str()).into_owned(),
     ]
 }
 

@@ -120,6 +120,25 @@ pub fn one_line(error: &(dyn Error + 'static)) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// `text` from a backend (a lock's name, holder or acquisition) as it may be printed: control
+/// characters escaped as Rust writes them (`\n`, `\u{1b}`), so a name holding a line break
+/// or a terminal escape sequence cannot break a table's lines or drive the terminal. Other
+/// characters are kept as they are.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            shown.extend(c.escape_debug());
+        } else {
+            shown.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(shown)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {

@@ -6,10 +6,10 @@ use std::io::{self, BufRead, IsTerminal, Write};
 use clap::Args;
 use shedlock::{AcquisitionId, LockAdmin, LockInfo, LockState};
 
-use crate::Failure;
 use crate::backend::BackendArgs;
 use crate::progress::Progress;
 use crate::times;
+use crate::{Failure, printable};
 
 const UNLOCK_HELP: &str = "\
 It reads the lock, shows its holder and asks \"free this acquisition? [y/N]\" on stderr
@@ -73,9 +73,11 @@ pub async fn run(args: UnlockArgs) -> Result<(), Failure> {
         && lock.acquisition.as_str() != expected
     {
         return Err(Failure::NotFreed(format!(
-            "lock {name:?} changed hands since acquisition {expected} was seen: it is now {} \
+            "lock {name:?} changed hands since acquisition {} was seen: it is now {} \
              ({}); nothing changed",
-            lock.acquisition, lock.state
+            printable(expected),
+            printable(lock.acquisition.as_str()),
+            lock.state
         )));
     }
     if lock.state == LockState::Free {
@@ -97,12 +99,16 @@ pub async fn run(args: UnlockArgs) -> Result<(), Failure> {
     progress.finish();
     match freed.map_err(|error| Failure::from_error("", &error))? {
         true => {
-            println!("freed lock {name:?} (acquisition {acquisition}): any node may take it now");
+            println!(
+                "freed lock {name:?} (acquisition {}): any node may take it now",
+                printable(acquisition.as_str())
+            );
             Ok(())
         }
         false => Err(Failure::NotFreed(format!(
             "lock {name:?} was not freed: it changed hands or was released since it was shown, \
-             so acquisition {acquisition} no longer holds it; nothing changed"
+             so acquisition {} no longer holds it; nothing changed",
+            printable(acquisition.as_str())
         ))),
     }
 }
@@ -122,7 +128,9 @@ fn show(lock: &LockInfo, shown_url: &str) {
     println!("  state        {state}");
     println!(
         "  holder       {}",
-        lock.locked_by.clone().unwrap_or_else(unknown)
+        lock.locked_by
+            .as_deref()
+            .map_or_else(unknown, |holder| printable(holder).into_owned())
     );
     println!(
         "  locked at    {}",
@@ -135,7 +143,7 @@ fn show(lock: &LockInfo, shown_url: &str) {
     if let Some(token) = lock.fencing_token {
         println!("  fencing      {token}");
     }
-    println!("  acquisition  {}", lock.acquisition);
+    println!("  acquisition  {}", printable(lock.acquisition.as_str()));
     let _ = io::stdout().flush();
 }
 

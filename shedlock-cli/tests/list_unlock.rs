@@ -396,6 +396,59 @@ fn sqlite() {
     std::fs::remove_dir_all(directory).unwrap();
 }
 
+/// A name or holder with a line break or a terminal escape sequence, as another program may
+/// store: the table shows it escaped on its own line, and neither `list` nor `unlock` writes
+/// the raw control characters; `--json` carries the exact text.
+#[cfg(feature = "sqlite")]
+#[test]
+fn control_characters_are_shown_escaped_and_never_written_raw() {
+    let directory = std::env::temp_dir().join(format!(
+        "shedlock-cli-test-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir(&directory).unwrap();
+    let url = format!("sqlite://{}", directory.join("locks.db").display());
+    let name = "evil\u{1b}[2J\nname";
+    let runtime = runtime();
+    let _handle = runtime.block_on(async {
+        let node =
+            shedlock::sqlite::SqliteLockProvider::builder_from_url(format!("{url}?mode=rwc"))
+                .create_table_if_missing()
+                .holder("host\rspoofed")
+                .build()
+                .await
+                .unwrap();
+        let config = LockConfiguration::new(name, Duration::from_secs(60), Duration::ZERO).unwrap();
+        node.try_lock(&config).await.unwrap().into_handle().unwrap()
+    });
+    let backend = Backend::plain("sqlite", url);
+    let raw = |text: &str| text.contains(['\u{1b}', '\r']) || text.contains("m\nn");
+
+    let ran = run(&mut backend.cli(&["list"]));
+    assert_eq!(ran.code, Some(0), "{}", ran.shown());
+    assert!(!raw(&ran.stdout) && !raw(&ran.stderr), "{:?}", ran.stdout);
+    let rows = table_rows(&ran);
+    assert_eq!(rows.len(), 1, "one line for the lock: {}", ran.shown());
+    assert_eq!(rows[0][0], "evil\\u{1b}[2J\\nname");
+    assert!(rows[0][2].starts_with("host\\rspoofed#"), "{:?}", rows[0]);
+
+    let ran = run(&mut backend.cli(&["list", "--json"]));
+    let listed: Value = serde_json::from_str(ran.stdout.trim()).unwrap();
+    assert_eq!(listed["name"], name);
+
+    let ran = run_with_input(&mut backend.cli(&["unlock", name]), "n\n");
+    assert_eq!(ran.code, Some(5), "{}", ran.shown());
+    assert!(!raw(&ran.stdout) && !raw(&ran.stderr), "{}", ran.shown());
+    assert!(
+        ran.stdout
+            .contains("lock \"evil\\u{1b}[2J\\nname\" on sqlite://")
+            && ran.stdout.contains("holder       host\\rspoofed#"),
+        "{}",
+        ran.shown()
+    );
+    std::fs::remove_dir_all(directory).unwrap();
+}
+
 #[cfg(feature = "postgres")]
 #[test]
 fn postgres() {

@@ -5,6 +5,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::duration::{DurationParseError, parse_duration};
+use crate::error::ShownName;
 
 /// A lock request that broke one of the rules of [`LockConfiguration::new`].
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -14,14 +15,15 @@ pub enum ConfigurationError {
     #[error("lock name must not be empty")]
     EmptyName,
     /// A lock that is held for no time at all protects nothing.
-    #[error("lock {name:?}: lock_at_most_for must be greater than zero")]
+    #[error("lock {}: lock_at_most_for must be greater than zero", ShownName(name))]
     ZeroLockAtMostFor {
         /// The lock the configuration was for.
         name: String,
     },
     /// The minimum hold cannot exceed the safety-net maximum.
     #[error(
-        "lock {name:?}: lock_at_least_for ({lock_at_least_for:?}) must not exceed lock_at_most_for ({lock_at_most_for:?})"
+        "lock {}: lock_at_least_for ({lock_at_least_for:?}) must not exceed lock_at_most_for ({lock_at_most_for:?})",
+        ShownName(name)
     )]
     LockAtLeastExceedsAtMost {
         /// The lock the configuration was for.
@@ -35,7 +37,7 @@ pub enum ConfigurationError {
     ///
     /// The parse error is part of this message, not its `source()`, so a report that prints
     /// the whole chain says it once.
-    #[error("lock {name:?}: {field}: {error}")]
+    #[error("lock {}: {field}: {error}", ShownName(name))]
     InvalidDuration {
         /// The lock the configuration was for.
         name: String,
@@ -233,6 +235,31 @@ mod tests {
             Err(ConfigurationError::ZeroLockAtMostFor {
                 name: "report".to_owned()
             })
+        );
+    }
+
+    #[test]
+    fn a_long_name_is_quoted_by_its_head_and_length() {
+        let name = "n".repeat(1 << 20);
+        let err = LockConfiguration::new(name.as_str(), Duration::ZERO, Duration::ZERO);
+        assert_eq!(
+            err.unwrap_err().to_string(),
+            format!(
+                "lock {:?}... (1048576 characters): lock_at_most_for must be greater than zero",
+                "n".repeat(64)
+            )
+        );
+        let err = LockConfiguration::new(name.as_str(), S, 2 * S).unwrap_err();
+        assert!(
+            err.to_string()
+                .ends_with("... (1048576 characters): lock_at_least_for (2s) must not exceed lock_at_most_for (1s)"),
+            "{err}"
+        );
+        let err = LockConfiguration::parse(name, "soon", "0").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("... (1048576 characters): lock_at_most_for: invalid duration \"soon\""),
+            "{err}"
         );
     }
 

@@ -6,16 +6,21 @@
 /// - `postgres://app:s3cret@db:5432/x` becomes `postgres://app:***@db:5432/x`;
 /// - a user-info part with no `:` (`rediss://tok3n@host`) is masked whole, since servers take
 ///   tokens there;
-/// - query parameters whose name contains `pass`, `secret`, `token` or `key` are masked
-///   (`?sslpassword=***`);
+/// - query parameters whose name contains `pass`, `secret`, `token` or `key`, and MongoDB's
+///   `authMechanismProperties` (it can hold an AWS session token), are masked
+///   (`?sslpassword=***`), in `sqlite:` URLs too;
 /// - user info ends at the last `@` of the whole URL, so a password holding an unescaped `/`,
 ///   `?`, `#` or `@` is still masked;
-/// - `sqlite:` paths, which have no place for a password, are kept; any other text that is not a
-///   URL is hidden whole, since nothing tells which part of it is secret.
+/// - `sqlite:` paths, which have no place for a password, are kept (but for secret query
+///   parameters); any other text that is not a URL is hidden whole, since nothing tells which
+///   part of it is secret.
 pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         if url.starts_with("sqlite:") {
-            return url.to_owned();
+            return match url.split_once('?') {
+                Some((path, query)) => format!("{path}?{}", redact_query(query)),
+                None => url.to_owned(),
+            };
         }
         return "<not a URL; hidden in case it holds a password>".to_owned();
     };
@@ -31,26 +36,32 @@ pub fn redact_url(url: &str) -> String {
         .unwrap_or(host_and_tail.len());
     let (host, tail) = host_and_tail.split_at(authority_end);
     let tail = match tail.split_once('?') {
-        Some((path, query)) => {
-            let query: Vec<String> = query
-                .split('&')
-                .map(|pair| match pair.split_once('=') {
-                    Some((key, _value)) if is_secret_parameter(key) => format!("{key}=***"),
-                    _ => pair.to_owned(),
-                })
-                .collect();
-            format!("{path}?{}", query.join("&"))
-        }
+        Some((path, query)) => format!("{path}?{}", redact_query(query)),
         None => tail.to_owned(),
     };
     format!("{scheme}://{masked_user}{host}{tail}")
 }
 
+/// A URL's query with the value of every secret parameter replaced by `***`.
+fn redact_query(query: &str) -> String {
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((key, _value)) if is_secret_parameter(key) => format!("{key}=***"),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    query.join("&")
+}
+
+/// Parameters whose value is a secret: a name containing `pass`, `secret`, `token` or `key`,
+/// and MongoDB's `authMechanismProperties`, which can carry an AWS session token.
 fn is_secret_parameter(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
-    ["pass", "secret", "token", "key"]
-        .iter()
-        .any(|word| key.contains(word))
+    key == "authmechanismproperties"
+        || ["pass", "secret", "token", "key"]
+            .iter()
+            .any(|word| key.contains(word))
 }
 
 #[cfg(test)]
@@ -94,6 +105,20 @@ mod tests {
         assert_eq!(
             redact_url("redis+unix:///tmp/redis.sock?db=1&pass=s3cret"),
             "redis+unix:///tmp/redis.sock?db=1&pass=***"
+        );
+        assert_eq!(
+            redact_url(
+                "mongodb://h/db?authMechanism=MONGODB-AWS&authMechanismProperties=AWS_SESSION_TOKEN:t0k"
+            ),
+            "mongodb://h/db?authMechanism=MONGODB-AWS&authMechanismProperties=***"
+        );
+        assert_eq!(
+            redact_url("mongodb://h/db?AUTHMECHANISMPROPERTIES=SERVICE_NAME:s3cret&w=1"),
+            "mongodb://h/db?AUTHMECHANISMPROPERTIES=***&w=1"
+        );
+        assert_eq!(
+            redact_url("sqlite:/var/locks.db?mode=rwc&password=s3cret"),
+            "sqlite:/var/locks.db?mode=rwc&password=***"
         );
     }
 

@@ -60,7 +60,10 @@ pub enum LockError {
     Configuration(#[from] ConfigurationError),
     /// The provider cannot store this name as given (too long, or a character it reserves).
     /// Nothing was written.
-    #[error("lock name {name:?} is not accepted by the {provider} provider: {rule}")]
+    #[error(
+        "lock name {} is not accepted by the {provider} provider: {rule}",
+        ShownName(name)
+    )]
     InvalidName {
         /// The provider that refused the name.
         provider: &'static str,
@@ -104,7 +107,7 @@ pub enum LockError {
         after: Duration,
     },
     /// The provider does not offer this operation (for example extend on a backend without it).
-    #[error("{provider} does not support {operation} (lock {name:?})")]
+    #[error("{provider} does not support {operation} (lock {})", ShownName(name))]
     Unsupported {
         /// The provider asked.
         provider: &'static str,
@@ -129,7 +132,32 @@ impl fmt::Display for Attempt<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Attempt(operation, "") => write!(f, "{operation}"),
-            Attempt(operation, name) => write!(f, "{operation} of lock {name:?}"),
+            Attempt(operation, name) => write!(f, "{operation} of lock {}", ShownName(name)),
+        }
+    }
+}
+
+/// The most characters of a lock name a message quotes whole. A longer name (a 1 MiB name a
+/// provider refused, say) is shown by its first [`SHOWN_NAME_HEAD`] characters and its
+/// length, so the message stays a line a person reads; the error's `name` field keeps it all.
+const SHOWN_NAME_CHARS: usize = 200;
+
+/// How many characters of a longer name a message shows.
+const SHOWN_NAME_HEAD: usize = 64;
+
+/// A lock name as messages quote it: `"report"`, or for a name longer than
+/// [`SHOWN_NAME_CHARS`] characters `"xxxx"... (1048576 characters)`.
+pub(crate) struct ShownName<'a>(pub(crate) &'a str);
+
+impl fmt::Display for ShownName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ShownName(name) = *self;
+        match name.char_indices().nth(SHOWN_NAME_CHARS) {
+            None => write!(f, "{name:?}"),
+            Some(_) => {
+                let head: String = name.chars().take(SHOWN_NAME_HEAD).collect();
+                write!(f, "{head:?}... ({} characters)", name.chars().count())
+            }
         }
     }
 }
@@ -230,6 +258,50 @@ mod tests {
         assert_eq!(
             on_a_lock.to_string(),
             "redis: acquire of lock \"report\" failed: bad"
+        );
+    }
+
+    #[test]
+    fn a_long_name_is_quoted_by_its_head_and_length() {
+        let longest = "é".repeat(SHOWN_NAME_CHARS);
+        let error = LockError::invalid_name("etcd", &longest, "a rule");
+        assert_eq!(
+            error.to_string(),
+            format!("lock name {longest:?} is not accepted by the etcd provider: a rule")
+        );
+        let longer = format!("{longest}x");
+        let head = "é".repeat(SHOWN_NAME_HEAD);
+        let error = LockError::invalid_name("etcd", &longer, "a rule");
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "lock name {head:?}... (201 characters) is not accepted by the etcd provider: a rule"
+            )
+        );
+        let LockError::InvalidName { name, .. } = &error else {
+            unreachable!()
+        };
+        assert_eq!(name, &longer, "the field keeps the whole name");
+        let timeout = LockError::Timeout {
+            provider: "redis",
+            operation: Operation::Acquire,
+            name: longer.clone(),
+            after: Duration::from_secs(1),
+        };
+        assert_eq!(
+            timeout.to_string(),
+            format!(
+                "redis: acquire of lock {head:?}... (201 characters) got no answer within 1s; its outcome is unknown"
+            )
+        );
+        let unsupported = LockError::Unsupported {
+            provider: "memory",
+            operation: Operation::Extend,
+            name: longer,
+        };
+        assert_eq!(
+            unsupported.to_string(),
+            format!("memory does not support extend (lock {head:?}... (201 characters))")
         );
     }
 

@@ -18,6 +18,12 @@
 //! - **fencing tokens** are the revision of the acquiring put: etcd raises its revision with
 //!   every write, so tokens strictly increase per name (and across names).
 //!
+//! A key under `shedlock:<env>:` whose value is not ShedLock's (`ADDED:<time>@<holder>`, as
+//! Java and this provider write it) is another application's, or was set by hand: an acquire
+//! of its lock fails with an error naming the key and what it holds, and writes nothing (Java
+//! ShedLock would skip that lock for as long as the key lives, for ever without a lease).
+//! Names are at most [`MAX_NAME_CHARS`] characters.
+//!
 //! Each operation is its minimum of gRPC calls: an acquire is two (a lease, then the
 //! transaction: a key can only be put on a lease that already exists), a release one
 //! transaction, and a release within `lock_at_least_for` or an extend two (a lease of the new
@@ -130,6 +136,13 @@ pub const DEFAULT_TIME_PRECISION: Duration = Duration::from_secs(2);
 
 /// How long one lock operation may take before it fails with [`LockError::Timeout`].
 pub const DEFAULT_OPERATION_TIMEOUT: Duration = shedlock_core::DEFAULT_OPERATION_TIMEOUT;
+
+/// The longest lock name accepted, in characters. An acquire sends its key three times in one
+/// request (the transaction's compare, put and read), which etcd refuses past its request limit
+/// (1.5 MiB unless set): 4096 characters keep a key under 16 KiB whatever they are, far below
+/// it. A longer name is refused with [`LockError::InvalidName`] before anything is sent, never
+/// truncated.
+pub const MAX_NAME_CHARS: usize = 4096;
 
 /// User name and password for etcd's authentication, never printed.
 #[derive(Clone)]
@@ -552,11 +565,13 @@ impl EtcdLockProvider {
     }
 
     /// The etcd key of lock `name`, `<prefix>:<env>:<name>`, for operators who want to inspect
-    /// or free a lock by hand.
+    /// or free a lock by hand. Fails like [`LockProvider::try_lock`] for a name this provider
+    /// refuses (empty, or longer than [`MAX_NAME_CHARS`]).
     pub fn lock_key(&self, name: &str) -> Result<String, LockError> {
         if name.is_empty() {
             return Err(ConfigurationError::EmptyName.into());
         }
+        self.capabilities().check_name_length(PROVIDER, name)?;
         Ok(storage::lock_key(
             &self.inner.key_prefix,
             &self.inner.env,
@@ -776,6 +791,23 @@ impl LockProvider for EtcdLockProvider {
                     }),
                 })))
             }
+            Ok(AcquireOutcome::Held { value: Some(value) }) if !storage::is_lock_value(&value) => {
+                inner.recycle(vec![lease]);
+                Err(LockError::backend_message(
+                    PROVIDER,
+                    Operation::Acquire,
+                    name,
+                    format!(
+                        "the key {key:?} at {} holds {}, which is not a ShedLock lock value \
+                         (ADDED:<ISO-8601 time>@<holder>): it is another application's key, \
+                         or one set by hand; nothing was written and the lock was not taken. \
+                         It blocks this lock while it exists (for ever without a lease): \
+                         delete it, or give this provider an env of its own",
+                        inner.endpoint,
+                        storage::quoted(&value)
+                    ),
+                ))
+            }
             Ok(AcquireOutcome::Held { value }) => {
                 inner.recycle(vec![lease]);
                 Ok(Acquisition::NotAcquired(Some(LockHolder {
@@ -794,6 +826,7 @@ impl LockProvider for EtcdLockProvider {
         Capabilities::new(TimeSource::Server)
             .with_fencing(true)
             .with_extend(true)
+            .with_max_name_chars(MAX_NAME_CHARS)
             .with_time_precision(self.inner.time_precision)
     }
 

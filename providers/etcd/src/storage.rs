@@ -41,6 +41,24 @@ pub(crate) fn holder_of(value: &str) -> Option<String> {
     Some(holder.to_owned())
 }
 
+/// Whether `value` has the layout of a ShedLock lock value, `ADDED:<time>@<holder>`, whoever
+/// wrote it (Java ShedLock, or this provider with `:<uuid>` after the holder).
+pub(crate) fn is_lock_value(value: &str) -> bool {
+    value
+        .strip_prefix("ADDED:")
+        .is_some_and(|rest| rest.contains('@'))
+}
+
+/// `text` quoted, cut to its first 80 characters when longer, for an error message.
+pub(crate) fn quoted(text: &str) -> String {
+    let head: String = text.chars().take(80).collect();
+    if head.len() < text.len() {
+        format!("{head:?}... ({} bytes)", text.len())
+    } else {
+        format!("{text:?}")
+    }
+}
+
 /// `duration` in whole seconds for a lease, rounded up (leases count whole seconds, and a lock
 /// must never be shorter than asked), at least 1; `None` past [`MAX_LEASE_SECS`].
 pub(crate) fn lease_secs(duration: Duration) -> Option<i64> {
@@ -232,6 +250,32 @@ mod tests {
         assert_eq!(
             holder_of("ADDED:2024-01-01T00:00:00.000Z@host:8080").as_deref(),
             Some("host:8080")
+        );
+    }
+
+    #[test]
+    fn shedlocks_values_are_told_from_others() {
+        for value in [
+            lock_value("host-1"),
+            "ADDED:2024-01-01T00:00:00.000Z@java-host".to_owned(),
+            "ADDED:2024-01-01T00:00:00Z@host:8080".to_owned(),
+        ] {
+            assert!(is_lock_value(&value), "{value}");
+        }
+        for value in [
+            "",
+            "garbage",
+            "ADDED:2024-01-01",
+            "java-host@ADDED:x",
+            "added:x@h",
+        ] {
+            assert!(!is_lock_value(value), "{value}");
+        }
+        assert_eq!(quoted("a\0b"), "\"a\\0b\"");
+        let long = "é".repeat(100);
+        assert_eq!(
+            quoted(&long),
+            format!("{:?}... (200 bytes)", "é".repeat(80))
         );
     }
 

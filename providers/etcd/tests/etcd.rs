@@ -9,9 +9,14 @@ use std::error::Error as _;
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, LeaseTimeToLiveOptions, PutOptions, Txn, TxnOp};
-use shedlock_core::{Acquisition, LockConfiguration, LockError, LockHandle, LockProvider};
+use shedlock_core::{
+    Acquisition, LockConfiguration, LockError, LockHandle, LockProvider, LockingTaskExecutor,
+};
 use shedlock_etcd::{EtcdLockProvider, EtcdLockProviderBuilder};
 use tokio::time::Instant;
+
+#[path = "../../../shedlock-core/tests/shared/log_capture.rs"]
+mod log_capture;
 
 const MS: Duration = Duration::from_millis(1);
 const SECRET: &str = "sup3rs3cret-pw";
@@ -161,6 +166,126 @@ async fn a_key_written_the_way_shedlock_does_blocks_the_provider() {
     // The Java node releases by revoking its lease: the lock is free.
     client.lease_revoke(lease).await.unwrap();
     let handle = acquire(&provider, &config).await;
+    assert!(handle.unlock().await.unwrap());
+}
+
+/// The key's raw value, revision and lease, if it exists: any bytes, text or not.
+async fn read_raw(client: &mut Client, key: &str) -> Option<(Vec<u8>, i64, i64)> {
+    let response = client.get(key, None).await.unwrap();
+    response
+        .kvs()
+        .first()
+        .map(|kv| (kv.value().to_vec(), kv.mod_revision(), kv.lease()))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_another_application_wrote_is_refused_by_name_and_left_as_it_is() {
+    let env = unique_env();
+    let provider = provider(&env).await;
+    let mut client = raw().await;
+    let lease = client.lease_grant(60, None).await.unwrap().id();
+    for (name, value, shown, leased) in [
+        ("text", b"garbage".to_vec(), "\"garbage\"", false),
+        ("empty", Vec::new(), "\"\"", false),
+        (
+            "bytes",
+            vec![0xff, 0x00, 0xfe],
+            "\"\u{fffd}\\0\u{fffd}\"",
+            false,
+        ),
+        (
+            "json",
+            br#"{"owner":"another app"}"#.to_vec(),
+            r#""{\"owner\":\"another app\"}""#,
+            true,
+        ),
+    ] {
+        let key = provider.lock_key(name).unwrap();
+        let options = leased.then(|| PutOptions::new().with_lease(lease));
+        client.put(key.as_str(), value, options).await.unwrap();
+        let before = read_raw(&mut client, &key).await;
+        let error = provider
+            .try_lock(&config(name, Duration::from_secs(5)))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                error,
+                LockError::Backend {
+                    operation: shedlock_core::Operation::Acquire,
+                    source: None,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        let text = error.to_string();
+        for part in [
+            &format!("the key {key:?} at "),
+            &format!("holds {shown}, which is not a ShedLock lock value"),
+            "nothing was written and the lock was not taken",
+        ] {
+            assert!(text.contains(part), "{part:?} in {text}");
+        }
+        assert_eq!(
+            read_raw(&mut client, &key).await,
+            before,
+            "{name} untouched"
+        );
+    }
+
+    // A holder whose key was since overwritten by another application: not its lock, so
+    // extend and release answer false and leave the key.
+    let handle = acquire(&provider, &config("taken", Duration::from_secs(5))).await;
+    let key = provider.lock_key("taken").unwrap();
+    client.put(key.as_str(), "another app", None).await.unwrap();
+    let before = read_raw(&mut client, &key).await;
+    assert!(!handle.extend(Duration::from_secs(30)).await.unwrap());
+    assert!(!handle.unlock().await.unwrap());
+    assert_eq!(read_raw(&mut client, &key).await, before);
+    client.lease_revoke(lease).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn durations_past_an_etcd_lease_are_refused_before_anything_is_written() {
+    let (provider, mut client, key) = node_and_raw_key("job").await;
+    // etcd's longest lease, about 285 years.
+    let longest = Duration::from_secs(9_000_000_000);
+    for too_long in [longest + Duration::from_nanos(1), Duration::MAX] {
+        let error = provider
+            .try_lock(&config("job", too_long))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                error,
+                LockError::Backend {
+                    operation: shedlock_core::Operation::Acquire,
+                    source: None,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        let text = error.to_string();
+        assert!(
+            text.contains(&format!(
+                "{too_long:?} is longer than an etcd lease can be (at most 9000000000 s); \
+                 nothing was written"
+            )),
+            "{text}"
+        );
+        assert!(read(&mut client, &key).await.is_none());
+    }
+    let handle = acquire(&provider, &config("job", Duration::from_secs(30))).await;
+    let before = read(&mut client, &key).await;
+    let error = handle.extend(Duration::MAX).await.unwrap_err();
+    assert!(error.to_string().contains("nothing was written"), "{error}");
+    assert_eq!(
+        read(&mut client, &key).await,
+        before,
+        "the key kept its lease"
+    );
     assert!(handle.unlock().await.unwrap());
 }
 
@@ -384,6 +509,54 @@ async fn names_keep_their_own_keys_and_bad_settings_are_refused() {
     let ab = acquire(&provider, &config("a:b", Duration::from_secs(5))).await;
     assert!(a.unlock().await.unwrap() && ab.unlock().await.unwrap());
 
+    // Keys are bytes: NUL, line breaks and dots are part of the name, each its own key, held
+    // at once beside the name without them; the longest name too.
+    let longest = "锁".repeat(shedlock_etcd::MAX_NAME_CHARS);
+    let mut held = Vec::new();
+    for name in ["ab", "a\0b", "a\nb", "a\u{1b}[2Jb", "..", "/", &longest] {
+        held.push(acquire(&provider, &config(name, Duration::from_secs(5))).await);
+        let key = format!("shedlock:{env}:{name}");
+        assert!(read(&mut client, &key).await.is_some());
+    }
+    for handle in held {
+        assert!(handle.unlock().await.unwrap());
+    }
+    // Longer names are refused by their length before anything is sent: a 1 MiB name would
+    // not fit etcd's request limit, which said only that the acquire failed.
+    for too_long in [format!("{longest}x"), "x".repeat(1 << 20)] {
+        let refused = provider
+            .try_lock(&config(&too_long, Duration::from_secs(5)))
+            .await;
+        let Err(LockError::InvalidName {
+            provider: "etcd",
+            rule,
+            ..
+        }) = refused
+        else {
+            panic!("an over-long name is refused: {refused:?}");
+        };
+        assert_eq!(
+            rule,
+            format!(
+                "it is {} characters long and the limit is 4096",
+                too_long.chars().count()
+            )
+        );
+        assert!(provider.lock_key(&too_long).is_err());
+    }
+    let listed = client
+        .get(
+            format!("shedlock:{env}:"),
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_keys_only(),
+            ),
+        )
+        .await
+        .unwrap();
+    assert!(listed.kvs().is_empty(), "every lock released, none written");
+
     for (builder, what) in [
         (EtcdLockProvider::builder().env("a:b"), "env"),
         (EtcdLockProvider::builder().env(""), "env"),
@@ -465,6 +638,38 @@ async fn credentials_never_appear_in_errors_or_debug_output() {
             assert!(!debug.contains(SECRET), "{debug}");
         }
     }
+}
+
+/// What the logs say, at every level and from every crate (the gRPC stack's included), while
+/// connects with a password fail and lock operations fail in the executor: never the password.
+#[tokio::test(flavor = "current_thread")]
+async fn credentials_never_appear_in_the_logs() {
+    let capture = log_capture::LogCapture::default();
+    let _installed = capture.install();
+    let quick = || EtcdLockProvider::builder().operation_timeout(Duration::from_millis(500));
+    // A closed port, and the real server, which has authentication off and refuses the
+    // attempt to authenticate.
+    let with_password = etcd_url().replacen("http://", &format!("http://root:{SECRET}@"), 1);
+    for url in [format!("http://root:{SECRET}@127.0.0.1:1"), with_password] {
+        assert!(quick().connect(&url).await.is_err(), "{url}");
+        assert!(quick().connect_lazy(&url).await.is_err(), "{url}");
+    }
+    assert!(
+        quick()
+            .credentials("root", SECRET)
+            .connect(&etcd_url())
+            .await
+            .is_err()
+    );
+    // Lock operations that fail, logged by the executor with their whole error chain.
+    let lazy = quick().connect_lazy("http://127.0.0.1:1").await.unwrap();
+    let outcome = LockingTaskExecutor::new(lazy)
+        .execute(&config("job", Duration::from_secs(5)), async {})
+        .await;
+    assert!(outcome.is_err(), "{outcome:?}");
+    let logs = capture.text();
+    assert!(logs.contains("not run"), "the failure was logged: {logs}");
+    assert!(!logs.contains(SECRET), "{logs}");
 }
 
 #[tokio::test]

@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use shedlock_core::{
     AcquisitionId, Capabilities, Clock, HeldRecord, LockAdmin, LockError, LockHolder, LockInfo,
-    LockPage, LockRecord, LockState, LockStorage, NodeTime, PageCursor, PageRequest, RecordOutcome,
-    TimeSource,
+    LockPage, LockRecord, LockState, LockStorage, NodeTime, Operation, PageCursor, PageRequest,
+    RecordOutcome, TimeSource,
 };
 
 /// One lock's record, shaped like ShedLock's row, plus the fencing counter.
@@ -88,11 +88,39 @@ fn describe(record: &Record) -> LockHolder {
     }
 }
 
+/// `duration` after `now`, or an error when the clock cannot count that far (a duration of
+/// hundreds of billions of years, such as `Duration::MAX`): refused before the records are
+/// touched, never a panic, which would leave the store's mutex poisoned for every node.
+fn deadline(
+    now: SystemTime,
+    duration: Duration,
+    operation: Operation,
+    name: &str,
+) -> Result<SystemTime, LockError> {
+    now.checked_add(duration).ok_or_else(|| {
+        LockError::backend_message(
+            "memory",
+            operation,
+            name,
+            format!(
+                "lock_at_most_for {duration:?} ends past the latest time this store's clock can \
+                 count; nothing was written"
+            ),
+        )
+    })
+}
+
 impl Record {
-    /// Makes `record` the holder. The record is overwritten in place, reusing its `locked_by`
-    /// buffer: a name taken over and over allocates nothing here.
-    fn hold(&mut self, record: &LockRecord<'_>, now: SystemTime, fencing_token: u64) {
-        self.lock_until = now + record.lock_at_most_for;
+    /// Makes `record` the holder until `lock_until`. The record is overwritten in place,
+    /// reusing its `locked_by` buffer: a name taken over and over allocates nothing here.
+    fn hold(
+        &mut self,
+        record: &LockRecord<'_>,
+        now: SystemTime,
+        lock_until: SystemTime,
+        fencing_token: u64,
+    ) {
+        self.lock_until = lock_until;
         self.locked_at = now;
         self.locked_by.clear();
         self.locked_by.push_str(record.locked_by);
@@ -127,13 +155,18 @@ impl Record {
 }
 
 impl Records {
-    /// Creates the record of a name that has none, held by `record`.
-    fn insert_held(&mut self, record: &LockRecord<'_>, now: SystemTime) -> RecordOutcome {
+    /// Creates the record of a name that has none, held by `record` until `lock_until`.
+    fn insert_held(
+        &mut self,
+        record: &LockRecord<'_>,
+        now: SystemTime,
+        lock_until: SystemTime,
+    ) -> RecordOutcome {
         let fencing_token = self.next_fencing_token();
         self.by_name.insert(
             record.name.to_owned(),
             Record {
-                lock_until: now + record.lock_at_most_for,
+                lock_until,
                 locked_at: now,
                 locked_by: record.locked_by.to_owned(),
                 fencing_token,
@@ -168,11 +201,17 @@ impl LockStorage for MemoryLockStore {
 
     async fn insert_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
         let now = self.clock.now();
+        let until = deadline(
+            now,
+            record.lock_at_most_for,
+            Operation::Acquire,
+            record.name,
+        )?;
         let mut records = self.records.lock().unwrap();
         if let Some(existing) = records.by_name.get(record.name) {
             return Ok(RecordOutcome::NotAcquired(Some(describe(existing))));
         }
-        Ok(records.insert_held(record, now))
+        Ok(records.insert_held(record, now, until))
     }
 
     /// Under the one mutex an upsert costs no more than an update, and it spares every
@@ -183,19 +222,25 @@ impl LockStorage for MemoryLockStore {
 
     async fn update_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
         let now = self.clock.now();
+        let until = deadline(
+            now,
+            record.lock_at_most_for,
+            Operation::Acquire,
+            record.name,
+        )?;
         let mut records = self.records.lock().unwrap();
         let Records {
             by_name,
             last_fencing_token,
         } = &mut *records;
         match by_name.get_mut(record.name) {
-            None => Ok(records.insert_held(record, now)),
+            None => Ok(records.insert_held(record, now, until)),
             Some(existing) if existing.lock_until > now => {
                 Ok(RecordOutcome::NotAcquired(Some(describe(existing))))
             }
             Some(expired) => {
                 *last_fencing_token += 1;
-                expired.hold(record, now, *last_fencing_token);
+                expired.hold(record, now, until, *last_fencing_token);
                 Ok(acquired(*last_fencing_token))
             }
         }
@@ -208,10 +253,11 @@ impl LockStorage for MemoryLockStore {
         _server_time: NodeTime,
     ) -> Result<bool, LockError> {
         let now = self.clock.now();
+        let until = deadline(now, lock_at_most_for, Operation::Extend, &held.name)?;
         let mut records = self.records.lock().unwrap();
         match records.by_name.get_mut(&held.name) {
             Some(record) if record.locked_by == held.locked_by && record.lock_until > now => {
-                record.lock_until = now + lock_at_most_for;
+                record.lock_until = until;
                 Ok(true)
             }
             _ => Ok(false),
@@ -223,7 +269,12 @@ impl LockStorage for MemoryLockStore {
         let mut records = self.records.lock().unwrap();
         match records.by_name.get_mut(&held.name) {
             Some(record) if record.locked_by == held.locked_by && record.lock_until > now => {
-                record.lock_until = now.max(record.locked_at + held.lock_at_least_for);
+                // lock_at_least_for is at most the lock_at_most_for this acquisition was
+                // stored with, so the sum was counted once already.
+                record.lock_until = record
+                    .locked_at
+                    .checked_add(held.lock_at_least_for)
+                    .map_or(record.lock_until, |at_least| now.max(at_least));
                 Ok(true)
             }
             _ => Ok(false),

@@ -18,7 +18,9 @@
 //! The collection needs no index beyond `_id` and no schema; MongoDB creates it on the first
 //! write. Names are `_id` strings compared byte for byte, so every distinct name is its own
 //! lock; names longer than [`MAX_NAME_CHARS`] characters are refused before anything is sent.
-//! Documents are kept after release, as ShedLock keeps them.
+//! Documents are kept after release, as ShedLock keeps them. The collection must be an ordinary
+//! one: [`MongoLockProviderBuilder::connect`] refuses a view, a capped collection (which drops
+//! its oldest documents, held locks included, when full) and a time-series collection.
 //!
 //! # Time: the server's `$$NOW`
 //!
@@ -27,8 +29,10 @@
 //! whose clock is wrong by any amount can neither take a held lock nor move its own lock's
 //! times. (Java's `MongoLockProvider` sends its JVM's clock.) BSON dates and `$$NOW` count
 //! whole milliseconds, the declared [`Capabilities::time_precision`]; durations are rounded up
-//! to the next millisecond, so a lock is never shorter than asked. Needs MongoDB 4.2 or later
-//! (pipeline updates, `$$NOW`, `$replaceWith`); [`MongoLockProviderBuilder::connect`] checks.
+//! to the next millisecond, so a lock is never shorter than asked, and durations longer than
+//! [`MAX_LOCK_DURATION`] (1000 years) are refused before anything is sent. Needs MongoDB 4.2 or
+//! later (pipeline updates, `$$NOW`, `$replaceWith`); [`MongoLockProviderBuilder::connect`]
+//! checks.
 //!
 //! # The commands: one round trip each
 //!
@@ -182,6 +186,13 @@ pub const MAX_NAME_CHARS: usize = 1024;
 /// How long one lock operation may take before it fails with [`LockError::Timeout`].
 pub const DEFAULT_OPERATION_TIMEOUT: Duration = shedlock_core::DEFAULT_OPERATION_TIMEOUT;
 
+/// The longest `lock_at_most_for` (and `lock_at_least_for`, and extend) accepted: a thousand
+/// years, as ZooKeeper's provider. A BSON date reaches the year 292 million, but a date past
+/// the year 9999 has no RFC 3339 form, the one operators' tools print (and `chrono` stops at
+/// the year 262143); a thousand years keep every `lockUntil` a four-digit-year date for the
+/// next seven millennia. A longer duration is refused before anything is written.
+pub const MAX_LOCK_DURATION: Duration = Duration::from_secs(1000 * 365 * 24 * 60 * 60);
+
 /// How long the driver looks for a usable server (and waits for a connection) before an
 /// operation fails: shorter than the operation timeout, so an unreachable server is reported
 /// as such rather than as a timeout with unknown outcome.
@@ -273,9 +284,10 @@ impl MongoLockProviderBuilder {
 
     /// Connects to `url` (`mongodb://[user:password@]host[:port][,...]/[database][?options]`
     /// or `mongodb+srv://...`; any other scheme is refused before anything connects) and
-    /// checks, within the operation timeout, that the server is MongoDB 4.2 or later and that
-    /// the lock collection can be read. Fails with a [`LockError::Backend`] naming the
-    /// redacted URL otherwise.
+    /// checks, within the operation timeout, that the server is MongoDB 4.2 or later, that
+    /// the lock collection can be read, and that it is an ordinary collection (not a view, a
+    /// capped or a time-series collection) when the credentials may list collections. Fails
+    /// with a [`LockError::Backend`] naming the redacted URL otherwise.
     pub async fn connect(self, url: &str) -> Result<MongoLockProvider, LockError> {
         let provider = self.connect_lazy(url).await?;
         provider.check_server().await?;
@@ -549,11 +561,24 @@ impl MongoLockProvider {
         let (hello, probe) = match tokio::time::timeout(self.operation_timeout, check).await {
             Ok(Ok(answers)) => answers,
             Ok(Err(error)) => {
+                // A server that refused the credentials answered: it is running and reachable.
+                let message = if matches!(
+                    *error.kind,
+                    mongodb::error::ErrorKind::Authentication { .. }
+                ) {
+                    format!(
+                        "MongoDB at {target} refused the credentials: check the user name and \
+                         password in the URL, and its authSource (the database the user is \
+                         defined in)"
+                    )
+                } else {
+                    format!("could not reach MongoDB at {target}: is it running and reachable?")
+                };
                 return Err(LockError::backend(
                     PROVIDER,
                     Operation::Connect,
                     "",
-                    format!("could not reach MongoDB at {target}: is it running and reachable?"),
+                    message,
                     error,
                 ));
             }
@@ -586,7 +611,62 @@ impl MongoLockProvider {
                 format!("could not read the lock collection at {target}"),
                 error,
             )
-        })
+        })?;
+        self.check_collection_kind().await
+    }
+
+    /// Refuses a lock collection that cannot keep locks: a view (it takes no writes), a capped
+    /// collection (it drops its oldest documents when full, and with them locks still held), a
+    /// time-series collection. One `listCollections` for the collection's name; a user not
+    /// allowed to list collections is not refused for that, and the lock commands decide.
+    async fn check_collection_kind(&self) -> Result<(), LockError> {
+        let storage = &*self.storage;
+        let collection = &storage.collection;
+        let listing = collection
+            .client()
+            .database(collection.namespace().db.as_str());
+        let command = doc! {
+            "listCollections": 1,
+            "filter": { "name": collection.name() },
+        };
+        let answer = tokio::time::timeout(self.operation_timeout, listing.run_command(command));
+        let listed = match answer.await {
+            Ok(Ok(listed)) => listed,
+            // Refused (not authorized to list collections) or not answered: nothing to judge.
+            Ok(Err(_)) | Err(_) => return Ok(()),
+        };
+        let first = listed
+            .get_document("cursor")
+            .ok()
+            .and_then(|cursor| cursor.get_array("firstBatch").ok())
+            .and_then(|batch| batch.first())
+            .and_then(mongodb::bson::Bson::as_document);
+        let Some(spec) = first else {
+            // Not created yet: the first acquire creates an ordinary collection.
+            return Ok(());
+        };
+        let kind = spec.get_str("type").unwrap_or("collection");
+        let capped = spec
+            .get_document("options")
+            .ok()
+            .and_then(|options| options.get("capped"))
+            .and_then(mongodb::bson::Bson::as_bool)
+            .unwrap_or(false);
+        let rule = match kind {
+            "view" => "is a view, which takes no writes",
+            "timeseries" => "is a time-series collection, which cannot keep one document per lock",
+            "collection" if capped => {
+                "is a capped collection, which drops its oldest documents when it is full, and \
+                 with them locks still held, which other nodes would then take"
+            }
+            "collection" => return Ok(()),
+            _ => "is not an ordinary collection",
+        };
+        Err(connect_error(format!(
+            "{} {rule}: the lock collection must be an ordinary collection; nothing was \
+             written (give the provider another with MongoLockProviderBuilder::collection)",
+            storage.target
+        )))
     }
 }
 

@@ -17,7 +17,7 @@ use shedlock_core::{
     RecordOutcome, TimeSource,
 };
 
-use crate::{MAX_NAME_CHARS, PROVIDER};
+use crate::{MAX_LOCK_DURATION, MAX_NAME_CHARS, PROVIDER};
 
 /// ShedLock's field for the instant the lock frees itself.
 pub(crate) const LOCK_UNTIL: &str = "lockUntil";
@@ -60,8 +60,11 @@ enum Takeover {
 }
 
 /// `duration` in whole milliseconds, rounded up so a lock is never shorter than asked. `None`
-/// when it does not fit a BSON date offset.
+/// past [`MAX_LOCK_DURATION`].
 fn millis(duration: Duration) -> Option<i64> {
+    if duration > MAX_LOCK_DURATION {
+        return None;
+    }
     i64::try_from(duration.as_nanos().div_ceil(1_000_000)).ok()
 }
 
@@ -77,7 +80,10 @@ fn millis_or_error(
             operation,
             name,
             format!(
-                "{what} {duration:?} is longer than a BSON date can reach; nothing was written"
+                "{what} {duration:?} is longer than a lock this provider writes (at most {} s, \
+                 1000 years: lockUntil must stay a date with a four-digit year, which every \
+                 reader of the document can print); nothing was written",
+                MAX_LOCK_DURATION.as_secs()
             ),
         )
     })

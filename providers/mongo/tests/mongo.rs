@@ -20,7 +20,9 @@ use shedlock_core::{
     Acquisition, LockConfiguration, LockError, LockHandle, LockProvider, LockingTaskExecutor,
     TaskOutcome,
 };
-use shedlock_mongo::{MAX_NAME_CHARS, MongoLockProvider, MongoLockProviderBuilder};
+use shedlock_mongo::{
+    MAX_LOCK_DURATION, MAX_NAME_CHARS, MongoLockProvider, MongoLockProviderBuilder,
+};
 use tokio::time::Instant;
 
 const DATABASE: &str = "shedlock_tests";
@@ -365,6 +367,137 @@ async fn documents_of_the_wrong_shape_are_errors_and_stay_unchanged() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn durations_past_a_thousand_years_are_refused_before_anything_is_written() {
+    let (provider, collection) = node_and_raw_collection().await;
+    assert_eq!(MAX_LOCK_DURATION, Duration::from_secs(31_536_000_000));
+    let bson_millis = Duration::from_millis(i64::MAX as u64);
+    // Past a thousand years; near the end of a BSON date, where the server's own arithmetic
+    // overflowed; and past it.
+    for too_long in [
+        MAX_LOCK_DURATION + Duration::from_nanos(1),
+        bson_millis - Duration::from_secs(60 * 60 * 24 * 365 * 60),
+        bson_millis - Duration::from_secs(1),
+        bson_millis + Duration::from_millis(1),
+        Duration::MAX,
+    ] {
+        let error = provider
+            .try_lock(&config("job", too_long, Duration::ZERO))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                error,
+                LockError::Backend {
+                    operation: shedlock_core::Operation::Acquire,
+                    source: None,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        let text = error.to_string();
+        assert!(
+            text.contains(&format!(
+                "lock_at_most_for {too_long:?} is longer than a lock this provider writes (at \
+                 most 31536000000 s, 1000 years"
+            )) && text.ends_with("nothing was written"),
+            "{text}"
+        );
+        assert_eq!(collection.count_documents(doc! {}).await.unwrap(), 0);
+    }
+
+    // A thousand years is written as a date ten centuries on; extending past it is refused.
+    let handle = acquire(
+        &provider,
+        &config("job", MAX_LOCK_DURATION, MAX_LOCK_DURATION),
+    )
+    .await;
+    let document = read(&collection, "job").await.unwrap();
+    let until = date(&document, "lockUntil").to_system_time();
+    let at = date(&document, "lockedAt").to_system_time();
+    assert_eq!(until.duration_since(at).unwrap(), MAX_LOCK_DURATION);
+    let error = handle
+        .extend(MAX_LOCK_DURATION + Duration::from_millis(1))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("nothing was written"), "{error}");
+    assert_eq!(read(&collection, "job").await.unwrap(), document);
+    assert!(handle.unlock().await.unwrap());
+    collection.drop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_view_or_a_capped_collection_is_refused_at_connect() {
+    let database = Client::with_uri_str(mongo_url())
+        .await
+        .unwrap()
+        .database(DATABASE);
+    let base = unique_collection();
+    database.create_collection(&base).await.unwrap();
+    let view = unique_collection();
+    database
+        .create_collection(&view)
+        .view_on(base.clone())
+        .pipeline(vec![doc! { "$match": {} }])
+        .await
+        .unwrap();
+    let capped = unique_collection();
+    database
+        .create_collection(&capped)
+        .capped(true)
+        .size(4096)
+        .await
+        .unwrap();
+    for (collection, rule) in [
+        (&view, "is a view, which takes no writes"),
+        (
+            &capped,
+            "is a capped collection, which drops its oldest documents",
+        ),
+    ] {
+        let error = builder(collection).connect(&mongo_url()).await.unwrap_err();
+        assert!(
+            matches!(
+                error,
+                LockError::Backend {
+                    operation: shedlock_core::Operation::Connect,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        let text = error.to_string();
+        for part in [
+            &format!("(collection {DATABASE}.{collection}) {rule}"),
+            "the lock collection must be an ordinary collection; nothing was written",
+        ] {
+            assert!(text.contains(part), "{part:?} in {text}");
+        }
+    }
+    for collection in [&base, &capped] {
+        let documents = raw(collection)
+            .await
+            .count_documents(doc! {})
+            .await
+            .unwrap();
+        assert_eq!(documents, 0, "nothing was written into {collection}");
+    }
+    // A provider built on a client of the application's is not checked, and a view still
+    // refuses its writes: the acquire says so and that nothing was written.
+    let client = Client::with_uri_str(mongo_url()).await.unwrap();
+    let unchecked = builder(&view).build(&client).unwrap();
+    let error = unchecked.try_lock(&minute("job")).await.unwrap_err();
+    assert!(
+        error.to_string().contains("is a view")
+            && error.to_string().contains("nothing was written"),
+        "{error}"
+    );
+    for collection in [&view, &base, &capped] {
+        raw(collection).await.drop().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn racing_nodes_on_a_new_name_get_one_lock_and_no_errors() {
     let collection = unique_collection();
     let first = builder(&collection).connect(&mongo_url()).await.unwrap();
@@ -701,7 +834,8 @@ async fn credentials_never_appear_in_errors_or_debug_output() {
         assert!(text.contains("connection string"), "{text}");
     }
 
-    // Against the real server, which does not know this user.
+    // Against the real server, which does not know this user: it answered, so the error
+    // says the credentials were refused, not that it may be down.
     let real = mongo_url();
     let (_, host) = real.split_once("://").unwrap();
     let with_user = format!("mongodb://app:{SECRET}@{host}");
@@ -709,6 +843,15 @@ async fn credentials_never_appear_in_errors_or_debug_output() {
         Err(error) => {
             let text = full_text(&error);
             assert!(!text.contains(SECRET), "{text}");
+            if text.contains("Authentication failed") {
+                assert!(
+                    error
+                        .to_string()
+                        .contains("refused the credentials: check the user name")
+                        && !error.to_string().contains("is it running"),
+                    "{error}"
+                );
+            }
         }
         Ok(provider) => {
             let debug = format!("{provider:?}");

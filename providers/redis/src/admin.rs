@@ -132,13 +132,16 @@ static LIST_ON_MASTER: LazyLock<Script> = LazyLock::new(|| {
 
 /// Inspect: the key's value and `PTTL`, the fencing counter when `KEYS[2]` is given, and the
 /// server's `TIME`, at one moment. Returns `{seconds, microseconds}` when the key does not
-/// exist, else `{seconds, microseconds, value, pttl, fencing counter or ''}`.
+/// exist, `{seconds, microseconds, type}` when it holds another type than a string (no lock of
+/// ShedLock's), else `{seconds, microseconds, value, pttl, fencing counter or ''}`.
 static INSPECT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local time = redis.call('TIME')
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind == 'none' then return {time[1], time[2]} end
+if kind ~= 'string' then return {time[1], time[2], kind} end
 local value = redis.call('GET', KEYS[1])
-if not value then return {time[1], time[2]} end
 local fence = ''
 if KEYS[2] then fence = redis.call('GET', KEYS[2]) or '' end
 return {time[1], time[2], value, redis.call('PTTL', KEYS[1]), fence}
@@ -520,9 +523,24 @@ where
             return Err(shape(unexpected("no server time")));
         };
         let now = server_time(seconds, micros).map_err(shape)?;
-        let (Some(value), Some(pttl), Some(fence)) = (fields.next(), fields.next(), fields.next())
-        else {
-            return Ok(None);
+        let (value, pttl, fence) = (fields.next(), fields.next(), fields.next());
+        let (Some(value), Some(pttl), Some(fence)) = (value.clone(), pttl, fence) else {
+            let Some(kind) = value else {
+                return Ok(None);
+            };
+            let kind: String = redis::from_redis_value(kind)
+                .map_err(|error| shape(redis::RedisError::from(error)))?;
+            return Err(LockError::backend_message(
+                PROVIDER,
+                Operation::Inspect,
+                name,
+                format!(
+                    "the key {key:?} at {} holds a Redis {kind}, not a ShedLock lock (a string): \
+                     it is another application's key, and every acquire of this lock fails \
+                     while it is there; nothing was changed",
+                    inner.endpoint
+                ),
+            ));
         };
         let stored = StoredLock::read(value, pttl, fence).map_err(shape)?;
         Ok(Some(stored.info(name.to_owned(), now, inner.fencing)))

@@ -46,6 +46,17 @@
 //! [`force_unlock`](shedlock_core::LockAdmin::force_unlock) deletes the key in one script only
 //! if it still holds that value, leaving the fencing counter.
 //!
+//! # Keys this provider did not write
+//!
+//! A lock key that holds another Redis type (a hash, a list: another application's key under
+//! the same prefix and env) is never read as a lock nor overwritten: an acquire fails with an
+//! error naming the key and its type and writes nothing, a release or extend answers `false`
+//! (the key is not this acquisition's any more), inspect fails naming it, force-unlock never
+//! deletes it, and a listing leaves it out. A string in another format than ShedLock's is held
+//! by whoever wrote it, until its TTL ends (a key set by hand without one holds until it is
+//! deleted). With fencing on, a counter that is not a decimal number refuses the acquire before
+//! anything is written: a token counted from it could repeat one already handed out.
+//!
 //! # Unknown outcomes
 //!
 //! Every operation is bounded by the operation timeout (5 s unless set) and by the connection's
@@ -897,7 +908,11 @@ where
             Operation::Acquire => "whether the lock was taken is unknown, so the task must not run",
             Operation::Release => "the lock stays held until lock_at_most_for at the latest",
             Operation::Extend => "the lock keeps its previous expiry",
-            _ => "",
+            Operation::List | Operation::Inspect => "nothing was changed",
+            Operation::ForceUnlock => {
+                "whether the lock was freed is unknown: inspect it again before retrying"
+            }
+            _ => "is it running and reachable?",
         };
         let cause = if refused_credentials(&error) {
             "refused the credentials (check the user name and password in the URL)"
@@ -991,6 +1006,37 @@ where
                     locked_by: Some(storage::holder_of(&held_by).to_owned()),
                     held_until,
                 })));
+            }
+            Ok(storage::AcquireReply::OtherType(kind)) => {
+                return Err(LockError::backend_message(
+                    PROVIDER,
+                    Operation::Acquire,
+                    name,
+                    format!(
+                        "the key {key:?} at {} holds a Redis {kind}, not a ShedLock lock (a \
+                         string): it is another application's key, or another application \
+                         uses this key prefix and env; nothing was written and the lock was \
+                         not taken: delete or rename that key, or give this provider an env \
+                         of its own",
+                        inner.endpoint
+                    ),
+                ));
+            }
+            Ok(storage::AcquireReply::BadCounter(found)) => {
+                return Err(LockError::backend_message(
+                    PROVIDER,
+                    Operation::Acquire,
+                    name,
+                    format!(
+                        "the fencing counter {:?} at {} holds {}, not a decimal counter; nothing was \
+                         written and the lock was not taken: set the counter to at least the \
+                         highest token this lock has handed out (or delete it if no guarded \
+                         resource has seen one)",
+                        counter.as_deref().unwrap_or_default(),
+                        inner.endpoint,
+                        found,
+                    ),
+                ));
             }
             Err(error) => {
                 self.clean_up_unknown_acquire(key, value);

@@ -57,14 +57,30 @@ pub(crate) fn ceil_millis(duration: Duration) -> Option<u64> {
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` (fencing only) its fencing counter (same hash slot);
 /// `ARGV[1]` our value, `ARGV[2]` lock_at_most_for in ms. Returns `{1, token}` when the key was
-/// set (token 0 without fencing), `{0, value, pttl}` when it exists. The counter has no TTL and
-/// survives release, so tokens never repeat.
+/// set (token 0 without fencing), `{0, value, pttl}` when it exists, `{2, type}` when it exists
+/// and is not a string (another application's key: nothing is read or written), and
+/// `{3, type}` or `{4, value}` when the fencing counter is not a string, or not a decimal
+/// counter of at most 18 digits (checked before the `SET`, so the refusal writes nothing). The
+/// counter has no TTL and survives release, so tokens never repeat.
 const ACQUIRE: &str = r"
+if KEYS[2] then
+  local counter = redis.pcall('GET', KEYS[2])
+  if type(counter) == 'table' then
+    return {3, redis.call('TYPE', KEYS[2]).ok}
+  end
+  if counter and not (string.match(counter, '^%d+$') and #counter <= 18) then
+    return {4, counter}
+  end
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if KEYS[2] then
     return {1, redis.call('INCR', KEYS[2])}
   end
   return {1, 0}
+end
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind ~= 'string' then
+  return {2, kind}
 end
 return {0, redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}
 ";
@@ -73,9 +89,10 @@ return {0, redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}
 ///
 /// `KEYS[1]` lock key; `ARGV[1]` our value, `ARGV[2]` the new TTL in ms. Returns the TTL the key
 /// had just before (ms, >= 0), which tells the caller how long the previous TTL ran on the
-/// server's clock; -2 when the key is gone or holds another acquisition's value.
+/// server's clock; -2 when the key is gone or holds another acquisition's value, or a value of
+/// another type than a string (`pcall`: `GET` fails on a hash or a list, which is not ours).
 const EXTEND: &str = r"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
   return -2
 end
 local before = redis.call('PTTL', KEYS[1])
@@ -93,9 +110,10 @@ return before
 /// What has run since is `ARGV[2] - PTTL`, so what remains is `ARGV[3] - (ARGV[2] - PTTL)`.
 ///
 /// `KEYS[1]` lock key; `ARGV[1]` our value. Returns 1 when the lock was ours (now released,
-/// kept for the remaining ms or deleted), 0 when it was not ours and nothing changed.
+/// kept for the remaining ms or deleted), 0 when it was not ours (another value, or another
+/// type than a string, read with `pcall`) and nothing changed.
 const RELEASE: &str = r"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 local ttl = redis.call('PTTL', KEYS[1])
@@ -111,9 +129,10 @@ return 1
 
 /// Compare-and-delete: removes the key only if it holds `ARGV[1]`. Used to clean up after an
 /// acquire whose answer never came (the `SET` may or may not have been applied); the value is
-/// ours alone, so this can never free another acquisition's lock. Returns 1 if deleted.
+/// ours alone, so this can never free another acquisition's lock. Returns 1 if deleted; 0 for
+/// anything else, a key of another type included.
 const DELETE_IF_OURS: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
 return 0
@@ -148,6 +167,12 @@ pub(crate) enum AcquireReply {
     /// The key holds another acquisition's value, for this many more milliseconds (`None`
     /// when the key has no TTL, which only a hand-made key can lack).
     Held { value: String, ttl_ms: Option<u64> },
+    /// The key exists and holds a Redis value of this type (`hash`, `list`...), not a string:
+    /// no ShedLock lock, and nothing was written.
+    OtherType(String),
+    /// The fencing counter holds what this describes (`a Redis hash`, `"seven"`), not a
+    /// decimal counter; nothing was written.
+    BadCounter(String),
 }
 
 /// [`ACQUIRE`], with `counter_key` when fencing is on.
@@ -174,21 +199,44 @@ pub(crate) async fn acquire<C: ConnectionLike + Send>(
             "the acquire script answered in an unexpected shape",
         ))
     };
-    match <[redis::Value; 2]>::try_from(reply) {
-        Ok([redis::Value::Int(1), token]) => {
+    let mut fields = reply.into_iter();
+    let outcome: i64 = redis::from_redis_value(fields.next().ok_or_else(unexpected)?)?;
+    let fields: Vec<redis::Value> = fields.collect();
+    match (outcome, <[redis::Value; 1]>::try_from(fields)) {
+        (1, Ok([token])) => {
             let token: u64 = redis::from_redis_value(token)?;
             Ok(AcquireReply::Acquired(counter_key.map(|_| token)))
         }
-        Ok(_) => Err(unexpected()),
-        Err(reply) => {
-            let [_, held_by, ttl] =
-                <[redis::Value; 3]>::try_from(reply).map_err(|_| unexpected())?;
+        (2, Ok([kind])) => Ok(AcquireReply::OtherType(redis::from_redis_value(kind)?)),
+        (3, Ok([kind])) => {
+            let kind: String = redis::from_redis_value(kind)?;
+            Ok(AcquireReply::BadCounter(format!("a Redis {kind}")))
+        }
+        (4, Ok([found])) => {
+            let found: Vec<u8> = redis::from_redis_value(found)?;
+            Ok(AcquireReply::BadCounter(quoted(&String::from_utf8_lossy(
+                &found,
+            ))))
+        }
+        (0, Err(fields)) => {
+            let [held_by, ttl] = <[redis::Value; 2]>::try_from(fields).map_err(|_| unexpected())?;
             let ttl: i64 = redis::from_redis_value(ttl)?;
             Ok(AcquireReply::Held {
                 value: redis::from_redis_value(held_by)?,
                 ttl_ms: u64::try_from(ttl).ok(),
             })
         }
+        _ => Err(unexpected()),
+    }
+}
+
+/// `text` quoted, cut to its first 80 characters when longer, for an error message.
+pub(crate) fn quoted(text: &str) -> String {
+    let head: String = text.chars().take(80).collect();
+    if head.len() < text.len() {
+        format!("{head:?}... ({} bytes)", text.len())
+    } else {
+        format!("{text:?}")
     }
 }
 

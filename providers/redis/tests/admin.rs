@@ -493,6 +493,81 @@ async fn a_cursor_this_provider_did_not_make_is_refused() {
 }
 
 #[tokio::test]
+async fn a_key_of_another_type_is_named_by_inspect_and_never_freed() {
+    let url = redis_url();
+    let env = unique_env("type");
+    let node = provider(&url, &env, "admin-test", true).await;
+    let held = take(&node, "held", Duration::ZERO).await;
+    let mut conn = raw(&url).await;
+    let key = node.lock_key("hashed").unwrap();
+    redis::cmd("HSET")
+        .arg(&key)
+        .arg("owner")
+        .arg("another app")
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+
+    let error = node.inspect_lock("hashed").await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            LockError::Backend {
+                operation: Operation::Inspect,
+                source: None,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let text = error.to_string();
+    for part in [
+        &format!("{key:?}"),
+        "holds a Redis hash, not a ShedLock lock (a string)",
+        "nothing was changed",
+    ] {
+        assert!(text.contains(part), "{part:?} in {text}");
+    }
+    // No acquisition id can name it: force-unlock answers false and leaves it.
+    for id in ["owner", "", "another app"] {
+        assert!(
+            !node
+                .force_unlock("hashed", &AcquisitionId::new(id))
+                .await
+                .unwrap()
+        );
+    }
+    let owner: Option<String> = redis::cmd("HGET")
+        .arg(&key)
+        .arg("owner")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(owner.as_deref(), Some("another app"));
+    // A listing shows locks: the held one, not the hash.
+    assert_eq!(listed_names(&node, "", 10).await, ["held"]);
+    assert!(held.unlock().await.unwrap());
+
+    // No lock has the empty name: refused as a lock configuration refuses it.
+    for refused in [
+        node.inspect_lock("").await.map(|_| ()),
+        node.force_unlock("", &AcquisitionId::new("x"))
+            .await
+            .map(|_| ()),
+    ] {
+        assert!(
+            matches!(
+                refused,
+                Err(LockError::Configuration(
+                    shedlock_core::ConfigurationError::EmptyName
+                ))
+            ),
+            "{refused:?}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn inspect_force_unlock_and_a_page_are_one_round_trip_each() {
     let url = redis_url();
     let upstream = url.trim_start_matches("redis://").trim_end_matches('/');

@@ -12,12 +12,17 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use shedlock_conformance::EDGE_CASE_NAMES;
-use shedlock_core::{Acquisition, LockConfiguration, LockError, LockHandle, LockProvider};
+use shedlock_core::{
+    Acquisition, LockConfiguration, LockError, LockHandle, LockProvider, LockingTaskExecutor,
+};
 use shedlock_redis::{RedisLockProvider, RedisLockProviderBuilder};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+#[path = "../../../shedlock-core/tests/shared/log_capture.rs"]
+mod log_capture;
 
 const MS: Duration = Duration::from_millis(1);
 const SECRET: &str = "sup3rs3cret-pw";
@@ -197,6 +202,178 @@ async fn the_providers_key_blocks_a_plain_set_nx_and_has_shedlocks_layout() {
     assert!(handle.unlock().await.unwrap());
     let exists: bool = conn.exists(&key).await.unwrap();
     assert!(!exists, "release without lock_at_least_for deletes the key");
+}
+
+/// What a key holds, as `TYPE` and its whole content, to show that nothing touched it.
+async fn snapshot(conn: &mut ConnectionManager, key: &str) -> (String, Vec<String>, i64) {
+    let kind: String = redis::cmd("TYPE").arg(key).query_async(conn).await.unwrap();
+    let content: Vec<String> = match kind.as_str() {
+        "hash" => conn.hgetall(key).await.unwrap(),
+        "list" => conn.lrange(key, 0, -1).await.unwrap(),
+        "string" => vec![conn.get(key).await.unwrap()],
+        other => panic!("unexpected type {other}"),
+    };
+    let ttl: i64 = conn.pttl(key).await.unwrap();
+    (kind, content, ttl)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_of_another_type_is_refused_by_name_and_left_as_it_is() {
+    let env = unique_env();
+    let plain = provider(&env).await;
+    let fenced = connect(builder(&env).fencing(true)).await;
+    let mut conn = raw().await;
+    for (name, kind) in [("hashed", "hash"), ("listed", "list")] {
+        let key = plain.lock_key(name).unwrap();
+        if kind == "hash" {
+            let _: () = conn.hset(&key, "owner", "another app").await.unwrap();
+        } else {
+            let _: () = conn.rpush(&key, "another app").await.unwrap();
+        }
+        let before = snapshot(&mut conn, &key).await;
+        for node in [&plain, &fenced] {
+            let error = node
+                .try_lock(&config(name, Duration::from_secs(5)))
+                .await
+                .unwrap_err();
+            let LockError::Backend {
+                operation: shedlock_core::Operation::Acquire,
+                source: None,
+                ..
+            } = &error
+            else {
+                panic!("a refusal with no unknown outcome behind it: {error:?}");
+            };
+            let text = error.to_string();
+            for part in [
+                &format!("{key:?}"),
+                &format!("holds a Redis {kind}, not a ShedLock lock (a string)"),
+                "nothing was written and the lock was not taken",
+            ] {
+                assert!(text.contains(part), "{part:?} in {text}");
+            }
+            assert!(!text.contains("unknown"), "the outcome is known: {text}");
+        }
+        // Some time for a cleanup in the background, which a known refusal must not start.
+        tokio::time::sleep(100 * MS).await;
+        assert_eq!(snapshot(&mut conn, &key).await, before, "{key} untouched");
+        let counter: bool = conn
+            .exists(fenced.fencing_key(name).unwrap())
+            .await
+            .unwrap();
+        assert!(!counter, "no fencing counter was created for {name}");
+    }
+
+    // A holder whose key another application has since replaced: not its lock any more, so
+    // extend and release answer false and change nothing.
+    for kind in ["hash", "list"] {
+        let handle = acquire(&plain, &config(kind, Duration::from_secs(5))).await;
+        let key = plain.lock_key(kind).unwrap();
+        let _: () = conn.del(&key).await.unwrap();
+        if kind == "hash" {
+            let _: () = conn.hset(&key, "owner", "another app").await.unwrap();
+        } else {
+            let _: () = conn.rpush(&key, "another app").await.unwrap();
+        }
+        let before = snapshot(&mut conn, &key).await;
+        assert!(!handle.extend(Duration::from_secs(30)).await.unwrap());
+        assert!(!handle.unlock().await.unwrap());
+        assert_eq!(snapshot(&mut conn, &key).await, before, "{key} untouched");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fencing_counter_that_is_no_counter_refuses_the_lock_before_writing() {
+    let env = unique_env();
+    let fenced = connect(builder(&env).fencing(true)).await;
+    let mut conn = raw().await;
+    for (name, planted, shown) in [
+        (
+            "word",
+            Some("seven"),
+            "holds \"seven\", not a decimal counter",
+        ),
+        (
+            "negative",
+            Some("-3"),
+            "holds \"-3\", not a decimal counter",
+        ),
+        ("hashed", None, "holds a Redis hash, not a decimal counter"),
+    ] {
+        let counter = fenced.fencing_key(name).unwrap();
+        match planted {
+            Some(value) => conn.set::<_, _, ()>(&counter, value).await.unwrap(),
+            None => conn.hset::<_, _, _, ()>(&counter, "n", 7).await.unwrap(),
+        }
+        let before = snapshot(&mut conn, &counter).await;
+        let error = fenced
+            .try_lock(&config(name, Duration::from_secs(5)))
+            .await
+            .unwrap_err();
+        let text = error.to_string();
+        for part in [
+            &format!("the fencing counter {counter:?}"),
+            shown,
+            "nothing was written and the lock was not taken",
+        ] {
+            assert!(text.contains(part), "{part:?} in {text}");
+        }
+        let lock: bool = conn.exists(fenced.lock_key(name).unwrap()).await.unwrap();
+        assert!(!lock, "the lock key of {name} was never set");
+        assert_eq!(snapshot(&mut conn, &counter).await, before);
+    }
+    // A counter in order is used as it is.
+    let counter = fenced.fencing_key("counted").unwrap();
+    let _: () = conn.set(&counter, "41").await.unwrap();
+    let handle = acquire(&fenced, &config("counted", Duration::from_secs(5))).await;
+    assert_eq!(handle.fencing_token(), Some(42));
+    assert!(handle.unlock().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn durations_past_a_redis_ttl_are_refused_before_anything_is_written() {
+    let (provider, mut conn, key) = node_and_raw_key("job").await;
+    // 2^53 ms, about 285 years: the longest TTL the scripts' Lua numbers carry exactly.
+    let longest = Duration::from_millis(1 << 53);
+    for too_long in [longest + Duration::from_nanos(1), Duration::MAX] {
+        let error = provider
+            .try_lock(&config("job", too_long))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                error,
+                LockError::Backend {
+                    operation: shedlock_core::Operation::Acquire,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        let text = error.to_string();
+        assert!(
+            text.contains(&format!("{too_long:?} is longer than a Redis TTL"))
+                && text.contains("(at most 9007199254740992 ms); nothing was written"),
+            "{text}"
+        );
+        let exists: bool = conn.exists(&key).await.unwrap();
+        assert!(!exists, "nothing was written for {too_long:?}");
+    }
+
+    let handle = acquire(&provider, &config("job", longest)).await;
+    let ttl: i64 = conn.pttl(&key).await.unwrap();
+    assert!(ttl > (1 << 53) - 10_000, "held for 2^53 ms: {ttl}");
+    let error = handle
+        .extend(longest + Duration::from_millis(1))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("nothing was written"), "{error}");
+    let after: i64 = conn.pttl(&key).await.unwrap();
+    assert!(
+        after <= ttl,
+        "the refused extend left the TTL: {ttl} then {after}"
+    );
+    assert!(handle.unlock().await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -437,6 +614,33 @@ async fn names_are_checked_before_anything_is_written() {
     let a = acquire(&plain, &config("a", Duration::from_secs(5))).await;
     let ab = acquire(&plain, &config("a:b", Duration::from_secs(5))).await;
     assert!(a.unlock().await.unwrap() && ab.unlock().await.unwrap());
+
+    // Keys are binary-safe: NUL, line breaks and escape sequences are bytes of the key, and a
+    // 1 MiB name is one key of its own, all held at once next to the name without them.
+    let mib = "x".repeat(1 << 20);
+    let names = [
+        "ab",
+        "a\0b",
+        "a\nb",
+        "a\r\nb",
+        "a\u{1b}[2Jb",
+        "..",
+        "/",
+        &mib,
+    ];
+    let mut held = Vec::new();
+    for name in names {
+        held.push(acquire(&plain, &config(name, Duration::from_secs(5))).await);
+        let value: String = conn.get(format!("job-lock:{env}:{name}")).await.unwrap();
+        assert!(
+            value.starts_with("ADDED:"),
+            "{:?}",
+            &name[..name.len().min(10)]
+        );
+    }
+    for handle in held {
+        assert!(handle.unlock().await.unwrap());
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -553,6 +757,37 @@ async fn credentials_never_appear_in_errors_or_debug_output() {
         .unwrap_err();
     let text = full_text(&error);
     assert!(!text.contains(SECRET), "{text}");
+}
+
+/// What the logs say while connects and lock operations fail, with a password in the URL: the
+/// provider's own events, the executor's (which carry the whole error chain) and the Redis
+/// client's. Everything runs on this thread, so the background cleanup's events are seen too.
+#[tokio::test(flavor = "current_thread")]
+async fn credentials_never_appear_in_the_logs() {
+    let capture = log_capture::LogCapture::default();
+    let _installed = capture.install();
+    let unreachable = format!("redis://admin:{SECRET}@127.0.0.1:1/0");
+    let with_password = redis_url().replacen("redis://", &format!("redis://admin:{SECRET}@"), 1);
+    for url in [&unreachable, &with_password] {
+        let builder = RedisLockProvider::builder().operation_timeout(Duration::from_millis(500));
+        let _ = builder.clone().connect(url).await;
+        let executor = LockingTaskExecutor::new(builder.connect_lazy(url).unwrap());
+        let outcome = executor
+            .execute(&config("job", Duration::from_secs(5)), async {})
+            .await;
+        assert!(
+            outcome.is_err(),
+            "{url}: the task does not run: {outcome:?}"
+        );
+    }
+    // The cleanup after each failed acquire runs in the background: let it finish.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let logs = capture.text();
+    assert!(
+        logs.contains("not run") && logs.contains("admin:***@127.0.0.1:1"),
+        "the failures were logged: {logs}"
+    );
+    assert!(!logs.contains(SECRET), "{logs}");
 }
 
 /// A TCP proxy in front of Redis that can hold back what the client sends, as a network that

@@ -46,7 +46,9 @@
 //!
 //! The first interval comes from a write of the provider's own:
 //! [`ZookeeperLockProviderBuilder::connect`] writes empty data to the root node (creating it if
-//! needed), one round trip. When the interval is wider than
+//! needed), one round trip. Before its first such write a provider reads the root once: a root
+//! that holds data (ShedLock's never does) is another application's node, whose data the write
+//! would wipe, so the provider refuses it with an error naming it and writes nothing. When the interval is wider than
 //! [`ZookeeperLockProviderBuilder::max_clock_uncertainty`] (10 ms unless set) before an
 //! operation, because the provider was idle for minutes or its last writes were slow, it writes
 //! the root again first, up to three times. The declared [`Capabilities::time_precision`] is
@@ -73,7 +75,7 @@
 //! | acquire, free known name | 2: read, compare-and-set write |
 //! | acquire, refused | 1: read |
 //! | release, extend | 1: compare-and-set write |
-//! | connect | the session handshake + 1 root write (+ 1 create per missing level of the root) |
+//! | connect | the session handshake + 1 root read + 1 root write (+ 1 create per missing level of the root) |
 //! | first operation of a provider built with `connect_lazy` | + the same, once |
 //!
 //! Rarer extras: an acquire that loses a race (the node was created or written between its
@@ -208,6 +210,7 @@ mod storage;
 mod tls;
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -396,6 +399,7 @@ impl ZookeeperLockProviderBuilder {
                 max_clock_uncertainty: self.max_clock_uncertainty,
                 session: tokio::sync::Mutex::new(SessionSlot::default()),
                 clock: Mutex::new(None),
+                root_checked: AtomicBool::new(false),
             }),
         })
     }
@@ -438,6 +442,16 @@ impl ZookeeperLockProviderBuilder {
                 "a server must not carry a scheme of its own (tcp://, tcp+tls://): zk+tls:// \
                  in front makes every server TLS, zk:// none",
             ));
+        }
+        if let Some((_, chroot)) = connect_string.servers.split_once('/') {
+            let chroot = format!("/{chroot}");
+            if let Some(rule) = paths::path_rule(&chroot) {
+                return Err(invalid_setting(
+                    "connect string",
+                    &connect_string.redacted,
+                    &format!("its chroot {chroot:?} is not a ZooKeeper path: {rule}"),
+                ));
+            }
         }
         if servers.split(',').any(|server| server.trim().is_empty()) {
             return Err(invalid_setting(
@@ -524,6 +538,9 @@ struct Inner {
     session: tokio::sync::Mutex<SessionSlot>,
     /// What this provider knows of the server's clock, from its own writes.
     clock: Mutex<Option<ServerClock>>,
+    /// Whether the root was read once and found empty (or missing), before the first of the
+    /// writes that learn the clock there.
+    root_checked: AtomicBool,
 }
 
 #[derive(Default)]
@@ -782,6 +799,9 @@ impl Inner {
             {
                 return Ok(clock);
             }
+            if !self.root_checked.load(Ordering::Relaxed) {
+                self.check_root(client, operation, name, deadline).await?;
+            }
             let sent = Instant::now();
             let stamped = match self
                 .request(
@@ -818,6 +838,47 @@ impl Inner {
                 ),
             )),
         }
+    }
+
+    /// Reads the root once before the provider first writes to it: ShedLock's root holds no
+    /// data, so a root that does is another application's node, whose data the writes that
+    /// learn the clock would wipe. Refused with an error naming it; a missing root is created.
+    async fn check_root(
+        &self,
+        client: &Client,
+        operation: Operation,
+        name: &str,
+        deadline: Instant,
+    ) -> Result<(), LockError> {
+        match self
+            .request(operation, name, deadline, storage::read(client, &self.root))
+            .await?
+        {
+            Ok((data, _)) if !data.is_empty() => {
+                return Err(LockError::backend_message(
+                    PROVIDER,
+                    operation,
+                    name,
+                    format!(
+                        "the root node {} at {} holds {} ({} bytes), and ShedLock's root holds \
+                         no data: it looks like another application's node, whose data the \
+                         provider's writes to its root would wipe, so nothing was written; give \
+                         the provider a root of its own (ZookeeperLockProviderBuilder::root)",
+                        self.root,
+                        self.endpoint,
+                        storage::describe_data(&data),
+                        data.len()
+                    ),
+                ));
+            }
+            Ok(_) => {}
+            Err(zookeeper_client::Error::NoNode) => {
+                self.ensure_root(client, operation, name, deadline).await?;
+            }
+            Err(error) => return Err(self.failure(client, operation, name, error).await),
+        }
+        self.root_checked.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     async fn ensure_root(

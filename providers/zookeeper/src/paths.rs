@@ -77,24 +77,10 @@ pub fn lock_name(node: &str) -> Option<String> {
 /// Checks a configured root (`/shedlock`): an absolute ZooKeeper path, not `/` itself, without
 /// an empty, `.` or `..` segment, a trailing `/`, or a character ZooKeeper refuses.
 pub(crate) fn validate_root(root: &str) -> Result<(), LockError> {
-    let rule = if !root.starts_with('/') {
-        Some("it must be an absolute path, starting with '/'")
-    } else if root == "/" {
+    let rule = if root == "/" {
         Some("it must not be '/' itself: the lock nodes need a parent of their own")
-    } else if root.ends_with('/') {
-        Some("it must not end with '/'")
-    } else if root[1..]
-        .split('/')
-        .any(|segment| segment.is_empty() || segment == "." || segment == "..")
-    {
-        Some("it must not contain an empty, '.' or '..' segment")
-    } else if !root.chars().all(allowed_in_path) {
-        Some(
-            "it must not contain control characters, characters beyond U+FFFF, U+E000..U+F8FF \
-             or U+FFF0..U+FFFF, which ZooKeeper refuses in paths",
-        )
     } else {
-        None
+        path_rule(root)
     };
     match rule {
         Some(rule) => Err(LockError::backend_message(
@@ -104,6 +90,31 @@ pub(crate) fn validate_root(root: &str) -> Result<(), LockError> {
             format!("invalid root path {root:?}: {rule}"),
         )),
         None => Ok(()),
+    }
+}
+
+/// The rule `path` breaks as a ZooKeeper path (a root, or a connect string's chroot), if any:
+/// it must be absolute, without an empty, `.` or `..` segment, a trailing `/` (`/` alone
+/// aside), or a character ZooKeeper refuses.
+pub(crate) fn path_rule(path: &str) -> Option<&'static str> {
+    if !path.starts_with('/') {
+        Some("it must be an absolute path, starting with '/'")
+    } else if path == "/" {
+        None
+    } else if path.ends_with('/') {
+        Some("it must not end with '/'")
+    } else if path[1..]
+        .split('/')
+        .any(|segment| segment.is_empty() || segment == "." || segment == "..")
+    {
+        Some("it must not contain an empty, '.' or '..' segment")
+    } else if !path.chars().all(allowed_in_path) {
+        Some(
+            "it must not contain control characters, characters beyond U+FFFF, U+E000..U+F8FF \
+             or U+FFF0..U+FFFF, which ZooKeeper refuses in paths",
+        )
+    } else {
+        None
     }
 }
 

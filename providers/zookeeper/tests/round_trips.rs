@@ -203,19 +203,21 @@ fn assert_requests(cost: &Cost, expected: u64, what: &str) {
 async fn every_operation_is_its_minimum_of_requests() {
     let wire = Wire::start().await;
 
-    // Connecting opens a session and learns the server's clock: one write to the root, plus
-    // the root's creation (a create per missing level) the first time.
+    // Connecting opens a session, reads the root once (it must hold no other application's
+    // data) and learns the server's clock: one write to the root, plus the root's creation (a
+    // create per missing level) the first time.
     let (holder, cost) = wire.measure(wire.provider()).await;
     assert_eq!(cost.connections, 1);
     assert_eq!(
         cost.requests, 3,
-        "connect to a missing root: root write (no node), create root, root write: {cost:?}"
+        "connect to a missing root: root read (no node), create root, root write: {cost:?}"
     );
     let (contender, cost) = wire.measure(wire.provider()).await;
     assert_eq!(cost.connections, 1);
     assert_eq!(
-        cost.requests, 1,
-        "connect when the root exists: one write to learn the clock: {cost:?}"
+        cost.requests, 2,
+        "connect when the root exists: a read of the root, one write to learn the clock: \
+         {cost:?}"
     );
 
     let (handle, cost) = wire
@@ -267,8 +269,8 @@ async fn every_operation_is_its_minimum_of_requests() {
         .await;
     assert_eq!(cost.connections, 1, "{cost:?}");
     assert_eq!(
-        cost.requests, 3,
-        "first acquire of a lazy provider: root write + read + create: {cost:?}"
+        cost.requests, 4,
+        "first acquire of a lazy provider: root read + root write + read + create: {cost:?}"
     );
     assert!(acquired(handle).unlock().await.unwrap());
 

@@ -13,12 +13,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use shedlock_core::{Acquisition, LockConfiguration, LockError, LockHandle, LockProvider};
+use shedlock_core::{
+    Acquisition, LockConfiguration, LockError, LockHandle, LockProvider, LockingTaskExecutor,
+};
 use shedlock_zookeeper::{ZookeeperLockProvider, ZookeeperLockProviderBuilder, lock_name};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use zookeeper_client::{Acls, Client, CreateMode, Stat};
+
+#[path = "../../../shedlock-core/tests/shared/log_capture.rs"]
+mod log_capture;
 
 const MS: Duration = Duration::from_millis(1);
 const SECRET: &str = "sup3rs3cret-pw";
@@ -319,7 +324,30 @@ async fn fencing_tokens_are_the_writes_mzxid_and_survive_the_node_being_recreate
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_with_unreadable_data_is_an_error_and_is_left_alone() {
     let (provider, client, path) = node_and_raw_path("job").await;
-    for data in ["", "not a time", "1795000000123"] {
+    // Bytes that are no text at all: described, not taken over.
+    curator_write(&client, &path, "").await;
+    client
+        .set_data(&path, &[0xff, 0x00, 0xfe], None)
+        .await
+        .unwrap();
+    let before = client.get_data(&path).await.unwrap();
+    let error = provider
+        .try_lock(&config("job", Duration::from_secs(5)))
+        .await
+        .unwrap_err();
+    let text = error.to_string();
+    assert!(
+        text.contains(&format!("node {path} holds \"\u{fffd}\\0\u{fffd}\""))
+            && text.contains("nothing was written"),
+        "{text}"
+    );
+    assert_eq!(client.get_data(&path).await.unwrap(), before);
+    for data in [
+        "",
+        "not a time",
+        "1795000000123",
+        r#"{"owner":"another app","until":"2030-01-01T00:00:00Z"}"#,
+    ] {
         curator_write(&client, &path, data).await;
         let before = read(&client, &path).await;
         let error = provider
@@ -348,6 +376,8 @@ async fn names_get_one_node_each_directly_under_the_root() {
         ("..", "%2E%2E"),
         ("../escape", "..%2Fescape"),
         ("tab\t", "tab%09"),
+        ("nul\0", "nul%00"),
+        ("line\nbreak", "line%0Abreak"),
         ("emoji😀", "emoji%F0%9F%98%80"),
         ("ünïcödé", "ünïcödé"),
     ] {
@@ -365,17 +395,30 @@ async fn names_get_one_node_each_directly_under_the_root() {
     children.sort();
     assert_eq!(
         children.len(),
-        8,
+        10,
         "one node each, all children of the root: {children:?}"
     );
 
-    let too_long = "x".repeat(shedlock_zookeeper::MAX_NAME_CHARS + 1);
-    assert!(matches!(
-        provider
+    for too_long in [
+        "x".repeat(shedlock_zookeeper::MAX_NAME_CHARS + 1),
+        "x".repeat(1 << 20),
+    ] {
+        let refused = provider
             .try_lock(&config(&too_long, Duration::from_secs(5)))
-            .await,
-        Err(LockError::InvalidName { .. })
-    ));
+            .await;
+        let Err(LockError::InvalidName { rule, .. }) = refused else {
+            panic!("an over-long name is refused: {refused:?}");
+        };
+        assert_eq!(
+            rule,
+            format!(
+                "it is {} characters long and the limit is {}",
+                too_long.len(),
+                shedlock_zookeeper::MAX_NAME_CHARS
+            )
+        );
+    }
+    assert_eq!(client.list_children(&root).await.unwrap().len(), 10);
     remove_test_root(&root).await;
 }
 
@@ -427,6 +470,114 @@ async fn bad_settings_are_refused_with_what_is_wrong() {
             .unwrap_err();
         assert!(error.to_string().contains("connect string"), "{error}");
     }
+    // A chroot that is no ZooKeeper path is refused by its rule before anything connects,
+    // never reported as an unreachable server; the password stays hidden.
+    for (chroot, rule) in [
+        ("/../x", "it must not contain an empty, '.' or '..' segment"),
+        ("/a//b", "it must not contain an empty, '.' or '..' segment"),
+        (
+            "/a/./b",
+            "it must not contain an empty, '.' or '..' segment",
+        ),
+        ("/a/", "it must not end with '/'"),
+        ("/a\u{1}", "it must not contain control characters"),
+    ] {
+        let connect_string = format!("app:{SECRET}@{}{chroot}", zookeeper_url());
+        let error = ZookeeperLockProvider::builder()
+            .connect_lazy(&connect_string)
+            .unwrap_err();
+        let text = full_text(&error);
+        assert!(
+            text.contains(&format!(
+                "its chroot {chroot:?} is not a ZooKeeper path: {rule}"
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains("invalid connect string \"app:***@") && !text.contains(SECRET),
+            "{text}"
+        );
+    }
+    // A chroot of the root alone, or of a plain path, is one.
+    for chroot in ["/", "/apps/locks"] {
+        let connect_string = format!("{}{chroot}", zookeeper_url());
+        ZookeeperLockProvider::builder()
+            .connect_lazy(&connect_string)
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_root_holding_another_applications_data_is_refused_and_left_as_it_is() {
+    let root = unique_root();
+    let client = raw().await;
+    let data = r#"{"feature-flags":{"beta":true}}"#;
+    curator_write(&client, &format!("{root}/config"), "").await;
+    client
+        .set_data(&format!("{root}/config"), data.as_bytes(), None)
+        .await
+        .unwrap();
+    let config_root = format!("{root}/config");
+    let before = read(&client, &config_root).await;
+
+    let error = builder(&config_root)
+        .connect(&zookeeper_url())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            LockError::Backend {
+                operation: shedlock_core::Operation::Connect,
+                source: None,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let text = error.to_string();
+    for part in [
+        &format!("the root node {config_root} at "),
+        &format!("holds {data:?} (31 bytes)"),
+        "nothing was written",
+        "ZookeeperLockProviderBuilder::root",
+    ] {
+        assert!(text.contains(part), "{part:?} in {text}");
+    }
+    assert_eq!(
+        read(&client, &config_root).await,
+        before,
+        "the data is kept"
+    );
+
+    // A lazy provider finds it at its first operation, and creates no lock node there.
+    let lazy = builder(&config_root)
+        .connect_lazy(&zookeeper_url())
+        .unwrap();
+    let error = lazy
+        .try_lock(&config("job", Duration::from_secs(5)))
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("ShedLock's root holds no data"),
+        "{error}"
+    );
+    assert_eq!(
+        read(&client, &config_root).await,
+        before,
+        "the data is kept"
+    );
+    assert!(client.list_children(&config_root).await.unwrap().is_empty());
+
+    // Emptied, it is a root like any other.
+    client.set_data(&config_root, &[], None).await.unwrap();
+    let provider = builder(&config_root)
+        .connect(&zookeeper_url())
+        .await
+        .unwrap();
+    let handle = acquire(&provider, &config("job", Duration::from_secs(5))).await;
+    assert!(handle.unlock().await.unwrap());
+    remove_test_root(&root).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -502,6 +653,44 @@ async fn credentials_never_appear_in_errors_or_debug_output() {
     assert!(!format!("{handle:?}").contains(SECRET));
     assert!(handle.unlock().await.unwrap());
     remove_test_root(&root).await;
+}
+
+/// What the logs say, at every level and from every crate (the ZooKeeper client's included),
+/// while a connect with digest credentials fails, lock operations fail in the executor, and a
+/// session authenticated with them takes and frees a lock: never the password.
+#[tokio::test(flavor = "current_thread")]
+async fn credentials_never_appear_in_the_logs() {
+    let capture = log_capture::LogCapture::default();
+    let _installed = capture.install();
+    let quick = || {
+        ZookeeperLockProvider::builder()
+            .connect_timeout(Duration::from_millis(500))
+            .operation_timeout(Duration::from_millis(500))
+    };
+    let unreachable = format!("zk://app:{SECRET}@127.0.0.1:1");
+    assert!(quick().connect(&unreachable).await.is_err());
+    let outcome = LockingTaskExecutor::new(quick().connect_lazy(&unreachable).unwrap())
+        .execute(&config("job", Duration::from_secs(5)), async {})
+        .await;
+    assert!(outcome.is_err(), "{outcome:?}");
+
+    let root = unique_root();
+    let provider = builder(&root)
+        .connect(&format!("app:{SECRET}@{}", zookeeper_url()))
+        .await
+        .unwrap();
+    let outcome = LockingTaskExecutor::new(provider)
+        .execute(&config("job", Duration::from_secs(5)), async {})
+        .await;
+    assert!(outcome.is_ok(), "{outcome:?}");
+    remove_test_root(&root).await;
+
+    let logs = capture.text();
+    assert!(
+        logs.contains("not run") && logs.contains("app:***@127.0.0.1:1"),
+        "the failure was logged: {logs}"
+    );
+    assert!(!logs.contains(SECRET), "{logs}");
 }
 
 /// A TCP proxy that can drop every connection and refuse new ones for a while: a network
