@@ -858,7 +858,11 @@ impl SoakSettings {
 /// backend was restarting.
 ///
 /// A tick is a second, or three of the provider's time units if that is longer; the job takes
-/// a fifth of a tick, with `lock_at_least_for` half a tick and `lock_at_most_for` two ticks.
+/// a fifth of a tick, with `lock_at_least_for` half a tick and `lock_at_most_for` two ticks. A
+/// node whose acquire answers only after `lock_at_least_for` has passed since the tick began
+/// (a slow answer while the backend recovers) gives the lock back without running: the tick's
+/// run may have come and gone by then, and `lock_at_least_for` is what keeps a tick's
+/// latecomers out. Such answers are counted in the check's notes.
 pub async fn check_soak<H: FaultHarness>(
     harness: &H,
     names: &NameSpace,
@@ -991,7 +995,7 @@ pub async fn check_soak<H: FaultHarness>(
     for (_, mut child) in nodes {
         let _ = child.kill().await;
     }
-    let (runs, errors) = ledger.read().map_err(|error| {
+    let (runs, errors, late) = ledger.read().map_err(|error| {
         trace.failure(Rule::HARNESS, format!("could not read the ledger: {error}"))
     })?;
     let record = SoakRecord {
@@ -1023,7 +1027,7 @@ pub async fn check_soak<H: FaultHarness>(
     }
     let _ = std::fs::remove_file(ledger.path());
     notes.insert(0, format!(
-        "{} node processes, {} ticks of {tick:?}: {} runs, at most one per tick, {}; {} ticks lost while a killed node's lock ran out or the backend restarted; {} acquires failed and skipped their tick; {} nodes killed with SIGKILL",
+        "{} node processes, {} ticks of {tick:?}: {} runs, at most one per tick, {}; {} ticks lost while a killed node's lock ran out or the backend restarted; {} acquires failed and skipped their tick, {late} got the lock after lock_at_least_for had passed since the tick began and gave it back; {} nodes killed with SIGKILL",
         settings.nodes,
         verdict.ticks,
         verdict.runs,

@@ -41,8 +41,9 @@ pub(crate) enum Role {
     /// Takes `name` for `at_most_ms`, prints `acquired <sent ms> <answered ms>` (or `refused`,
     /// or `error <message>`), then holds it until killed.
     Hold { name: String, at_most_ms: u64 },
-    /// At the start of every tick, tries `name` and, when it gets it, runs a job of `job_ms`,
-    /// recording it in the ledger.
+    /// At the start of every tick, tries `name` and, when it gets it within `at_least_ms` of
+    /// the tick's start, runs a job of `job_ms`, recording it in the ledger (a later answer is
+    /// recorded as late, and the lock given back).
     Soak {
         name: String,
         node: u32,
@@ -163,6 +164,12 @@ where
                         .await;
                     let outcome = tokio::time::timeout(OPERATION_LIMIT, node.try_lock(&lock)).await;
                     match outcome {
+                        Ok(Ok(Acquisition::Acquired(handle)))
+                            if unix_ms() > start + at_least_ms =>
+                        {
+                            write(&ledger, &format!("late {tick} {id} {}", unix_ms()));
+                            let _ = tokio::time::timeout(OPERATION_LIMIT, handle.unlock()).await;
+                        }
                         Ok(Ok(Acquisition::Acquired(handle))) => {
                             let token = handle
                                 .fencing_token()

@@ -5,6 +5,9 @@
 //! begins, `end <tick> <node> <unix ms>` when it ends, and `error <tick> <node> <unix ms>`
 //! when a node's acquire failed (so it skipped the tick: fail closed). Lines are short and
 //! appended with one write each, so nodes in separate processes never interleave within one.
+//! `late <tick> <node> <unix ms>` says a node got the lock only after `lock_at_least_for` had
+//! passed since the tick began, and gave it back without running: by then the tick's run may
+//! have come and gone, and `lock_at_least_for` is what keeps a tick's latecomers out.
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
@@ -80,8 +83,9 @@ impl Ledger {
         file.write_all(format!("{line}\n").as_bytes())
     }
 
-    /// The runs it records, in the order they started, and how many acquires failed.
-    pub fn read(&self) -> io::Result<(Vec<LedgerEntry>, usize)> {
+    /// The runs it records, in the order they started, how many acquires failed, and how many
+    /// came late.
+    pub fn read(&self) -> io::Result<(Vec<LedgerEntry>, usize, usize)> {
         let text = match std::fs::read_to_string(&self.path) {
             Ok(text) => text,
             Err(error) if error.kind() == io::ErrorKind::NotFound => String::new(),
@@ -98,10 +102,10 @@ fn bad_line(line: &str) -> io::Error {
     )
 }
 
-fn parse(text: &str) -> io::Result<(Vec<LedgerEntry>, usize)> {
+fn parse(text: &str) -> io::Result<(Vec<LedgerEntry>, usize, usize)> {
     let mut runs: Vec<LedgerEntry> = Vec::new();
     let mut open: BTreeMap<(u64, u32), usize> = BTreeMap::new();
-    let mut errors = 0;
+    let (mut errors, mut late) = (0, 0);
     for line in text.lines().filter(|line| !line.trim().is_empty()) {
         let fields: Vec<&str> = line.split_whitespace().collect();
         let number = |index: usize| -> io::Result<u64> {
@@ -136,11 +140,12 @@ fn parse(text: &str) -> io::Result<(Vec<LedgerEntry>, usize)> {
                 runs[index].ended_ms = Some(number(3)?);
             }
             Some("error") if fields.len() == 4 => errors += 1,
+            Some("late") if fields.len() == 4 => late += 1,
             _ => return Err(bad_line(line)),
         }
     }
     runs.sort_by_key(|run| (run.started_ms, run.node));
-    Ok((runs, errors))
+    Ok((runs, errors, late))
 }
 
 /// What a soak's ledger is judged against.
@@ -455,6 +460,7 @@ mod tests {
             "start 10 1 4 10005 9",
             "end 10 1 10205 9",
             "error 10 2 10009 9",
+            "late 10 2 10009 9",
         ] {
             let text = format!("start 10 1 4 10005\n{line}\n");
             assert!(parse(&text).is_err(), "{line}");
@@ -469,13 +475,13 @@ mod tests {
         let ledger = Ledger::new(dir.join("ledger"));
         assert_eq!(
             ledger.read().unwrap(),
-            (Vec::new(), 0),
+            (Vec::new(), 0, 0),
             "a ledger nobody wrote is empty"
         );
         ledger.append("start 10 1 4 10005").unwrap();
         ledger.append("error 10 2 10009").unwrap();
-        let (runs, errors) = ledger.read().unwrap();
-        assert_eq!((runs.len(), errors), (1, 1));
+        let (runs, errors, late) = ledger.read().unwrap();
+        assert_eq!((runs.len(), errors, late), (1, 1, 0));
         assert_eq!(runs[0].token, Some(4));
         assert!(
             Ledger::new(&dir).read().is_err(),
@@ -488,8 +494,8 @@ mod tests {
     #[test]
     fn the_file_round_trips() {
         let text = "start 10 1 4 10005\nerror 10 2 10009\nend 10 1 10205\nstart 11 2 - 11003\n";
-        let (runs, errors) = parse(text).unwrap();
-        assert_eq!(errors, 1);
+        let (runs, errors, late) = parse(&format!("{text}late 11 3 11900\n")).unwrap();
+        assert_eq!((errors, late), (1, 1));
         assert_eq!(runs.len(), 2);
         assert_eq!(
             runs[0],
