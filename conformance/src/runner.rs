@@ -108,39 +108,7 @@ where
             Trial::ignorable_test(check.name(), move || {
                 let started = Instant::now();
                 let outcome = runtime.block_on(check.run(&*harness, &names));
-                let elapsed = started.elapsed();
-                let (result, line) = match outcome {
-                    Ok(Verdict::Passed { notes }) => {
-                        for note in &notes {
-                            println!("{}: {note}", check.name());
-                        }
-                        (
-                            Ok(Completion::Completed),
-                            CheckResult::new(
-                                check.name(),
-                                Status::Passed,
-                                elapsed,
-                                notes.join("; "),
-                            ),
-                        )
-                    }
-                    Ok(Verdict::NotApplicable(reason)) => (
-                        Ok(Completion::ignored_with(&reason)),
-                        CheckResult::new(check.name(), Status::Ignored, elapsed, reason),
-                    ),
-                    Err(failure) => {
-                        let text = failure.to_string();
-                        (
-                            Err(Failed::from(text)),
-                            CheckResult::new(
-                                check.name(),
-                                Status::Failed,
-                                elapsed,
-                                format!("[{}] {}", failure.rule.id, failure.observed),
-                            ),
-                        )
-                    }
-                };
+                let (result, line) = judged(check.name(), outcome, started.elapsed());
                 results.lock().unwrap().push(line);
                 result
             })
@@ -153,19 +121,62 @@ where
             run_names.prefix()
         );
     }
-    if let Some(dir) = std::env::var_os(REPORT_DIR_VARIABLE) {
-        let report = Report {
-            provider: harness.name().to_owned(),
-            kit_version: env!("CARGO_PKG_VERSION").to_owned(),
-            checks: results.lock().unwrap().clone(),
-        };
-        if let Err(error) = report.write_to(std::path::Path::new(&dir)) {
+    match write_report(harness.name(), results.lock().unwrap().clone()) {
+        Ok(()) => conclusion.exit_code(),
+        Err(()) => ExitCode::FAILURE,
+    }
+}
+
+/// A check's outcome as its trial's result and its line in the report; a passed check's notes
+/// are printed.
+pub(crate) fn judged(
+    check: &'static str,
+    outcome: Result<Verdict, crate::failure::CheckFailure>,
+    elapsed: std::time::Duration,
+) -> (Result<Completion, Failed>, CheckResult) {
+    match outcome {
+        Ok(Verdict::Passed { notes }) => {
+            for note in &notes {
+                println!("{check}: {note}");
+            }
+            (
+                Ok(Completion::Completed),
+                CheckResult::new(check, Status::Passed, elapsed, notes.join("; ")),
+            )
+        }
+        Ok(Verdict::NotApplicable(reason)) => (
+            Ok(Completion::ignored_with(&reason)),
+            CheckResult::new(check, Status::Ignored, elapsed, reason),
+        ),
+        Err(failure) => (
+            Err(Failed::from(failure.to_string())),
+            CheckResult::new(
+                check,
+                Status::Failed,
+                elapsed,
+                format!("[{}] {}", failure.rule.id, failure.observed),
+            ),
+        ),
+    }
+}
+
+/// Writes the run's report to [`REPORT_DIR_VARIABLE`]'s folder, when it is set, as
+/// `<provider>.json` and `.md`; a failure to write is printed, and fails the run.
+pub(crate) fn write_report(provider: &str, checks: Vec<CheckResult>) -> Result<(), ()> {
+    let Some(dir) = std::env::var_os(REPORT_DIR_VARIABLE) else {
+        return Ok(());
+    };
+    let report = Report {
+        provider: provider.to_owned(),
+        kit_version: env!("CARGO_PKG_VERSION").to_owned(),
+        checks,
+    };
+    report
+        .write_to(std::path::Path::new(&dir))
+        .map_err(|error| {
             eprintln!(
                 "shedlock-conformance: could not write the report to {}: {error}",
                 std::path::Path::new(&dir).display()
             );
-            return ExitCode::FAILURE;
-        }
-    }
-    conclusion.exit_code()
+        })
 }

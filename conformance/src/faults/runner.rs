@@ -5,15 +5,14 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use libtest_mimic::{Arguments, Failed, Trial};
 
 use super::FaultHarness;
 use super::checks::FaultCheck;
 use super::child;
-use crate::failure::Verdict;
 use crate::harness::SetupError;
 use crate::names::NameSpace;
-use crate::report::{CheckResult, REPORT_DIR_VARIABLE, Report, Status};
+use crate::runner::{judged, write_report};
 
 /// Runs the fault suite as a test binary: the body of `fn main` in a provider's
 /// `tests/faults.rs` (a `[[test]]` target with `harness = false`).
@@ -88,39 +87,7 @@ where
             Trial::ignorable_test(check.name(), move || {
                 let started = Instant::now();
                 let outcome = runtime.block_on(check.run(&*harness, &names));
-                let elapsed = started.elapsed();
-                let (result, line) = match outcome {
-                    Ok(Verdict::Passed { notes }) => {
-                        for note in &notes {
-                            println!("{}: {note}", check.name());
-                        }
-                        (
-                            Ok(Completion::Completed),
-                            CheckResult::new(
-                                check.name(),
-                                Status::Passed,
-                                elapsed,
-                                notes.join("; "),
-                            ),
-                        )
-                    }
-                    Ok(Verdict::NotApplicable(reason)) => (
-                        Ok(Completion::ignored_with(&reason)),
-                        CheckResult::new(check.name(), Status::Ignored, elapsed, reason),
-                    ),
-                    Err(failure) => {
-                        let text = failure.to_string();
-                        (
-                            Err(Failed::from(text)),
-                            CheckResult::new(
-                                check.name(),
-                                Status::Failed,
-                                elapsed,
-                                format!("[{}] {}", failure.rule.id, failure.observed),
-                            ),
-                        )
-                    }
-                };
+                let (result, line) = judged(check.name(), outcome, started.elapsed());
                 results.lock().unwrap().push(line);
                 result
             })
@@ -143,19 +110,9 @@ where
             run_names.prefix()
         );
     }
-    if let Some(dir) = std::env::var_os(REPORT_DIR_VARIABLE) {
-        let report = Report {
-            provider: format!("{}-faults", harness.name()),
-            kit_version: env!("CARGO_PKG_VERSION").to_owned(),
-            checks: results.lock().unwrap().clone(),
-        };
-        if let Err(error) = report.write_to(std::path::Path::new(&dir)) {
-            eprintln!(
-                "shedlock-conformance: could not write the report to {}: {error}",
-                std::path::Path::new(&dir).display()
-            );
-            return ExitCode::FAILURE;
-        }
+    let provider = format!("{}-faults", harness.name());
+    match write_report(&provider, results.lock().unwrap().clone()) {
+        Ok(()) => conclusion.exit_code(),
+        Err(()) => ExitCode::FAILURE,
     }
-    conclusion.exit_code()
 }
