@@ -120,6 +120,11 @@ impl Rule {
         id: "recovery",
         text: "When the backend comes back after a restart or a network stall, every node answers ordinary outcomes again by itself, within a bounded time, without being rebuilt. A lock held when the backend went away is still held by the same acquisition afterwards, unless the provider's documentation says the backend loses locks on restart; and a request delayed by the stall that reaches the backend late acts only as the rules above allow.",
     };
+    /// Nodes that start together on new storage all start.
+    pub const FIRST_USE: Rule = Rule {
+        id: "first-use",
+        text: "Any number of nodes built at the same instant on storage nothing has used yet are all built, and their first operations answer as on storage used before: whatever the provider creates on first use (a table, a collection, an index, a root node, a counter) is created once, whoever is first, and every node ends with it checked. A node that finds another creating it at the same moment waits for it or accepts it; it never fails.",
+    };
     /// The harness itself must do what the kit asks of it.
     pub const HARNESS: Rule = Rule {
         id: "harness",
@@ -272,6 +277,7 @@ mod tests {
             Rule::NAME_CACHE,
             Rule::SHEDLOCK_RECORDS,
             Rule::RECOVERY,
+            Rule::FIRST_USE,
             Rule::HARNESS,
         ];
         for rule in rules {

@@ -37,6 +37,7 @@ pub mod backends;
 mod checks;
 mod failure;
 pub mod faults;
+mod first_use;
 mod harness;
 mod names;
 mod report;
@@ -59,6 +60,7 @@ pub use checks::{
     check_shedlock_record_takeover, check_stale_handle_answers,
 };
 pub use failure::{CheckFailure, Event, Rule, Verdict};
+pub use first_use::{FIRST_USE_NODES, check_first_use};
 pub use harness::{ConformanceHarness, PlantedRecord, SetupError, Support};
 pub use libtest_mimic::Arguments;
 pub use names::NameSpace;

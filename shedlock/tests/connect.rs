@@ -282,6 +282,22 @@ mod memory {
     use super::*;
     use shedlock::{LockingTaskExecutor, TaskOutcome};
 
+    /// 16 nodes connecting at the same instant to a store nobody has named yet all get that
+    /// one store: it is created once, by whoever is first.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn sixteen_nodes_naming_a_new_store_at_once_share_it() {
+        use shedlock_conformance::{FIRST_USE_NODES, check_first_use};
+        for round in 0..10 {
+            let url = format!("memory://{}", unique("first-use"));
+            check_first_use(FIRST_USE_NODES, |_| {
+                let url = url.clone();
+                async move { shedlock::connect(&url).await }
+            })
+            .await
+            .unwrap_or_else(|failure| panic!("round {round}: {failure}"));
+        }
+    }
+
     #[tokio::test]
     async fn the_same_name_is_one_store_and_other_names_are_others() {
         let store = unique("store");

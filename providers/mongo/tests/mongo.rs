@@ -890,3 +890,29 @@ async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting() 
         );
     }
 }
+
+/// A new deployment: 16 nodes, each with its own client, connect at the same instant on a
+/// database and collection that do not exist yet, and all try the same new name at once.
+/// MongoDB creates both on the first upsert, which races between them: all must start,
+/// exactly one acquires, and tokens go on increasing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_nodes_start_at_once_on_a_new_database() {
+    use shedlock_conformance::{FIRST_USE_NODES, check_first_use};
+    for round in 0..10 {
+        let database = format!("shedlock_first_use_{}", uuid::Uuid::new_v4().simple());
+        let verdict = check_first_use(FIRST_USE_NODES, |index| {
+            let database = database.clone();
+            async move {
+                MongoLockProvider::builder()
+                    .database(database)
+                    .holder(format!("node-{index}"))
+                    .connect(&mongo_url())
+                    .await
+            }
+        })
+        .await;
+        let client = Client::with_uri_str(mongo_url()).await.unwrap();
+        let _ = client.database(&database).drop().await;
+        verdict.unwrap_or_else(|failure| panic!("round {round}: {failure}"));
+    }
+}

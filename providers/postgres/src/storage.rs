@@ -194,6 +194,44 @@ impl PostgresBackend {
     }
 }
 
+/// The first key of the advisory lock creators of the table take turns on ("SHLK"); the second
+/// is a hash of the table's name, so creators of different tables do not wait for each other.
+const CREATE_TABLE_LOCK_CLASS: i32 = 0x5348_4C4B;
+
+/// Runs [`create_table_statement`] so that any number of nodes may run it at the same instant.
+///
+/// PostgreSQL's `CREATE TABLE IF NOT EXISTS` looks for the table, then writes the catalog: two
+/// sessions that both look before either commits both go on, and the later one fails on a
+/// catalog index (`23505` on `pg_type_typname_nsp_index`, or `42P07`). A fleet deployed onto a
+/// new database would see some replicas fail to start. So creators of this library take turns
+/// on a transaction-scoped advisory lock named after the table (held until the `COMMIT`, so the
+/// next one finds the table), and a creator that is not ours racing anyway counts as having
+/// created the table: the catalog check that follows decides whether the table is right.
+async fn create_table_if_missing(
+    connection: &mut PgConnection,
+    table: &LockTable,
+    fencing: bool,
+) -> Result<(), sqlx::Error> {
+    let mut transaction = sqlx::Connection::begin(&mut *connection).await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
+        .bind(CREATE_TABLE_LOCK_CLASS)
+        .bind(table.quoted_table(DIALECT))
+        .execute(&mut *transaction)
+        .await?;
+    let created = sqlx::query(AssertSqlSafe(create_table_statement(table, fencing)))
+        .execute(&mut *transaction)
+        .await;
+    match created {
+        Ok(_) => transaction.commit().await,
+        Err(sqlx::Error::Database(error))
+            if matches!(error.code().as_deref(), Some("23505" | "42P07")) =>
+        {
+            transaction.rollback().await
+        }
+        Err(error) => Err(error),
+    }
+}
+
 impl SqlBackend for PostgresBackend {
     type Database = Postgres;
     const PROVIDER: &'static str = "postgres";
@@ -221,8 +259,7 @@ impl SqlBackend for PostgresBackend {
     ) -> Result<(Self, TableSchema), LockError> {
         let connect_error = |e| statement_error::<Self>(Operation::Connect, "", e);
         if let Some(fencing) = create_table {
-            sqlx::query(AssertSqlSafe(create_table_statement(table, fencing)))
-                .execute(&mut *connection)
+            create_table_if_missing(connection, table, fencing)
                 .await
                 .map_err(connect_error)?;
         }

@@ -830,3 +830,52 @@ async fn the_provider_reaches_the_end_of_chronos_calendar_and_not_further() {
     assert!(chain.contains("bigint out of range"), "{error}: {chain}");
     exec(&pool, &format!("DROP TABLE {table}")).await;
 }
+
+/// `url` with its sessions' `search_path` set to `schema`, so the default table name
+/// (`shedlock`) lives there.
+fn with_search_path(url: &str, schema: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}options=-c%20search_path%3D{schema}")
+}
+
+/// A new deployment: 16 replicas start at the same instant on a database that has no lock
+/// table yet, each told to create it (every other round with the fencing column), under the
+/// default table name. PostgreSQL's `CREATE TABLE IF NOT EXISTS` fails with a unique violation
+/// in its catalog (`pg_type_typname_nsp_index`) when another session creates the same table
+/// at the same moment: all 16 must start anyway, and then share the table's locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_nodes_create_the_table_at_once_on_a_new_schema() {
+    use shedlock_conformance::{FIRST_USE_NODES, check_first_use};
+    let pool = pool().await;
+    for round in 0..10 {
+        let schema = unique("first_use");
+        exec(&pool, &format!("CREATE SCHEMA {schema}")).await;
+        let url = with_search_path(&url(), &schema);
+        let fencing = round % 2 == 1;
+        let verdict = check_first_use(FIRST_USE_NODES, |index| {
+            let url = url.clone();
+            async move {
+                let builder =
+                    PostgresLockProvider::builder_from_url(url).holder(format!("node-{index}"));
+                let builder = if fencing {
+                    builder.create_table_with_fencing_if_missing()
+                } else {
+                    builder.create_table_if_missing()
+                };
+                builder.build().await
+            }
+        })
+        .await;
+        let columns: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM information_schema.columns \
+             WHERE table_schema = $1 AND table_name = 'shedlock'",
+        )
+        .bind(&schema)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        exec(&pool, &format!("DROP SCHEMA {schema} CASCADE")).await;
+        verdict.unwrap_or_else(|failure| panic!("round {round} (fencing {fencing}): {failure}"));
+        assert_eq!(columns, if fencing { 5 } else { 4 }, "round {round}");
+    }
+}

@@ -1002,3 +1002,27 @@ async fn refused_credentials_are_reported_as_such() {
         }
     }
 }
+
+/// A new deployment: 16 nodes connect at the same instant on an env nothing has used, with
+/// fencing (whose counter the first acquire creates) every other round, and all try the same
+/// new name at once: all must start, exactly one acquires, and tokens go on increasing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_nodes_start_at_once_on_a_new_env() {
+    use shedlock_conformance::{FIRST_USE_NODES, check_first_use};
+    for round in 0..10 {
+        let env = unique_env();
+        let fencing = round % 2 == 1;
+        let verdict = check_first_use(FIRST_USE_NODES, |index| {
+            let env = env.clone();
+            async move {
+                builder(&env)
+                    .fencing(fencing)
+                    .holder(format!("node-{index}"))
+                    .connect(&redis_url())
+                    .await
+            }
+        })
+        .await;
+        verdict.unwrap_or_else(|failure| panic!("round {round} (fencing {fencing}): {failure}"));
+    }
+}

@@ -968,3 +968,25 @@ async fn a_duration_past_what_shedlocks_data_can_carry_is_refused_and_nothing_is
     assert!(handle.unlock().await.unwrap());
     remove_test_root(&path).await;
 }
+
+/// A new deployment: 16 nodes connect at the same instant under a root that does not exist
+/// yet, two levels deep, and all try the same new name at once. Creating the root and its
+/// parent races between them: all must start, and exactly one acquires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_nodes_create_the_root_at_once() {
+    use shedlock_conformance::{FIRST_USE_NODES, check_first_use};
+    for round in 0..10 {
+        let root = format!("{}/locks", unique_root());
+        let verdict = check_first_use(FIRST_USE_NODES, |_| {
+            let root = root.clone();
+            async move { builder(&root).connect(&zookeeper_url()).await }
+        })
+        .await;
+        verdict.unwrap_or_else(|failure| panic!("round {round}: {failure}"));
+        let client = raw().await;
+        assert!(
+            client.check_stat(&root).await.unwrap().is_some(),
+            "round {round}: {root}"
+        );
+    }
+}
