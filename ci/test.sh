@@ -2,6 +2,9 @@
 # Runs every test of the workspace against real backends: the one test command of the README
 # and of .ci/run. Starts (and if needed installs) the backends first; a backend that cannot be
 # started fails this script, it is never skipped.
+#
+# Every step runs even when an earlier one fails (and cargo runs every test binary), so one run
+# shows everything that is wrong: the list of what failed comes at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,9 +13,49 @@ ci/start-backends.sh
 # PostgreSQL primary streaming to a replica (Redis Cluster and Sentinel start above).
 ci/start-clusters.sh >/dev/null
 
+# Each run gets new, empty databases on PostgreSQL and MariaDB, so the path a new deployment
+# takes (no lock table yet, every node creating it at once, a first node ever) is tested on
+# every run, and nothing a run leaves behind changes what the next one sees. They are dropped
+# when the run ends; those of runs that ended without dropping theirs (killed), once they are
+# older than any run lasts. (SQLite files, MongoDB collections, ZooKeeper roots and Redis and
+# etcd envs are new per test already: each test names its own.)
+RUN_DB="shedlock_run_$(date -u +%s)_$$"
+drop_run_databases() { # drop_run_databases OLDER_THAN_EPOCH: the run databases made before it
+  local cutoff=$1 database
+  for database in $(psql -h 127.0.0.1 -U postgres -d postgres -tAc \
+      "SELECT datname FROM pg_database WHERE datname LIKE 'shedlock\_run\_%'"); do
+    [ "$(cut -d_ -f3 <<<"$database")" -lt "$cutoff" ] || continue
+    psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS $database WITH (FORCE)" || true
+  done
+  for database in $(mariadb -h 127.0.0.1 -u root -N -e "SHOW DATABASES LIKE 'shedlock\_run\_%'"); do
+    [ "$(cut -d_ -f3 <<<"$database")" -lt "$cutoff" ] || continue
+    mariadb -h 127.0.0.1 -u root -e "DROP DATABASE IF EXISTS $database" || true
+  done
+}
+drop_run_databases $(( $(date -u +%s) - 6 * 3600 ))
+made_databases=()
+drop_own_databases() {
+  local made
+  for made in "${made_databases[@]}"; do
+    case $made in
+      postgres) psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS $RUN_DB WITH (FORCE)" || true ;;
+      mysql) mariadb -h 127.0.0.1 -u root -e "DROP DATABASE IF EXISTS $RUN_DB" || true ;;
+    esac
+  done
+}
+trap drop_own_databases EXIT
+if [ -z "${SHEDLOCK_TEST_POSTGRES_URL:-}" ]; then
+  psql -h 127.0.0.1 -U postgres -d postgres -qc "CREATE DATABASE $RUN_DB"
+  made_databases+=(postgres)
+  export SHEDLOCK_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/$RUN_DB
+fi
+if [ -z "${SHEDLOCK_TEST_MYSQL_URL:-}" ]; then
+  mariadb -h 127.0.0.1 -u root -e "CREATE DATABASE $RUN_DB"
+  made_databases+=(mysql)
+  export SHEDLOCK_TEST_MYSQL_URL=mysql://root@127.0.0.1:3306/$RUN_DB
+fi
+echo "[test] this run's databases: $SHEDLOCK_TEST_POSTGRES_URL $SHEDLOCK_TEST_MYSQL_URL"
 # Tests find their backends here only; each may be pointed elsewhere by setting it beforehand.
-export SHEDLOCK_TEST_POSTGRES_URL=${SHEDLOCK_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}
-export SHEDLOCK_TEST_MYSQL_URL=${SHEDLOCK_TEST_MYSQL_URL:-mysql://root@127.0.0.1:3306/test}
 export SHEDLOCK_TEST_REDIS_URL=${SHEDLOCK_TEST_REDIS_URL:-redis://127.0.0.1:6379}
 export SHEDLOCK_TEST_ETCD_URL=${SHEDLOCK_TEST_ETCD_URL:-http://127.0.0.1:2379}
 export SHEDLOCK_TEST_ZOOKEEPER_URL=${SHEDLOCK_TEST_ZOOKEEPER_URL:-127.0.0.1:2181}
@@ -54,22 +97,50 @@ export SHEDLOCK_CONFORMANCE_REPORT_DIR=${SHEDLOCK_CONFORMANCE_REPORT_DIR:-$PWD/t
 rm -rf "$SHEDLOCK_CONFORMANCE_REPORT_DIR"
 mkdir -p "$SHEDLOCK_CONFORMANCE_REPORT_DIR"
 
-cargo test --workspace --all-targets --locked
-cargo test --workspace --doc --locked
+# step COMMAND...: runs one step with its output kept; a failure is listed at the end, and the
+# steps after it still run.
+STEP_LOG_DIR=$PWD/target/test-steps
+rm -rf "$STEP_LOG_DIR" && mkdir -p "$STEP_LOG_DIR"
+failed_steps=()
+step_number=0
+step() {
+  step_number=$((step_number + 1))
+  local log="$STEP_LOG_DIR/$step_number.log"
+  echo "== $*"
+  if ! "$@" 2>&1 | tee "$log"; then
+    failed_steps+=("$*|$log")
+  fi
+}
+
+step cargo test --workspace --all-targets --locked --no-fail-fast
+step cargo test --workspace --doc --locked --no-fail-fast
 # The workspace build gives the facade the features its members ask for (the examples turn on
 # most backends): once more with every feature (connect(url) against each backend, the macro)
 # and with none (the errors naming the feature to enable).
-cargo test -p shedlock --all-features --locked
-cargo test -p shedlock --no-default-features --locked
+step cargo test -p shedlock --all-features --locked --no-fail-fast
+step cargo test -p shedlock --no-default-features --locked --no-fail-fast
 # Without TLS (the providers' TLS features off): a URL that asks for TLS names the feature.
-cargo test -p shedlock-postgres --no-default-features --test tls_disabled --locked
-cargo test -p shedlock-redis --no-default-features --test tls --locked
-cargo test -p shedlock-mysql --no-default-features --test tls_disabled --locked
-cargo test -p shedlock-zookeeper --no-default-features --test tls --locked
+step cargo test -p shedlock-postgres --no-default-features --test tls_disabled --locked
+step cargo test -p shedlock-redis --no-default-features --test tls --locked
+step cargo test -p shedlock-mysql --no-default-features --test tls_disabled --locked
+step cargo test -p shedlock-zookeeper --no-default-features --test tls --locked
 # The CLI with every backend: list and unlock against each server started above.
-cargo test -p shedlock-cli --all-features --locked
+step cargo test -p shedlock-cli --all-features --locked --no-fail-fast
 
 if compgen -G "$SHEDLOCK_CONFORMANCE_REPORT_DIR/*.md" >/dev/null; then
   echo "== conformance reports =="
   cat "$SHEDLOCK_CONFORMANCE_REPORT_DIR"/*.md
 fi
+
+if [ ${#failed_steps[@]} -gt 0 ]; then
+  echo "== FAILED: ${#failed_steps[@]} step(s) =="
+  for failure in "${failed_steps[@]}"; do
+    log=${failure##*|}
+    echo "- ${failure%|*}  (output: $log)"
+    # cargo's list of failed targets, and each failed test (libtest and the kit's runners).
+    grep -E '^    `-p |^test .* FAILED$|^error: (test failed|[0-9]+ targets failed)' "$log" \
+      | sed 's/^/    /' || true
+  done
+  exit 1
+fi
+echo "== every step passed =="
