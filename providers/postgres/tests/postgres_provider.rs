@@ -879,3 +879,48 @@ async fn sixteen_nodes_create_the_table_at_once_on_a_new_schema() {
         assert_eq!(columns, if fencing { 5 } else { 4 }, "round {round}");
     }
 }
+
+/// A creator that is not this library (a migration, a Java deployment's DDL) creates the
+/// table in a transaction that commits while our node's `CREATE TABLE IF NOT EXISTS` waits for
+/// it: PostgreSQL then fails ours with a unique violation in its catalog. The node must take
+/// the table as created, check it, and start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_another_session_creates_meanwhile_counts_as_created() {
+    let pool = pool().await;
+    let schema = unique("first_use");
+    exec(&pool, &format!("CREATE SCHEMA {schema}")).await;
+    let table = format!("{schema}.shedlock");
+    let mut migration = pool.begin().await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE {table} (name VARCHAR(64) NOT NULL, lock_until TIMESTAMP NOT NULL, \
+         locked_at TIMESTAMP NOT NULL, locked_by VARCHAR(255) NOT NULL, PRIMARY KEY (name))"
+    )))
+    .execute(&mut *migration)
+    .await
+    .unwrap();
+    let node = tokio::spawn({
+        let table = table.clone();
+        async move {
+            PostgresLockProvider::builder_from_url(url())
+                .table_name(&table)
+                .create_table_if_missing()
+                .build()
+                .await
+        }
+    });
+    // The node's CREATE waits on the migration's uncommitted catalog rows.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !node.is_finished(),
+        "the node did not wait for the other creator"
+    );
+    migration.commit().await.unwrap();
+    let built = node.await.unwrap();
+    let node = built.unwrap_or_else(|error| panic!("{error:?}"));
+    let taken = lock(&node, "after-the-race", MINUTE).await;
+    exec(&pool, &format!("DROP SCHEMA {schema} CASCADE")).await;
+    assert!(
+        taken.is_some(),
+        "the node could not lock on the table it found"
+    );
+}
