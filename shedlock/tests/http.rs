@@ -578,22 +578,15 @@ mod postgres {
     /// The test database; names are unique per run, so runs and tests do not collide.
     struct Postgres(String);
 
-    /// Made once per test process: `CREATE TABLE IF NOT EXISTS` is not safe to race (two
-    /// sessions both creating it fail one with "type already exists"), and the tests run in
-    /// parallel.
-    static TABLE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-
     impl Backend for Postgres {
+        /// Each node makes the table if it is not there yet, as replicas starting together
+        /// on a new database would (the tests run in parallel, so they race to create it).
         async fn node(&self) -> AnyLockProvider {
-            TABLE
-                .get_or_init(|| async {
-                    PostgresLockProvider::builder_from_url(self.0.clone())
-                        .create_table_if_missing()
-                        .build()
-                        .await
-                        .unwrap();
-                })
-                .await;
+            PostgresLockProvider::builder_from_url(self.0.clone())
+                .create_table_if_missing()
+                .build()
+                .await
+                .unwrap();
             shedlock::connect(&self.0).await.unwrap()
         }
     }
