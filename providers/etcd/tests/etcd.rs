@@ -704,3 +704,25 @@ async fn endpoints_of_other_backends_and_a_mix_of_tls_and_plain_are_refused_befo
         .expect("connecting took over 30 s");
     assert!(provider.is_ok(), "{bare}: {provider:?}");
 }
+
+/// A new deployment: 16 nodes, each with its own client, connect at the same instant on an env
+/// nothing has used (each measuring the server's shortest lease), and all try the same new name
+/// at once: all must start, exactly one acquires, and tokens go on increasing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_nodes_start_at_once_on_a_new_env() {
+    use shedlock_conformance::{FIRST_USE_NODES, check_first_use};
+    for round in 0..10 {
+        let env = unique_env();
+        let verdict = check_first_use(FIRST_USE_NODES, |index| {
+            let env = env.clone();
+            async move {
+                builder(&env)
+                    .holder(format!("node-{index}"))
+                    .connect(&etcd_url())
+                    .await
+            }
+        })
+        .await;
+        verdict.unwrap_or_else(|failure| panic!("round {round}: {failure}"));
+    }
+}
