@@ -109,16 +109,16 @@ where
     release(&trace, &first, &lock).await?;
     let second = contend(&trace, &built, &lock, "second").await?;
     release(&trace, &second, &lock).await?;
-    if let (Some(earlier), Some(later)) = (first.1.fencing_token(), second.1.fencing_token()) {
-        if later <= earlier {
-            return Err(trace.failure(
-                Rule::FENCING,
-                format!(
-                    "the second acquisition of {:?} got token {later}, not greater than the first's {earlier}",
-                    lock.name()
-                ),
-            ));
-        }
+    if let (Some(earlier), Some(later)) = (first.1.fencing_token(), second.1.fencing_token())
+        && later <= earlier
+    {
+        return Err(trace.failure(
+            Rule::FENCING,
+            format!(
+                "the second acquisition of {:?} got token {later}, not greater than the first's {earlier}",
+                lock.name()
+            ),
+        ));
     }
     Ok(Verdict::Passed {
         notes: vec![format!(

@@ -1,12 +1,14 @@
 //! `check_first_use` judges a fleet's first start: it passes the in-memory provider, and fails,
 //! under the right rule, a fleet where one node cannot be built, where two nodes both acquire,
-//! and where first use is refused with an error.
+//! where first use is refused with an error, and where fencing tokens do not increase.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use shedlock_conformance::shedlock_core::{
-    Acquisition, Capabilities, LockConfiguration, LockError, LockProvider, Operation,
+    Acquisition, Capabilities, LockConfiguration, LockError, LockHandle, LockProvider, Operation,
+    TimeSource,
 };
 use shedlock_conformance::{FIRST_USE_NODES, Verdict, async_trait, check_first_use};
 use shedlock_memory::{MemoryLockProvider, MemoryLockStore};
@@ -110,6 +112,69 @@ async fn nodes_that_do_not_share_their_locks_break_mutual_exclusion() {
     assert_eq!(failure.rule.id, "mutual-exclusion");
     assert!(
         failure.observed.contains("3 acquired it: A, B, C"),
+        "{failure}"
+    );
+}
+
+/// A handle whose fencing token is always the same.
+#[derive(Debug)]
+struct SameToken(Box<dyn LockHandle>);
+
+#[async_trait]
+impl LockHandle for SameToken {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        Some(7)
+    }
+
+    fn time_source(&self) -> TimeSource {
+        self.0.time_source()
+    }
+
+    async fn unlock(&self) -> Result<bool, LockError> {
+        self.0.unlock().await
+    }
+
+    async fn extend(&self, lock_at_most_for: Duration) -> Result<bool, LockError> {
+        self.0.extend(lock_at_most_for).await
+    }
+}
+
+/// A provider whose tokens never increase.
+#[derive(Debug)]
+struct RepeatsTokens(MemoryLockProvider);
+
+#[async_trait]
+impl LockProvider for RepeatsTokens {
+    async fn try_lock(&self, config: &LockConfiguration) -> Result<Acquisition, LockError> {
+        Ok(match self.0.try_lock(config).await? {
+            Acquisition::Acquired(handle) => Acquisition::Acquired(Box::new(SameToken(handle))),
+            refused => refused,
+        })
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities().with_fencing(true)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_token_that_does_not_increase_breaks_fencing() {
+    let store = MemoryLockStore::new();
+    let failure = check_first_use(4, |_| {
+        let store = store.clone();
+        async move { Ok::<_, LockError>(RepeatsTokens(store.node())) }
+    })
+    .await
+    .expect_err("a repeated token must fail the check");
+    assert_eq!(failure.rule.id, "fencing");
+    assert!(
+        failure
+            .observed
+            .contains("got token 7, not greater than the first's 7"),
         "{failure}"
     );
 }
