@@ -37,6 +37,7 @@ areas=(
   "providers/sql/src|shedlock-sql|shedlock-sql shedlock-sqlite shedlock-postgres|--lib --test sqlite_provider --test conformance --test conformance_client_time --test round_trips --test admin"
   "conformance/src/checks/model.rs|shedlock-conformance|shedlock-conformance|"
   "conformance/src/faults/ledger.rs|shedlock-conformance|shedlock-conformance|--lib"
+  "conformance/src/first_use.rs|shedlock-conformance|shedlock-conformance|--lib --test first_use"
 )
 
 status=0

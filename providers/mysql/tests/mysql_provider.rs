@@ -831,54 +831,50 @@ async fn locks_ending_past_what_lock_until_can_keep_are_refused_before_writing()
     exec(&pool, &format!("DROP TABLE {made}, {by_hand}")).await;
 }
 
-/// `url` naming database `database` instead of its own.
-fn with_database(url: &str, database: &str) -> String {
-    let (base, query) = url
-        .split_once('?')
-        .map_or((url, None), |(b, q)| (b, Some(q)));
-    let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
-    match query {
-        Some(query) => format!("{server}/{database}?{query}"),
-        None => format!("{server}/{database}"),
-    }
-}
+/// A new database per round.
+struct NewDatabase(MySqlPool);
 
-/// A new deployment: 16 replicas start at the same instant on a new database that has no lock
-/// table yet, each told to create it (every other round with the fencing column). All must
-/// start, and then share the table's locks.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sixteen_nodes_create_the_table_at_once_on_a_new_database() {
-    use shedlock_conformance::{FIRST_USE_NODES, check_first_use};
-    let pool = pool().await;
-    for round in 0..10 {
-        let database = unique("my_first_use");
-        exec(&pool, &format!("CREATE DATABASE {database}")).await;
-        let url = with_database(&url(), &database);
-        let fencing = round % 2 == 1;
-        let verdict = check_first_use(FIRST_USE_NODES, |index| {
-            let url = url.clone();
-            async move {
-                let builder =
-                    MySqlLockProvider::builder_from_url(url).holder(format!("node-{index}"));
-                let builder = if fencing {
-                    builder.create_table_with_fencing_if_missing()
-                } else {
-                    builder.create_table_if_missing()
-                };
-                builder.build().await
-            }
-        })
-        .await;
-        let columns: i64 = sqlx::query_scalar(
+impl shared::NewStorage for NewDatabase {
+    async fn make(&self) -> String {
+        let database = unique("first_use");
+        exec(&self.0, &format!("CREATE DATABASE {database}")).await;
+        let url = url();
+        let (base, query) = url
+            .split_once('?')
+            .map_or((url.as_str(), None), |(b, q)| (b, Some(q)));
+        let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
+        match query {
+            Some(query) => format!("{server}/{database}?{query}"),
+            None => format!("{server}/{database}"),
+        }
+    }
+
+    async fn columns(&self, url: &str) -> i64 {
+        sqlx::query_scalar(
             "SELECT count(*) FROM information_schema.COLUMNS \
              WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'shedlock'",
         )
-        .bind(&database)
-        .fetch_one(&pool)
+        .bind(database_of(url))
+        .fetch_one(&self.0)
         .await
-        .unwrap();
-        exec(&pool, &format!("DROP DATABASE {database}")).await;
-        verdict.unwrap_or_else(|failure| panic!("round {round} (fencing {fencing}): {failure}"));
-        assert_eq!(columns, if fencing { 5 } else { 4 }, "round {round}");
+        .unwrap()
     }
+
+    async fn remove(&self, url: &str) {
+        exec(&self.0, &format!("DROP DATABASE {}", database_of(url))).await;
+    }
+}
+
+fn database_of(url: &str) -> &str {
+    let base = url.split_once('?').map_or(url, |(base, _)| base);
+    base.rsplit_once('/').unwrap().1
+}
+
+/// 16 replicas starting together on a new database, each creating the table: all start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_nodes_create_the_table_at_once_on_a_new_database() {
+    shared::sixteen_nodes_create_the_table::<shedlock_mysql::MySqlBackend>(NewDatabase(
+        pool().await,
+    ))
+    .await;
 }

@@ -831,53 +831,48 @@ async fn the_provider_reaches_the_end_of_chronos_calendar_and_not_further() {
     exec(&pool, &format!("DROP TABLE {table}")).await;
 }
 
-/// `url` with its sessions' `search_path` set to `schema`, so the default table name
-/// (`shedlock`) lives there.
-fn with_search_path(url: &str, schema: &str) -> String {
-    let separator = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{separator}options=-c%20search_path%3D{schema}")
-}
+/// A new schema per round, reached with its sessions' `search_path` set to it, so the default
+/// table name (`shedlock`) lives there.
+struct NewSchema(sqlx::PgPool);
 
-/// A new deployment: 16 replicas start at the same instant on a database that has no lock
-/// table yet, each told to create it (every other round with the fencing column), under the
-/// default table name. PostgreSQL's `CREATE TABLE IF NOT EXISTS` fails with a unique violation
-/// in its catalog (`pg_type_typname_nsp_index`) when another session creates the same table
-/// at the same moment: all 16 must start anyway, and then share the table's locks.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sixteen_nodes_create_the_table_at_once_on_a_new_schema() {
-    use shedlock_conformance::{FIRST_USE_NODES, check_first_use};
-    let pool = pool().await;
-    for round in 0..10 {
+impl shared::NewStorage for NewSchema {
+    async fn make(&self) -> String {
         let schema = unique("first_use");
-        exec(&pool, &format!("CREATE SCHEMA {schema}")).await;
-        let url = with_search_path(&url(), &schema);
-        let fencing = round % 2 == 1;
-        let verdict = check_first_use(FIRST_USE_NODES, |index| {
-            let url = url.clone();
-            async move {
-                let builder =
-                    PostgresLockProvider::builder_from_url(url).holder(format!("node-{index}"));
-                let builder = if fencing {
-                    builder.create_table_with_fencing_if_missing()
-                } else {
-                    builder.create_table_if_missing()
-                };
-                builder.build().await
-            }
-        })
-        .await;
-        let columns: i64 = sqlx::query_scalar(
+        exec(&self.0, &format!("CREATE SCHEMA {schema}")).await;
+        let url = url();
+        let separator = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{separator}options=-c%20search_path%3D{schema}")
+    }
+
+    async fn columns(&self, url: &str) -> i64 {
+        sqlx::query_scalar(
             "SELECT count(*) FROM information_schema.columns \
              WHERE table_schema = $1 AND table_name = 'shedlock'",
         )
-        .bind(&schema)
-        .fetch_one(&pool)
+        .bind(schema_of(url))
+        .fetch_one(&self.0)
         .await
-        .unwrap();
-        exec(&pool, &format!("DROP SCHEMA {schema} CASCADE")).await;
-        verdict.unwrap_or_else(|failure| panic!("round {round} (fencing {fencing}): {failure}"));
-        assert_eq!(columns, if fencing { 5 } else { 4 }, "round {round}");
+        .unwrap()
     }
+
+    async fn remove(&self, url: &str) {
+        exec(&self.0, &format!("DROP SCHEMA {} CASCADE", schema_of(url))).await;
+    }
+}
+
+fn schema_of(url: &str) -> &str {
+    url.rsplit_once("search_path%3D").unwrap().1
+}
+
+/// PostgreSQL's `CREATE TABLE IF NOT EXISTS` fails with a unique violation in its catalog
+/// (`pg_type_typname_nsp_index`) when another session creates the same table at the same
+/// moment: 16 replicas starting together on a new database must all start anyway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_nodes_create_the_table_at_once_on_a_new_schema() {
+    shared::sixteen_nodes_create_the_table::<shedlock_postgres::PostgresBackend>(NewSchema(
+        pool().await,
+    ))
+    .await;
 }
 
 /// A creator that is not this library (a migration, a Java deployment's DDL) creates the

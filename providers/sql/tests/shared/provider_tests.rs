@@ -702,3 +702,41 @@ pub async fn locks_ending_past_the_lock_until_columns_limit_are_refused_before_w
 pub fn two_days_ahead() -> Arc<dyn Clock> {
     Arc::new(SkewedClock::ahead(Arc::new(SystemClock), 2 * DAY))
 }
+
+/// New storage for one round of [`sixteen_nodes_create_the_table`]: made before the round,
+/// read and removed after it.
+pub trait NewStorage {
+    /// Makes new, empty storage (a schema, a database, a file) and gives the URL that reaches
+    /// it with the default table name.
+    async fn make(&self) -> String;
+    /// How many columns the table `shedlock` has there.
+    async fn columns(&self, url: &str) -> i64;
+    /// Removes it.
+    async fn remove(&self, url: &str);
+}
+
+/// A new deployment, ten times: 16 replicas start at the same instant on new storage that has
+/// no lock table yet, each told to create it (every other round with the fencing column). All
+/// must start, share the table's locks, and leave the table the round asked for.
+pub async fn sixteen_nodes_create_the_table<B: SqlBackend + 'static>(storage: impl NewStorage) {
+    use shedlock_conformance::{FIRST_USE_NODES, check_first_use};
+    for round in 0..10 {
+        let url = storage.make().await;
+        let fencing = round % 2 == 1;
+        let verdict = check_first_use(FIRST_USE_NODES, |index| {
+            let builder =
+                SqlLockProvider::<B>::builder_from_url(url.clone()).holder(format!("node-{index}"));
+            let builder = if fencing {
+                builder.create_table_with_fencing_if_missing()
+            } else {
+                builder.create_table_if_missing()
+            };
+            builder.build()
+        })
+        .await;
+        let columns = storage.columns(&url).await;
+        storage.remove(&url).await;
+        verdict.unwrap_or_else(|failure| panic!("round {round} (fencing {fencing}): {failure}"));
+        assert_eq!(columns, if fencing { 5 } else { 4 }, "round {round}");
+    }
+}
