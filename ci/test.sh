@@ -18,7 +18,8 @@ ci/start-clusters.sh >/dev/null
 # every run, and nothing a run leaves behind changes what the next one sees. They are dropped
 # when the run ends; those of runs that ended without dropping theirs (killed), once they are
 # older than any run lasts. (SQLite files, MongoDB collections, ZooKeeper roots and Redis and
-# etcd envs are new per test already: each test names its own.)
+# etcd envs are new per test already: each test names its own; the MongoDB kit runs each have
+# a database of their own.)
 RUN_DB="shedlock_run_$(date -u +%s)_$$"
 drop_run_databases() { # drop_run_databases OLDER_THAN_EPOCH: the run databases made before it
   local cutoff=$1 database

@@ -2,9 +2,10 @@
 //! `SHEDLOCK_TEST_MONGO_URL` (else the official `mongo` image through testcontainers where
 //! Docker runs): `tests/conformance.rs` (the lock rules) and `tests/faults.rs` (the fault
 //! suite: crashed holders, stalled networks, a restarted server, a soak). Each node is its own
-//! provider with its own client, as a separate process would be; all runs share one
-//! collection, each with its own name prefix, so the fault suite's node processes, which build
-//! a harness of their own, find the locks of the run that started them.
+//! provider with its own client, as a separate process would be. Each run has a database of its
+//! own, named after the fault suite's run id (which its node processes, building a harness of
+//! their own, share), so every run starts where a new deployment does: its first nodes create
+//! the database and the collection, at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +20,6 @@ use shedlock_conformance::{
 };
 use shedlock_mongo::{MongoLockProvider, MongoLockProviderBuilder};
 
-const DATABASE: &str = "shedlock_conformance";
 const COLLECTION: &str = "shedLock";
 
 /// How long a node reached through the kit's stalling proxy waits for an answer, and for a
@@ -33,24 +33,32 @@ const DIRECT_CONNECTION: &str = "directConnection";
 
 pub struct Harness {
     url: String,
+    database: String,
     admin: Collection<Document>,
 }
 
 /// The harness of a run: the body of each target's `main`.
 pub async fn harness() -> Result<Harness, SetupError> {
     let url = backends::mongo_url().await?;
+    let database = format!("shedlock_conformance_{}", faults::run_id());
     let admin = Client::with_uri_str(&url)
         .await?
-        .database(DATABASE)
+        .database(&database)
         .collection(COLLECTION);
-    Ok(Harness { url, admin })
+    Ok(Harness {
+        url,
+        database,
+        admin,
+    })
 }
 
-fn builder() -> MongoLockProviderBuilder {
-    MongoLockProvider::builder()
-        .database(DATABASE)
-        .collection(COLLECTION)
-        .holder("conformance")
+impl Harness {
+    fn builder(&self) -> MongoLockProviderBuilder {
+        MongoLockProvider::builder()
+            .database(&self.database)
+            .collection(COLLECTION)
+            .holder("conformance")
+    }
 }
 
 #[async_trait]
@@ -63,12 +71,13 @@ impl ConformanceHarness for Harness {
 
     /// The server's `$$NOW` decides: the node's clock is not used for anything.
     async fn node(&self, _clock: Arc<dyn Clock>) -> Result<MongoLockProvider, SetupError> {
-        Ok(builder().connect(&self.url).await?)
+        Ok(self.builder().connect(&self.url).await?)
     }
 
     /// A closed port, with a password in the URL as a real deployment would have.
     async fn unreachable_node(&self) -> Result<Support<MongoLockProvider>, SetupError> {
-        let node = builder()
+        let node = self
+            .builder()
             .server_selection_timeout(Duration::from_secs(2))
             .connect_lazy("mongodb://app:s3cret@127.0.0.1:1/?directConnection=true")
             .await?;
@@ -129,7 +138,8 @@ impl FaultHarness for Harness {
     async fn node_via(&self, address: &str) -> Result<MongoLockProvider, SetupError> {
         let (before, _, after) = host_parts(&self.url).map_err(SetupError::new)?;
         let url = format!("{before}{address}{}", direct_connection(after));
-        Ok(builder()
+        Ok(self
+            .builder()
             .operation_timeout(STALL_TIMEOUT)
             .server_selection_timeout(STALL_TIMEOUT)
             .connect(&url)
