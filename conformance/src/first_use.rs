@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use shedlock_core::{Acquisition, LockHandle, LockProvider};
 use tokio::sync::Barrier;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio::time::error::Elapsed;
 
 use crate::failure::{CheckFailure, Rule, Verdict};
 use crate::trace::{Trace, config, describe_acquisition};
@@ -46,19 +48,7 @@ where
 {
     let trace = Arc::new(Trace::new("first_use"));
     let nodes = nodes.max(2);
-    let barrier = Arc::new(Barrier::new(nodes));
-    let builds: Vec<_> = (0..nodes)
-        .map(|index| {
-            let building = build(index);
-            let barrier = barrier.clone();
-            tokio::spawn(async move {
-                barrier.wait().await;
-                let sent = Instant::now();
-                let built = tokio::time::timeout(FIRST_USE_LIMIT, building).await;
-                (sent, Instant::now(), built)
-            })
-        })
-        .collect();
+    let builds = at_once((0..nodes).map(&build));
     let mut built = Vec::with_capacity(nodes);
     let mut failures = Vec::new();
     let mut slowest = Duration::ZERO;
@@ -128,6 +118,33 @@ where
     })
 }
 
+/// When a request was sent and answered, and its answer (`Err` when none came in time).
+type Timed<T> = (Instant, Instant, Result<T, Elapsed>);
+
+/// Starts `requests` at the same instant, each on its own task behind one barrier. Each task
+/// answers, in order, when its request was sent and answered, and the answer (`Err` when none
+/// came within [`FIRST_USE_LIMIT`]).
+fn at_once<T, R>(requests: impl Iterator<Item = R>) -> Vec<JoinHandle<Timed<T>>>
+where
+    T: Send + 'static,
+    R: Future<Output = T> + Send + 'static,
+{
+    let requests: Vec<R> = requests.collect();
+    let barrier = Arc::new(Barrier::new(requests.len()));
+    requests
+        .into_iter()
+        .map(|request| {
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let sent = Instant::now();
+                let answer = tokio::time::timeout(FIRST_USE_LIMIT, request).await;
+                (sent, Instant::now(), answer)
+            })
+        })
+        .collect()
+}
+
 /// `A`, `B`, ... `Z`, then `node 26` and on.
 fn node_label(index: usize) -> String {
     match u8::try_from(index) {
@@ -144,19 +161,10 @@ async fn contend<N: LockProvider + 'static>(
     lock: &shedlock_core::LockConfiguration,
     round: &str,
 ) -> Result<(usize, Box<dyn LockHandle>), CheckFailure> {
-    let barrier = Arc::new(Barrier::new(nodes.len()));
-    let attempts: Vec<_> = nodes
-        .iter()
-        .map(|node| {
-            let (node, barrier, lock) = (node.clone(), barrier.clone(), lock.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                let sent = Instant::now();
-                let answer = tokio::time::timeout(FIRST_USE_LIMIT, node.try_lock(&lock)).await;
-                (sent, Instant::now(), answer)
-            })
-        })
-        .collect();
+    let attempts = at_once(nodes.iter().map(|node| {
+        let (node, lock) = (node.clone(), lock.clone());
+        async move { node.try_lock(&lock).await }
+    }));
     let mut winners = Vec::new();
     let mut problems = Vec::new();
     for (index, attempt) in attempts.into_iter().enumerate() {
