@@ -20,8 +20,9 @@
 //! - `--panic-every-third`: the job panics on every third run on this node, to show that a
 //!   panic is contained: its lock is released and the next ticks run as usual.
 //!
-//! Ticks sit on a grid of the wall clock (multiples of the period since the Unix epoch), so the
-//! same tick falls at the same instant on every node, as with a cron expression. Each tick
+//! A fixed rate's ticks sit on the fleet's grid (multiples of the period since the Unix epoch, in
+//! UTC), so the same tick falls at the same instant on every node, however far apart the nodes
+//! started, as with a cron expression. Each tick
 //! prints one line on stdout, on the node that ran it and on each node that skipped it (and a
 //! `panicked` line after `ran` when the job panicked); `started` and `done` lines frame them:
 //!
@@ -39,11 +40,11 @@ use std::error::Error;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use shedlock::LockProvider;
-use shedlock::scheduler::{Job, LockDefaults, RunOutcome, RunReport, Schedule, Scheduler};
+use shedlock::scheduler::{Job, LockDefaults, RunOutcome, RunReport, Schedule, Scheduler, Tick};
 use tokio::sync::Notify;
 
 /// How long a node that dies mid-run keeps the lock, at the shortest; a longer period holds it
@@ -118,35 +119,9 @@ impl Options {
     }
 }
 
-/// The wall-clock grid the ticks sit on: tick `n` of this node is at `(first + n) × period`
-/// since the Unix epoch, whenever the node started.
-#[derive(Clone, Copy)]
-struct Grid {
-    period_ms: u64,
-    first: u64,
-}
-
-impl Grid {
-    /// The grid of `period`, from the first multiple of it after now, and how long until then.
-    fn starting_now(period: Duration) -> Result<(Self, Duration), Box<dyn Error>> {
-        let period_ms = u64::try_from(period.as_millis())?;
-        let now = SystemTime::now().duration_since(UNIX_EPOCH)?;
-        let first = u64::try_from(now.as_millis())? / period_ms + 1;
-        let until_first = Duration::from_millis(first * period_ms).saturating_sub(now);
-        Ok((Self { period_ms, first }, until_first))
-    }
-
-    /// Tick `number`'s instant, the same text on every node.
-    fn label(self, number: u64) -> String {
-        let millis = (self.first + number) * self.period_ms;
-        i64::try_from(millis)
-            .ok()
-            .and_then(DateTime::<Utc>::from_timestamp_millis)
-            .map_or_else(
-                || format!("{millis}ms"),
-                |time| time.to_rfc3339_opts(SecondsFormat::Millis, true),
-            )
-    }
+/// A tick's instant on the fleet's grid, the same text on every node.
+fn label(tick: &Tick) -> String {
+    tick.time.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
 fn wall_time(time: Option<SystemTime>) -> String {
@@ -166,14 +141,8 @@ struct Counts {
 }
 
 /// Prints the line of a tick the job's own line does not cover, and notices the last tick.
-fn observe(
-    report: &RunReport,
-    node: &str,
-    grid: Grid,
-    counts: &Counts,
-    last: Option<(u64, &Notify)>,
-) {
-    let tick = grid.label(report.tick.number);
+fn observe(report: &RunReport, node: &str, counts: &Counts, last: Option<(u64, &Notify)>) {
+    let tick = label(&report.tick);
     match &report.outcome {
         // The job printed its own line.
         RunOutcome::Executed => {}
@@ -250,7 +219,6 @@ async fn run() -> Result<(), Box<dyn Error>> {
     // the lock taken, and the lock is free again half a period before the next tick.
     let lock_at_least_for = options.period / 2;
     let defaults = LockDefaults::new(options.period.max(MIN_LOCK_AT_MOST_FOR), lock_at_least_for)?;
-    let (grid, until_first) = Grid::starting_now(options.period)?;
 
     let node: Arc<str> = options.node.into();
     let counts = Arc::new(Counts::default());
@@ -259,13 +227,7 @@ async fn run() -> Result<(), Box<dyn Error>> {
         let (node, counts, done, ticks) =
             (node.clone(), counts.clone(), done.clone(), options.ticks);
         move |report: &RunReport| {
-            observe(
-                report,
-                &node,
-                grid,
-                &counts,
-                ticks.map(|ticks| (ticks, &*done)),
-            );
+            observe(report, &node, &counts, ticks.map(|ticks| (ticks, &*done)));
         }
     };
     let mut scheduler = Scheduler::builder(provider, defaults)
@@ -279,7 +241,7 @@ async fn run() -> Result<(), Box<dyn Error>> {
         move |run: shedlock::scheduler::RunContext| {
             let (node, counts, runs_here) = (node.clone(), counts.clone(), runs_here.clone());
             async move {
-                let tick = grid.label(run.tick().number);
+                let tick = label(run.tick());
                 let token = shedlock::active_fencing_token()
                     .map_or_else(|| "none".to_owned(), |token| token.to_string());
                 counts.ran.fetch_add(1, Ordering::Relaxed);
@@ -292,16 +254,11 @@ async fn run() -> Result<(), Box<dyn Error>> {
         }
     };
     scheduler.add(
-        Job::new(
-            "scheduled-job",
-            Schedule::fixed_rate(options.period).first_run_after(until_first),
-            job,
-        )
-        .lock_name(options.lock),
+        Job::new("scheduled-job", Schedule::fixed_rate(options.period), job)
+            .lock_name(options.lock),
     )?;
     println!(
-        "started node={node} first_tick={} period={:?} ticks={}",
-        grid.label(0),
+        "started node={node} period={:?} ticks={}",
         options.period,
         options
             .ticks

@@ -540,6 +540,26 @@ impl Trace {
         Ok(self.answered_without_error(node, &action, timed)?.value)
     }
 
+    /// `force_unlock`, recorded; an error fails the check.
+    pub async fn force_unlock(
+        &self,
+        node: &str,
+        admin: &dyn LockAdmin,
+        name: &str,
+        acquisition: &AcquisitionId,
+    ) -> Result<Timed<bool>, CheckFailure> {
+        let action = format!("force_unlock {name:?} of acquisition {acquisition}");
+        let timed = self
+            .request(
+                node,
+                action.clone(),
+                admin.force_unlock(name, acquisition),
+                describe_answer,
+            )
+            .await?;
+        self.answered_without_error(node, &action, timed)
+    }
+
     /// `force_unlock`, recorded; an error fails the check, the answer must be `expected`.
     pub async fn must_force_unlock_with(
         &self,
@@ -551,15 +571,7 @@ impl Trace {
         why: &str,
     ) -> Result<(), CheckFailure> {
         let action = format!("force_unlock {name:?} of acquisition {acquisition}");
-        let timed = self
-            .request(
-                node,
-                action.clone(),
-                admin.force_unlock(name, acquisition),
-                describe_answer,
-            )
-            .await?;
-        let answered = self.answered_without_error(node, &action, timed)?;
+        let answered = self.force_unlock(node, admin, name, acquisition).await?;
         if answered.value != expected {
             return Err(self.failure(
                 Rule::ADMIN,

@@ -4,7 +4,7 @@
 //! store. Every rule of the rulebook has at least one mutant here.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -92,6 +92,12 @@ enum Defect {
     ForceUnlockIgnoresAcquisition,
     /// Force-unlock answers true but leaves the lock held.
     ForceUnlockLeavesItHeld,
+    /// Force-unlock reads "now" before it waits for the record, then judges "still held" by
+    /// it: a force-unlock that waited behind another sees that one's later "now" as ahead.
+    ForceUnlockJudgesByAnEarlierNow,
+    /// The handle remembers its release only once the store answered: unlocks sent together
+    /// all pass the "already released?" test.
+    ReleaseRememberedLate,
     /// A listing reads its prefix as a SQL `LIKE` pattern (`%`, `_` unescaped).
     PrefixIsAPattern,
     /// Each page after the first starts at its cursor's name, not after it: that lock is listed
@@ -240,6 +246,16 @@ const MUTANTS: &[(Defect, Check, Rule)] = &[
         Defect::ForceUnlockLeavesItHeld,
         Check::AdminForceUnlock,
         Rule::ADMIN,
+    ),
+    (
+        Defect::ForceUnlockJudgesByAnEarlierNow,
+        Check::AdminConcurrentForceUnlock,
+        Rule::ADMIN,
+    ),
+    (
+        Defect::ReleaseRememberedLate,
+        Check::ConcurrentRelease,
+        Rule::RELEASE_RESULT,
     ),
     (Defect::PrefixIsAPattern, Check::AdminListing, Rule::ADMIN),
     (
@@ -593,6 +609,16 @@ impl LockProvider for MutantNode {
                     held,
                 }))
             }
+            Acquisition::Acquired(handle) if self.store.defect == Defect::ReleaseRememberedLate => {
+                let held = self
+                    .store
+                    .held_record(config.name(), config, handle.fencing_token());
+                Acquisition::Acquired(Box::new(LateMemoryHandle {
+                    store: self.store.clone(),
+                    held,
+                    released: AtomicBool::new(false),
+                }))
+            }
             other => other,
         })
     }
@@ -683,13 +709,23 @@ impl LockAdmin for MutantNode {
         name: &str,
         acquisition: &AcquisitionId,
     ) -> Result<bool, LockError> {
+        let judged_at = self.store.clock.now();
+        if self.store.defect == Defect::ForceUnlockJudgesByAnEarlierNow {
+            // The round trip to the record, during which another force-unlock may land.
+            tokio::task::yield_now().await;
+        }
         let mut records = self.store.records.lock().unwrap();
         let now = self.store.clock.now();
+        let judged_at = if self.store.defect == Defect::ForceUnlockJudgesByAnEarlierNow {
+            judged_at
+        } else {
+            now
+        };
         let Some(record) = records.get_mut(name) else {
             return Ok(false);
         };
         let named = format!("{:?}/{}", record.locked_at, record.locked_by) == acquisition.as_str();
-        let held = record.lock_until > now;
+        let held = record.lock_until > judged_at;
         match self.store.defect {
             Defect::ForceUnlockLeavesItHeld if held && named => Ok(true),
             Defect::ForceUnlockIgnoresAcquisition if held => {
@@ -731,6 +767,49 @@ impl LockHandle for ForgetfulHandle {
     }
 
     async fn extend(&self, lock_at_most_for: Duration) -> Result<bool, LockError> {
+        self.store
+            .extend(&self.held, lock_at_most_for, NodeTime::ServerTime)
+            .await
+    }
+}
+
+/// A handle that sets its "released" flag only after the store answered.
+#[derive(Debug)]
+struct LateMemoryHandle {
+    store: MutantStore,
+    held: HeldRecord,
+    released: AtomicBool,
+}
+
+#[async_trait]
+impl LockHandle for LateMemoryHandle {
+    fn name(&self) -> &str {
+        &self.held.name
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        self.held.fencing_token
+    }
+
+    fn time_source(&self) -> TimeSource {
+        TimeSource::Server
+    }
+
+    async fn unlock(&self) -> Result<bool, LockError> {
+        if self.released.load(Ordering::SeqCst) {
+            return Ok(false);
+        }
+        // The round trip, during which another task's unlock passes the test above.
+        tokio::task::yield_now().await;
+        let answer = self.store.unlock(&self.held, NodeTime::ServerTime).await?;
+        self.released.store(true, Ordering::SeqCst);
+        Ok(answer)
+    }
+
+    async fn extend(&self, lock_at_most_for: Duration) -> Result<bool, LockError> {
+        if self.released.load(Ordering::SeqCst) {
+            return Ok(false);
+        }
         self.store
             .extend(&self.held, lock_at_most_for, NodeTime::ServerTime)
             .await

@@ -120,23 +120,85 @@ pub fn one_line(error: &(dyn Error + 'static)) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// `text` from a backend (a lock's name, holder or acquisition) as it may be printed: control
-/// characters escaped as Rust writes them (`\n`, `\u{1b}`), so a name holding a line break
-/// or a terminal escape sequence cannot break a table's lines or drive the terminal. Other
-/// characters are kept as they are.
+/// `text` from a backend (a lock's name, holder or acquisition) as it may be printed, so that
+/// what an operator reads is one name and no other:
+///
+/// - control characters are escaped as Rust writes them (`\n`, `\u{1b}`): a line break or a
+///   terminal escape sequence cannot break a table's lines or drive the terminal;
+/// - invisible formatting characters are escaped (`\u{202e}`): a right-to-left override
+///   cannot show `abc` for `cba`, and a zero-width space cannot make two names look alike;
+/// - whitespace at either end is escaped (`d\u{20}`), so `d` and `d ` look different;
+/// - a backslash is doubled, so an escape shown is never a backslash the name holds.
+///
+/// Other characters are kept as they are.
 pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.contains(char::is_control) {
+    let leading = text.len() - text.trim_start().len();
+    let trailing = text.trim_end().len();
+    let escaped = |at: usize, c: char| {
+        c.is_control()
+            || c == '\\'
+            || invisible(c)
+            || (c.is_whitespace() && (at < leading || at >= trailing))
+    };
+    if !text.char_indices().any(|(at, c)| escaped(at, c)) {
         return std::borrow::Cow::Borrowed(text);
     }
     let mut shown = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if c.is_control() {
+    for (at, c) in text.char_indices() {
+        if c == '\\' {
+            shown.push_str("\\\\");
+        } else if c.is_control() {
             shown.extend(c.escape_debug());
+        } else if escaped(at, c) {
+            shown.extend(c.escape_unicode());
         } else {
             shown.push(c);
         }
     }
     std::borrow::Cow::Owned(shown)
+}
+
+/// Unicode's invisible formatting characters (general category Cf) that change how text
+/// around them reads: bidirectional controls, zero-width characters, the byte-order mark,
+/// interlinear annotations and tag characters.
+fn invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{ad}'
+            | '\u{61c}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+            | '\u{e0001}'
+            | '\u{e0020}'..='\u{e007f}'
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn names_that_look_alike_are_printed_differently() {
+        let shown = |text| printable(text).into_owned();
+        assert_eq!(shown("plain name"), "plain name");
+        assert_eq!(shown("d"), "d");
+        assert_eq!(shown("d "), "d\\u{20}");
+        assert_eq!(shown(" d"), "\\u{20}d");
+        assert_eq!(shown("\tx\u{a0}"), "\\tx\\u{a0}");
+        assert_eq!(shown("  "), "\\u{20}\\u{20}");
+        assert_eq!(shown("a b"), "a b");
+        assert_eq!(shown("\u{202e}cba"), "\\u{202e}cba");
+        assert_eq!(shown("a\u{200b}b"), "a\\u{200b}b");
+        assert_eq!(shown("evil\u{1b}[2J\nname"), "evil\\u{1b}[2J\\nname");
+        // A backslash is doubled, so the name `d\u{20}` is not shown as `d `'s text.
+        assert_eq!(shown("d\\u{20}"), "d\\\\u{20}");
+        assert_ne!(shown("d\\u{20}"), shown("d "));
+    }
 }
 
 fn main() -> ExitCode {

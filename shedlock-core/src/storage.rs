@@ -10,7 +10,6 @@ use std::fmt;
 use std::pin::pin;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
@@ -572,7 +571,7 @@ impl LockProvider for StorageBasedLockProvider {
                 lock_at_least_for: config.lock_at_least_for(),
                 fencing_token,
             },
-            released: AtomicBool::new(false),
+            released: tokio::sync::Mutex::new(false),
         })))
     }
 
@@ -593,7 +592,11 @@ struct StorageLock {
     operation_timeout: Duration,
     time_source: TimeSource,
     held: HeldRecord,
-    released: AtomicBool,
+    /// Whether this handle released its acquisition. Held across each unlock and extend, so
+    /// calls on one handle (shared by several tasks) reach the storage one at a time and a
+    /// second unlock waits for the first and answers `false`, whatever the record still says
+    /// during `lock_at_least_for`.
+    released: tokio::sync::Mutex<bool>,
 }
 
 impl fmt::Debug for StorageLock {
@@ -603,7 +606,10 @@ impl fmt::Debug for StorageLock {
             .field("name", &self.held.name)
             .field("locked_by", &self.held.locked_by)
             .field("fencing_token", &self.held.fencing_token)
-            .field("released", &self.released.load(Ordering::Relaxed))
+            .field(
+                "released",
+                &self.released.try_lock().map(|released| *released).ok(),
+            )
             .finish()
     }
 }
@@ -629,10 +635,11 @@ impl LockHandle for StorageLock {
     }
 
     async fn unlock(&self) -> Result<bool, LockError> {
-        if self.released.load(Ordering::Acquire) {
+        let mut released = self.released.lock().await;
+        if *released {
             return Ok(false);
         }
-        let released = within(
+        let answer = within(
             &*self.storage,
             self.operation_timeout,
             Operation::Release,
@@ -640,8 +647,9 @@ impl LockHandle for StorageLock {
             self.storage.unlock(&self.held, self.node_time()),
         )
         .await?;
-        self.released.store(true, Ordering::Release);
-        Ok(released)
+        // `false` too: the acquisition is not ours any more, so nothing is left to release.
+        *released = true;
+        Ok(answer)
     }
 
     async fn extend(&self, lock_at_most_for: Duration) -> Result<bool, LockError> {
@@ -651,7 +659,8 @@ impl LockHandle for StorageLock {
             }
             .into());
         }
-        if self.released.load(Ordering::Acquire) {
+        let released = self.released.lock().await;
+        if *released {
             return Ok(false);
         }
         within(

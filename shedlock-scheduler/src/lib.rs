@@ -67,10 +67,13 @@
 //! # Shutdown
 //!
 //! [`Scheduler::shutdown`] starts no new run, cancels [`RunContext::shutdown`], waits for the
-//! runs in progress up to a limit, then stops the rest at their next `.await`, releases their
-//! locks and lists their jobs in a [`ShutdownReport`]. Dropping a [`Scheduler`] aborts its tasks
-//! at once; a run cut off that way keeps its lock until `lock_at_most_for`, as if the node had
-//! died.
+//! runs in progress up to a limit, then stops the rest at their next `.await` and lists their
+//! jobs in a [`ShutdownReport`]. A run stopped at the limit keeps its lock until
+//! `lock_at_most_for`, as if the node had died: stopping a future does not stop the work it
+//! handed to `spawn_blocking` or a spawned task, and another node must not start the job beside
+//! that work. A job that offloads work should watch [`RunContext::shutdown`] and wait for it.
+//! Dropping a [`Scheduler`] aborts its tasks at once; a run cut off that way keeps its lock the
+//! same way.
 //!
 //! # With tokio-cron-scheduler
 //!

@@ -18,10 +18,18 @@ use crate::error::SchedulerError;
 ///   fixed time that falls in the gap of a spring-forward change runs at the first instant
 ///   after the gap, a fixed time repeated by a fall-back change runs once, and an interval
 ///   (`0 */30 * * * *`) keeps its pace through both.
-/// - [`fixed_rate`](Self::fixed_rate): on a grid `start + k × period`. A run that outlasts its
-///   period never overlaps the next one on this node: the ticks that passed while it ran are
-///   missed (reported as [`RunOutcome::Missed`](crate::RunOutcome::Missed)) and the next run is
-///   the first tick of the grid that is not in the past, so the grid never drifts.
+/// - [`fixed_rate`](Self::fixed_rate): on the fleet's grid, the instants `k × period` since
+///   1970-01-01T00:00:00Z (UTC). Every node derives the same grid from its wall clock, so
+///   replicas started at different moments try each tick together and one of them runs it:
+///   once per period across the fleet. A run that outlasts its period never overlaps the next
+///   one on this node: the ticks that passed while it ran are missed (reported as
+///   [`RunOutcome::Missed`](crate::RunOutcome::Missed)) and the next run is the first tick of
+///   the grid that is not in the past, so the grid never drifts.
+/// - [`fixed_rate_per_node`](Self::fixed_rate_per_node): on a grid `added + k × period` of this
+///   node's own, counted from when the job was added. Replicas started at different moments
+///   have different grids, so across the fleet the job runs up to once per period *per node*
+///   (each node's tick finds the lock free once the previous holder's `lock_at_least_for`
+///   passed). For work that is per node in spirit, or a single-node service.
 /// - [`fixed_delay`](Self::fixed_delay): the next run starts `delay` after the previous one
 ///   ended, so nothing is ever missed.
 ///
@@ -29,6 +37,15 @@ use crate::error::SchedulerError;
 #[derive(Clone)]
 pub struct Schedule {
     kind: Kind,
+}
+
+/// Where a fixed rate's grid starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Grid {
+    /// `k × period` since the UNIX epoch, in UTC: the same on every node.
+    Fleet,
+    /// `added + k × period`: this node's own.
+    Node,
 }
 
 #[derive(Clone)]
@@ -40,6 +57,7 @@ enum Kind {
     FixedRate {
         period: Duration,
         first_after: Duration,
+        grid: Grid,
     },
     FixedDelay {
         delay: Duration,
@@ -58,10 +76,12 @@ impl fmt::Debug for Schedule {
             Kind::FixedRate {
                 period,
                 first_after,
+                grid,
             } => f
                 .debug_struct("FixedRate")
                 .field("period", period)
                 .field("first_after", first_after)
+                .field("grid", grid)
                 .finish(),
             Kind::FixedDelay { delay, first_after } => f
                 .debug_struct("FixedDelay")
@@ -117,13 +137,43 @@ impl Schedule {
         })
     }
 
-    /// A run every `period`, the first one at once (see
-    /// [`first_run_after`](Self::first_run_after)).
+    /// A run every `period` across the fleet, at the instants `k × period` since the UNIX epoch
+    /// in UTC: a 60 s rate runs at the top of each minute, a 10 s rate at :00, :10, :20 and so
+    /// on, on whichever node takes the lock. The first run is at the first such instant not in
+    /// the past (see [`first_run_after`](Self::first_run_after)).
+    ///
+    /// Every node derives the grid from its own wall clock, so nodes whose clocks differ try a
+    /// tick that far apart: keep `lock_at_least_for` above the nodes' clock differences plus
+    /// their start-up jitter (a few ms on one network), and below the period, or a node whose
+    /// tick comes later than the lock's release runs the same tick again.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use shedlock_scheduler::Schedule;
+    /// // At :00, :10, :20, ... of every minute, once across all replicas.
+    /// let cleanup = Schedule::fixed_rate(Duration::from_secs(10));
+    /// ```
     pub fn fixed_rate(period: Duration) -> Self {
         Self {
             kind: Kind::FixedRate {
                 period,
                 first_after: Duration::ZERO,
+                grid: Grid::Fleet,
+            },
+        }
+    }
+
+    /// A run every `period` on this node's own grid, `added + k × period`, the first one at once
+    /// (see [`first_run_after`](Self::first_run_after)): the grid starts when the job is added,
+    /// so nodes started at different moments do not share it. Across a fleet the job then runs
+    /// up to once per period per node; use [`fixed_rate`](Self::fixed_rate) for once per period
+    /// across the fleet.
+    pub fn fixed_rate_per_node(period: Duration) -> Self {
+        Self {
+            kind: Kind::FixedRate {
+                period,
+                first_after: Duration::ZERO,
+                grid: Grid::Node,
             },
         }
     }
@@ -140,7 +190,9 @@ impl Schedule {
     }
 
     /// Delays the first run of a fixed rate or fixed delay by `initial_delay` after the job is
-    /// added (ShedLock's `initialDelay`). A cron schedule has its own instants and ignores it.
+    /// added (ShedLock's `initialDelay`). On the fleet's grid ([`fixed_rate`](Self::fixed_rate))
+    /// the first run is the first grid instant at least `initial_delay` after the job is added.
+    /// A cron schedule has its own instants and ignores it.
     pub fn first_run_after(mut self, initial_delay: Duration) -> Self {
         match &mut self.kind {
             Kind::FixedRate { first_after, .. } | Kind::FixedDelay { first_after, .. } => {
@@ -165,6 +217,15 @@ impl Schedule {
             _ => Ok(()),
         }
     }
+
+    /// The shortest time between two ticks, when the schedule has a fixed one: a lock held at
+    /// least that long makes every other tick find it still held.
+    pub(crate) fn period(&self) -> Option<Duration> {
+        match &self.kind {
+            Kind::FixedRate { period, .. } => Some(*period),
+            Kind::FixedDelay { .. } | Kind::Cron { .. } => None,
+        }
+    }
 }
 
 /// One tick of a job's schedule.
@@ -177,8 +238,10 @@ pub struct Tick {
     pub number: u64,
     /// When the tick was due, on tokio's clock.
     pub due: Instant,
-    /// When the tick was due, in wall-clock time: the cron instant, or for a fixed rate or delay
-    /// the scheduler's wall clock read when the tick was planned.
+    /// When the tick was due, in wall-clock time: the cron instant or the fleet grid's instant,
+    /// the same on every node (so a lock name computed from it names the same lock fleet-wide);
+    /// for a per-node rate or a fixed delay, the scheduler's wall clock read when the tick was
+    /// planned, plus the wait.
     pub time: DateTime<Utc>,
 }
 
@@ -214,11 +277,32 @@ impl Cursor {
     /// has no further instant.
     pub(crate) fn plan(&mut self, now: Instant, wall_now: SystemTime) -> Option<Planned> {
         let wall_now = DateTime::<Utc>::from(wall_now);
-        let wall_at = |due: Instant| -> DateTime<Utc> {
-            let ahead = due.saturating_duration_since(now);
-            wall_now + chrono::Duration::from_std(ahead).unwrap_or(chrono::TimeDelta::MAX)
-        };
+        let wall_at = |due: Instant| later(wall_now, due.saturating_duration_since(now));
         let (due, time, missed) = match (&self.schedule.kind, self.last) {
+            (
+                Kind::FixedRate {
+                    period,
+                    first_after,
+                    grid: Grid::Fleet,
+                },
+                last,
+            ) => {
+                let earliest = later(wall_now, *first_after);
+                let mut next = fleet_tick_at_or_after(earliest, *period);
+                let mut missed = 0;
+                if let Some((_, last_time)) = last {
+                    // Never the tick that just ran again, even if the wall clock stepped back.
+                    let following = later(last_time, *period);
+                    if next < following {
+                        next = following;
+                    }
+                    let gap = (next - last_time).to_std().unwrap_or(Duration::ZERO);
+                    let periods = gap.as_nanos() / period.as_nanos();
+                    missed = u64::try_from(periods.saturating_sub(1)).unwrap_or(u64::MAX);
+                }
+                let ahead = (next - wall_now).to_std().unwrap_or(Duration::ZERO);
+                (now + ahead, next, missed)
+            }
             (Kind::FixedRate { first_after, .. } | Kind::FixedDelay { first_after, .. }, None) => {
                 let due = now + *first_after;
                 (due, wall_at(due), 0)
@@ -265,6 +349,33 @@ impl Cursor {
         self.last = Some((due, time));
         Some(Planned { tick, missed })
     }
+}
+
+/// The first instant `k × period` since the UNIX epoch that is not before `at`: the fleet's
+/// grid, which every node computes alike from its wall clock.
+fn fleet_tick_at_or_after(at: DateTime<Utc>, period: Duration) -> DateTime<Utc> {
+    const NANOS_PER_SECOND: i128 = 1_000_000_000;
+    let since_epoch =
+        i128::from(at.timestamp()) * NANOS_PER_SECOND + i128::from(at.timestamp_subsec_nanos());
+    let period = i128::try_from(period.as_nanos()).unwrap_or(i128::MAX);
+    // Rounded up, before the epoch as after it.
+    let periods = since_epoch.div_euclid(period) + i128::from(since_epoch.rem_euclid(period) != 0);
+    periods
+        .checked_mul(period)
+        .and_then(|nanos| {
+            let seconds = i64::try_from(nanos.div_euclid(NANOS_PER_SECOND)).ok()?;
+            let nanos = u32::try_from(nanos.rem_euclid(NANOS_PER_SECOND)).ok()?;
+            DateTime::from_timestamp(seconds, nanos)
+        })
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// `at + by`, or the latest representable instant.
+fn later(at: DateTime<Utc>, by: Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(by)
+        .ok()
+        .and_then(|by| at.checked_add_signed(by))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 fn next_occurrence(cron: &Cron, zone: &Tz, after: DateTime<Utc>) -> Option<DateTime<Utc>> {

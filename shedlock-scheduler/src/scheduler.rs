@@ -101,7 +101,8 @@ pub enum RunOutcome {
         message: String,
     },
     /// The run was still going when [`Scheduler::shutdown`]'s limit passed: it was stopped at
-    /// its next `.await` and its lock released.
+    /// its next `.await`, and its lock was kept, to free itself at `lock_at_most_for` (work the
+    /// job handed elsewhere may still be running).
     Stopped,
     /// The previous run outlasted this many ticks, which were not run; this report's tick is
     /// the next one planned.
@@ -355,6 +356,18 @@ impl Scheduler {
                 });
             }
         }
+        if let Some(period) = job.schedule.period() {
+            if lock_at_least_for >= period {
+                warn!(
+                    job = %job.name,
+                    ?period,
+                    ?lock_at_least_for,
+                    "lock_at_least_for is not shorter than the period: each tick finds the lock \
+                     still held by the previous run, so the job runs at most every other period; \
+                     make lock_at_least_for shorter than the period"
+                );
+            }
+        }
         if job.keep_alive && !capabilities.extend {
             return Err(SchedulerError::KeepAliveUnsupported { job: job.name });
         }
@@ -378,8 +391,15 @@ impl Scheduler {
     }
 
     /// Stops gracefully: no run starts any more, [`RunContext::shutdown`] is cancelled, and
-    /// runs in progress get up to `limit` to finish. Runs still going then are stopped at their
-    /// next `.await`, their locks released, and their jobs listed in the report.
+    /// runs in progress get up to `limit` to finish (and release their locks as usual). Runs
+    /// still going then are stopped at their next `.await` and their jobs listed in the report.
+    ///
+    /// A stopped run keeps its lock: it frees itself when `lock_at_most_for` passes, exactly as
+    /// if the node had died. Stopping a future does not stop work it handed elsewhere (a
+    /// `spawn_blocking` closure, a `tokio::spawn`ed task, a thread), and releasing the lock
+    /// while that work went on would let another node start the job beside it. So a job that
+    /// offloads work should watch [`RunContext::shutdown`] and wait for that work itself, and
+    /// `lock_at_most_for` should exceed how long such work can run.
     pub async fn shutdown(mut self, limit: Duration) -> ShutdownReport {
         self.shared.stop.cancel();
         let finished = tokio::time::timeout(limit, join_all(&mut self.tasks))
@@ -398,7 +418,7 @@ impl Scheduler {
             .collect();
         warn!(jobs = ?stopped, ?limit, "shutdown limit reached: stopping the runs still going");
         self.shared.abort.cancel();
-        // Each stopped run now releases its lock, bounded by the provider's operation timeout.
+        // Each stopped run drops its attempt (keeping its lock) at once.
         join_all(&mut self.tasks).await;
         ShutdownReport { stopped }
     }
@@ -476,20 +496,14 @@ async fn run_once(shared: &Shared, job: &ScheduledJob, tick: Tick) -> RunReport 
         lock_lost: CancellationToken::new(),
         shutdown: shared.stop.clone(),
     };
-    let abort = shared.abort.clone();
     let run = job.run.clone();
-    // Hands back the job's result (`None` when stopped at the shutdown limit) and whether
-    // keep-alive lost the lock.
+    // Hands back the job's result and whether keep-alive lost the lock.
     let body = move |lost: CancellationToken| async move {
         let context = RunContext {
             lock_lost: lost.clone(),
             ..context
         };
-        let result = tokio::select! {
-            biased;
-            () = abort.cancelled() => None,
-            result = run(context) => Some(result),
-        };
+        let result = run(context).await;
         (result, lost.is_cancelled())
     };
     let executor = &shared.executor;
@@ -502,7 +516,18 @@ async fn run_once(shared: &Shared, job: &ScheduledJob, tick: Tick) -> RunReport 
                 .await
         }
     };
-    let caught = AssertUnwindSafe(attempt).catch_unwind().await;
+    // At the shutdown limit the whole attempt is dropped, its lock handle with it: the lock is
+    // not released, because work the job handed elsewhere (`spawn_blocking`, a spawned task)
+    // may still be running, and another node must not start the job beside it. It frees itself
+    // at `lock_at_most_for`, as when a node dies.
+    let caught = tokio::select! {
+        biased;
+        () = shared.abort.cancelled() => {
+            report.outcome = RunOutcome::Stopped;
+            return report;
+        }
+        caught = AssertUnwindSafe(attempt).catch_unwind() => caught,
+    };
     report.outcome = match caught {
         Err(panic) => RunOutcome::Panicked {
             message: panic_message(&*panic),
@@ -520,9 +545,8 @@ async fn run_once(shared: &Shared, job: &ScheduledJob, tick: Tick) -> RunReport 
         Ok(Ok(TaskOutcome::Executed((result, lost)))) => {
             report.lock_lost = lost;
             match result {
-                None => RunOutcome::Stopped,
-                Some(Ok(())) => RunOutcome::Executed,
-                Some(Err(error)) => RunOutcome::Failed { error },
+                Ok(()) => RunOutcome::Executed,
+                Err(error) => RunOutcome::Failed { error },
             }
         }
     };
@@ -622,7 +646,10 @@ fn log(report: &RunReport) {
         ),
         RunOutcome::Stopped => warn!(
             job,
-            lock, tick, "job stopped at the shutdown limit; its lock was released"
+            lock,
+            tick,
+            "job stopped at the shutdown limit; its lock stays held until lock_at_most_for \
+             passes, in case work it handed elsewhere still runs"
         ),
         RunOutcome::Missed { ticks } => warn!(
             job,

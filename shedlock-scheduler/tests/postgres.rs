@@ -68,7 +68,8 @@ async fn three_replicas_run_each_tick_exactly_once_and_survive_panics() {
     let first_tick = Instant::now() + Duration::from_millis(200);
     for (replica, scheduler) in replicas.iter_mut().enumerate() {
         let runs = runs.clone();
-        let schedule = Schedule::fixed_rate(PERIOD)
+        // One grid from one shared first instant, so the replicas number their ticks alike.
+        let schedule = Schedule::fixed_rate_per_node(PERIOD)
             .first_run_after(first_tick.saturating_duration_since(Instant::now()));
         scheduler
             .add(Job::new(job_name, schedule, move |run: RunContext| {
@@ -180,7 +181,7 @@ async fn a_run_whose_lock_outcome_is_unknown_does_not_run() {
     scheduler
         .add(Job::new(
             "needs-its-lock",
-            Schedule::fixed_rate(Duration::from_secs(60)),
+            Schedule::fixed_rate_per_node(Duration::from_secs(60)),
             move |_| {
                 let flag = flag.clone();
                 async move { *flag.lock().unwrap() = true }

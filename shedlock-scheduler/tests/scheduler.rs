@@ -625,7 +625,7 @@ async fn shutdown_waits_for_running_jobs_and_they_release_their_locks() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn shutdown_stops_runs_still_going_at_its_limit_and_releases_their_locks() {
+async fn shutdown_stops_runs_still_going_at_its_limit_and_they_keep_their_locks() {
     let clock = TokioClock::at("2026-01-01T00:00:00Z");
     let store = store(&clock);
     let (mut scheduler, mut reports) = observed(store.node(), defaults(60_000, 0), &clock);
@@ -677,8 +677,255 @@ async fn shutdown_stops_runs_still_going_at_its_limit_and_releases_their_locks()
             ("ignores-shutdown".to_owned(), RunOutcome::Stopped)
         ]
     );
+    // The finished run released its lock; the stopped one keeps its own until
+    // lock_at_most_for (60 s), as if the node had died.
+    assert!(free(&store, "heeds-shutdown").await);
+    assert!(!free(&store, "ignores-shutdown").await);
+    sleep(Duration::from_secs(59)).await; // 59.11 s
+    assert!(!free(&store, "ignores-shutdown").await);
+    sleep(Duration::from_secs(1)).await; // 60.11 s
     assert!(free(&store, "ignores-shutdown").await);
     assert!(timeout(LIMIT, reports.recv()).await.unwrap().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn work_a_stopped_run_left_running_never_overlaps_another_nodes_run() {
+    let clock = TokioClock::at("2026-01-01T00:00:00Z");
+    let store = store(&clock);
+    let start = Instant::now();
+    // When node A's offloaded work ran, and when node B's runs started (ms since start).
+    let offloaded = Arc::new(Mutex::new((None, None)));
+    let b_runs = Starts::new();
+    let (mut a, _a_reports) = observed(
+        store.node_with("node-a", clock.clone()),
+        defaults(4_000, 0),
+        &clock,
+    );
+    let record = offloaded.clone();
+    a.add(Job::new(
+        "offloads",
+        Schedule::fixed_rate_per_node(100 * MS),
+        move |_| {
+            let record = record.clone();
+            async move {
+                // Work handed to a task of its own, which a stopped run does not stop.
+                let work = tokio::spawn(async move {
+                    record.lock().unwrap().0 = Some(start.elapsed().as_millis());
+                    sleep(Duration::from_secs(3)).await;
+                    record.lock().unwrap().1 = Some(start.elapsed().as_millis());
+                });
+                let _ = work.await;
+            }
+        },
+    ))
+    .unwrap();
+    sleep(10 * MS).await;
+    let (mut b, _b_reports) = observed(
+        store.node_with("node-b", clock.clone()),
+        defaults(4_000, 0),
+        &clock,
+    );
+    let recorder = b_runs.clone();
+    b.add(Job::new(
+        "offloads",
+        Schedule::fixed_rate_per_node(100 * MS),
+        move |_| {
+            let recorder = recorder.clone();
+            async move { recorder.record() }
+        },
+    ))
+    .unwrap();
+    // A shuts down 1 s in, with a 500 ms limit: its run is stopped at 1.5 s, its work goes on.
+    sleep(990 * MS).await;
+    let report = timeout(LIMIT, a.shutdown(500 * MS)).await.unwrap();
+    assert_eq!(report.stopped, ["offloads"]);
+    sleep(Duration::from_secs(5)).await; // 6.5 s
+    let (work_started, work_ended) = *offloaded.lock().unwrap();
+    assert_eq!((work_started, work_ended), (Some(0), Some(3000)));
+    // B ran only once A's lock freed itself at lock_at_most_for (4 s), after the work ended.
+    let runs = b_runs.get();
+    assert!(!runs.is_empty(), "node B never ran");
+    assert!(
+        runs.iter().all(|&at| at >= 4_000),
+        "node B ran at {runs:?} ms, while node A's lock should still hold (A's work ran 0 to 3000 ms)"
+    );
+    b.shutdown(LIMIT).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fixed_rate_ticks_on_the_fleet_grid_whenever_the_node_starts() {
+    // 7.3 s past a whole ten seconds: the first tick is at 10 s, then every 10 s.
+    let clock = TokioClock::at("2026-01-01T00:00:07.300Z");
+    let (mut scheduler, mut reports) = observed(store(&clock).node(), defaults(60_000, 0), &clock);
+    let start = Instant::now();
+    scheduler
+        .add(Job::new(
+            "grid",
+            Schedule::fixed_rate(Duration::from_secs(10)),
+            |_| async {},
+        ))
+        .unwrap();
+    scheduler
+        .add(Job::new(
+            "grid-later",
+            Schedule::fixed_rate(Duration::from_secs(10)).first_run_after(Duration::from_secs(5)),
+            |_| async {},
+        ))
+        .unwrap();
+    let seen = reports_of(&mut reports, 5).await;
+    let ticks = |job: &str| {
+        seen.iter()
+            .filter(|report| report.job == job)
+            .map(|report| {
+                (
+                    report.tick.number,
+                    report.tick.time.to_rfc3339(),
+                    report.tick.due.duration_since(start).as_millis(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ticks("grid"),
+        [
+            (0, "2026-01-01T00:00:10+00:00".to_owned(), 2_700),
+            (1, "2026-01-01T00:00:20+00:00".to_owned(), 12_700),
+            (2, "2026-01-01T00:00:30+00:00".to_owned(), 22_700),
+        ]
+    );
+    // Not before 12.3 s: the first grid instant after that is 20 s.
+    assert_eq!(
+        ticks("grid-later"),
+        [
+            (0, "2026-01-01T00:00:20+00:00".to_owned(), 12_700),
+            (1, "2026-01-01T00:00:30+00:00".to_owned(), 22_700),
+        ]
+    );
+}
+
+/// Three nodes on one store, started `offsets` apart, each with a `schedule` of period 10 s
+/// and lock_at_least_for 5 s: the grid instants (s since the first start) each run took.
+async fn runs_of_three_nodes(offsets: [u64; 3], schedule: Schedule) -> Vec<u64> {
+    let clock = TokioClock::at("2026-01-01T00:00:00Z");
+    let store = store(&clock);
+    let start = Instant::now();
+    let runs = Starts::new();
+    let mut nodes = Vec::new();
+    for (node, offset) in offsets.into_iter().enumerate() {
+        sleep_until_ms(start, offset).await;
+        let mut scheduler = Scheduler::builder(
+            store.node_with(&format!("node-{node}"), clock.clone()),
+            defaults(60_000, 5_000),
+        )
+        .clock(clock.clone())
+        .build();
+        let recorder = runs.clone();
+        scheduler
+            .add(Job::new("cleanup", schedule.clone(), move |_| {
+                let recorder = recorder.clone();
+                async move { recorder.record() }
+            }))
+            .unwrap();
+        nodes.push(scheduler);
+    }
+    sleep_until_ms(start, 125_000).await;
+    for node in nodes {
+        node.shutdown(LIMIT).await;
+    }
+    runs.get().into_iter().map(|ms| ms as u64).collect()
+}
+
+async fn sleep_until_ms(start: Instant, ms: u64) {
+    tokio::time::sleep_until(start + Duration::from_millis(ms)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn three_nodes_started_apart_run_each_fixed_rate_period_once_across_the_fleet() {
+    let runs = runs_of_three_nodes(
+        [0, 3_300, 6_600],
+        Schedule::fixed_rate(Duration::from_secs(10)),
+    )
+    .await;
+    // Every 10 s on the grid, once, from the first node's first tick: 0 s, 10 s, ... 120 s.
+    assert_eq!(runs, (0..=12).map(|k| k * 10_000).collect::<Vec<_>>());
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_node_rates_run_up_to_once_per_period_per_node() {
+    let runs = runs_of_three_nodes(
+        [0, 3_300, 6_600],
+        Schedule::fixed_rate_per_node(Duration::from_secs(10)),
+    )
+    .await;
+    // Each node keeps its own grid (0, 3.3 and 6.6 s + k × 10 s) and takes the lock whenever
+    // the last run's 5 s have passed: a run every 6.7 s, 19 in 125 s where the fleet's grid
+    // has 13, and two in every other ten-second window.
+    let expected: Vec<u64> = (0..19)
+        .map(|run| run / 3 * 20_000 + [0, 6_600, 13_300][run as usize % 3])
+        .collect();
+    assert_eq!(runs, expected);
+}
+
+#[test]
+fn a_lock_held_at_least_a_period_is_warned_about_when_the_job_is_added() {
+    use tracing_subscriber::fmt::MakeWriter;
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    impl<'a> MakeWriter<'a> for Captured {
+        type Writer = Captured;
+        fn make_writer(&'a self) -> Self::Writer {
+            self.clone()
+        }
+    }
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(captured.clone())
+        .with_ansi(false)
+        .finish();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _runtime = runtime.enter();
+    tracing::subscriber::with_default(subscriber, || {
+        let mut scheduler = Scheduler::new(MemoryLockProvider::new(), defaults(60_000, 10_000));
+        for (job, period) in [("halved", 10), ("fine", 11)] {
+            scheduler
+                .add(Job::new(
+                    job,
+                    Schedule::fixed_rate(Duration::from_secs(period)),
+                    |_| async {},
+                ))
+                .unwrap();
+        }
+        scheduler
+            .add(Job::new(
+                "per-node",
+                Schedule::fixed_rate_per_node(Duration::from_secs(5)),
+                |_| async {},
+            ))
+            .unwrap();
+    });
+    let logged = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let warnings: Vec<&str> = logged
+        .lines()
+        .filter(|line| line.contains("lock_at_least_for is not shorter than the period"))
+        .collect();
+    assert_eq!(warnings.len(), 2, "{logged}");
+    assert!(
+        warnings[0].contains("WARN") && warnings[0].contains("job=halved"),
+        "{logged}"
+    );
+    assert!(warnings[1].contains("job=per-node"), "{logged}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -692,7 +939,9 @@ async fn dropping_the_scheduler_stops_its_jobs() {
             self.0.store(true, Ordering::SeqCst);
         }
     }
-    let mut scheduler = Scheduler::new(store(&clock).node(), defaults(60_000, 0));
+    let mut scheduler = Scheduler::builder(store(&clock).node(), defaults(60_000, 0))
+        .clock(clock.clone())
+        .build();
     let (counted, flag) = (runs.clone(), dropped.clone());
     scheduler
         .add(Job::new(

@@ -17,7 +17,7 @@ use super::{node, timing_of};
 const PAGE_SIZE: usize = 2;
 
 /// The admin of `node`, or why the check does not apply.
-fn admin_of<'node, H: ConformanceHarness>(
+pub(super) fn admin_of<'node, H: ConformanceHarness>(
     harness: &H,
     node: &'node H::Node,
 ) -> Result<&'node dyn LockAdmin, Verdict> {

@@ -7,6 +7,7 @@ mod concurrency;
 mod extend;
 mod model;
 mod names;
+mod races;
 mod skew;
 mod storage;
 mod time_bounds;
@@ -30,6 +31,7 @@ pub use concurrency::{check_fencing_tokens_increase, check_mutual_exclusion};
 pub use extend::{check_extend, check_extend_refused_when_not_declared};
 pub use model::{CASES_VARIABLE, ModelSettings, SEED_VARIABLE, check_model, check_model_with};
 pub use names::{EDGE_CASE_NAMES, check_name_edge_cases, check_name_length_limit};
+pub use races::{check_admin_concurrent_force_unlock, check_concurrent_release};
 pub use skew::check_clock_skew;
 pub use storage::{check_name_cache_cleared_midway, check_shedlock_record_takeover};
 pub use time_bounds::{
@@ -78,14 +80,20 @@ pub enum Check {
     AdminListing,
     /// [`check_admin_force_unlock`]
     AdminForceUnlock,
+    /// [`check_concurrent_release`]
+    ConcurrentRelease,
+    /// [`check_admin_concurrent_force_unlock`]
+    AdminConcurrentForceUnlock,
 }
 
 impl Check {
     /// Every check, in the order the runner lists them. The long-running ones come first so
     /// that parallel test threads finish together.
-    pub const ALL: [Check; 18] = [
+    pub const ALL: [Check; 20] = [
         Check::Model,
         Check::MutualExclusion,
+        Check::ConcurrentRelease,
+        Check::AdminConcurrentForceUnlock,
         Check::AcquireSkipRelease,
         Check::AtMostExpiry,
         Check::AtLeastHold,
@@ -125,6 +133,8 @@ impl Check {
             Check::ShedlockRecordTakeover => "shedlock_record_takeover",
             Check::AdminListing => "admin_listing",
             Check::AdminForceUnlock => "admin_force_unlock",
+            Check::ConcurrentRelease => "concurrent_release",
+            Check::AdminConcurrentForceUnlock => "admin_concurrent_force_unlock",
         }
     }
 
@@ -149,6 +159,8 @@ impl Check {
             Check::ShedlockRecordTakeover => "sr",
             Check::AdminListing => "ls",
             Check::AdminForceUnlock => "fu",
+            Check::ConcurrentRelease => "cr",
+            Check::AdminConcurrentForceUnlock => "cf",
         }
     }
 
@@ -189,6 +201,10 @@ impl Check {
             Check::ShedlockRecordTakeover => check_shedlock_record_takeover(harness, names).await,
             Check::AdminListing => check_admin_listing(harness, names).await,
             Check::AdminForceUnlock => check_admin_force_unlock(harness, names).await,
+            Check::ConcurrentRelease => check_concurrent_release(harness, names).await,
+            Check::AdminConcurrentForceUnlock => {
+                check_admin_concurrent_force_unlock(harness, names).await
+            }
         }
     }
 }

@@ -13,8 +13,11 @@
 //!   `lockedBy` is unique per acquisition; Java's is the host name, the same for each of its
 //!   acquisitions, which `lockedAt`, exact to the millisecond, tells apart.
 //! - **Force-unlock** is one `findAndModify` that matches those fields and a `lockUntil` still
-//!   after `$$NOW`, and sets `lockUntil` to `$$NOW`, as a release does: the document stays,
-//!   the fencing counter keeps counting, and Java nodes see a normal released lock.
+//!   after `$$NOW`, sets `lockUntil` to `$$NOW`, as a release does, and counts `fencingToken`
+//!   up by one. The count retires the acquisition: a second force-unlock of it, and its
+//!   holder's extend and release (which match the token too), change nothing, however their
+//!   commands interleave. The document stays, the next acquisition's token is larger still,
+//!   and Java nodes see a normal released lock.
 
 use std::time::SystemTime;
 
@@ -123,7 +126,16 @@ impl LockAdmin for MongoLockProvider {
         if let Some(token) = seen.fencing_token {
             filter.insert(FENCING_TOKEN, token);
         }
-        let update = vec![doc! { "$set": { LOCK_UNTIL: "$$NOW" } }];
+        // The token counts up as well: that retires the acquisition whatever the timing, so a
+        // second force-unlock of it, or its holder's extend or release, matches nothing even
+        // when it started before this one and was retried after it with an earlier `$$NOW`.
+        let update = vec![doc! { "$set": {
+            LOCK_UNTIL: "$$NOW",
+            FENCING_TOKEN: { "$add": [
+                { "$ifNull": [format!("${FENCING_TOKEN}"), Bson::Int64(0)] },
+                Bson::Int64(1),
+            ] },
+        } }];
         let storage = &self.storage;
         let freed = self
             .bounded(

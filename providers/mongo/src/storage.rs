@@ -145,11 +145,21 @@ fn acquire_pipeline(takeover: Takeover, locked_by: &str, at_most_ms: i64) -> Vec
 
 /// Release and extend touch only this acquisition's document while it still holds the lock.
 fn own_live_lock(held: &HeldRecord) -> Document {
-    doc! {
+    let mut filter = doc! {
         "_id": &held.name,
         LOCKED_BY: &held.locked_by,
         "$expr": { "$gt": [format!("${LOCK_UNTIL}"), "$$NOW"] },
+    };
+    // A force-unlock counts the token up, so an acquisition it freed matches no more, even
+    // for a command that started before it and was retried after it (whose `$$NOW` is still
+    // from before, and would find the `lockUntil` the force-unlock wrote ahead of it).
+    if let Some(token) = held
+        .fencing_token
+        .and_then(|token| i64::try_from(token).ok())
+    {
+        filter.insert(FENCING_TOKEN, token);
     }
+    filter
 }
 
 /// The name of a BSON value's type as MongoDB's `$type` spells it, for error messages.

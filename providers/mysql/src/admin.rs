@@ -21,6 +21,7 @@ use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, Row};
 
 use crate::MySqlBackend;
+use crate::storage::READ_TIME;
 
 const DIALECT: Dialect = Dialect::MySql;
 
@@ -79,6 +80,14 @@ impl Writer {
     fn now(self) -> Self {
         match self.time_source {
             TimeSource::Server => self.sql("UTC_TIMESTAMP(3)"),
+            TimeSource::Client => self.sql("CAST(").param(Param::Now).sql(" AS DATETIME(6))"),
+        }
+    }
+
+    /// The time when the row is read: see [`READ_TIME`].
+    fn read_time(self) -> Self {
+        match self.time_source {
+            TimeSource::Server => self.sql(READ_TIME),
             TimeSource::Client => self.sql("CAST(").param(Param::Now).sql(" AS DATETIME(6))"),
         }
     }
@@ -178,7 +187,7 @@ impl AdminStatements {
                 .sql(&format!(" AND {fence} <=> "))
                 .param(Param::FencingToken);
         }
-        let force_unlock = unlock.sql(&format!(" AND {until} > ")).now().finish();
+        let force_unlock = unlock.sql(&format!(" AND {until} > ")).read_time().finish();
         Self {
             inspect,
             first_page,

@@ -138,6 +138,15 @@ impl Writer {
         }
     }
 
+    /// The time when the row is read, to judge whether an acquisition still holds its lock:
+    /// see [`READ_TIME`].
+    fn read_time(&mut self) -> &mut Self {
+        match self.time_source {
+            TimeSource::Server => self.sql(READ_TIME),
+            TimeSource::Client => self.param(Param::Now),
+        }
+    }
+
     /// `now + duration`.
     fn now_plus(&mut self) -> &mut Self {
         self.sql("TIMESTAMPADD(MICROSECOND, ")
@@ -154,6 +163,16 @@ impl Writer {
         }
     }
 }
+
+/// The server's UTC clock when a row is read (the statement's start plus the time since, as
+/// `SYSDATE` counts it), for release, extend and force-unlock to judge whether an acquisition
+/// still holds its lock. `UTC_TIMESTAMP` is fixed when the statement starts: a statement that
+/// waited on the row lock behind another (two force-unlocks of one acquisition, an extend
+/// behind one) would see the `lock_until` that other write just set, its own later "now", as
+/// still ahead, and act on an acquisition that was already freed. (A server started with
+/// `--sysdate-is-now` reads `SYSDATE` as `NOW`, and gets the statement's start again.)
+pub(crate) const READ_TIME: &str = "TIMESTAMPADD(MICROSECOND, \
+     TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6)), UTC_TIMESTAMP(6))";
 
 fn prepare_statements(
     table: &LockTable,
@@ -245,7 +264,7 @@ fn prepare_statements(
         .sql(&format!(" AND {by} = "))
         .param(Param::LockedBy)
         .sql(&format!(" AND {until} > "))
-        .now();
+        .read_time();
     let release = w.finish();
 
     w.sql(&format!("UPDATE {t} SET {until} = "))
@@ -255,7 +274,7 @@ fn prepare_statements(
         .sql(&format!(" AND {by} = "))
         .param(Param::LockedBy)
         .sql(&format!(" AND {until} > "))
-        .now();
+        .read_time();
     let extend = w.finish();
 
     LockStatements {

@@ -15,6 +15,7 @@ use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, Postgres, Row};
 
 use crate::PostgresBackend;
+use crate::storage::read_time;
 
 const DIALECT: Dialect = Dialect::Postgres;
 
@@ -82,6 +83,8 @@ impl AdminStatements {
             String::new()
         };
         let unlock_now = now(if schema.fencing { 4 } else { 3 });
+        let live_at = read_time(time_source, schema.timestamps_with_time_zone)
+            .map_or_else(|| unlock_now.clone(), str::to_owned);
         Self {
             inspect: format!("{} WHERE {name} = $1", select(1)).into(),
             first_page: format!("{} WHERE {like} ORDER BY {name} LIMIT $2", select(2)).into(),
@@ -92,7 +95,7 @@ impl AdminStatements {
             .into(),
             force_unlock: format!(
                 "UPDATE {t} SET {until} = {unlock_now} WHERE {name} = $1 AND {by} = $2 \
-                 AND {at} = $3{fence_matches} AND {until} > {unlock_now}"
+                 AND {at} = $3{fence_matches} AND {until} > {live_at}"
             )
             .into(),
             time_source,

@@ -66,6 +66,22 @@ pub fn create_table_statement(table: &LockTable, fencing: bool) -> String {
     )
 }
 
+/// The server's clock when a row is read, to judge whether an acquisition still holds its
+/// lock (`None` with client time: the node's clock, bound as a parameter).
+///
+/// Release, extend and force-unlock compare `lock_until` with it rather than with the
+/// statement's `now`, which is fixed when the statement starts: a statement that waited on the
+/// row lock behind another (two force-unlocks of one acquisition, an extend behind one) would
+/// otherwise see the `lock_until` that other write just set, its own later `now`, as still
+/// ahead, and act on an acquisition that was already freed.
+pub(crate) fn read_time(time_source: TimeSource, with_time_zone: bool) -> Option<&'static str> {
+    match (time_source, with_time_zone) {
+        (TimeSource::Server, false) => Some("timezone('utc', clock_timestamp())"),
+        (TimeSource::Server, true) => Some("clock_timestamp()"),
+        (TimeSource::Client, _) => None,
+    }
+}
+
 /// `$1` name, `$2` locked_by, `$3` seconds (f64), `$4` the node's now (client time only).
 fn prepare_statements(
     table: &LockTable,
@@ -88,6 +104,7 @@ fn prepare_statements(
         (TimeSource::Server, true) => "CURRENT_TIMESTAMP",
         (TimeSource::Client, _) => "$4",
     };
+    let live_at = read_time(time_source, schema.timestamps_with_time_zone).unwrap_or("$4");
     let (fence_insert_col, fence_insert_val, fence_update, returning) = if schema.fencing {
         (
             format!(", {fence}"),
@@ -139,11 +156,11 @@ fn prepare_statements(
     );
     let release = format!(
         "UPDATE {t} SET {until} = GREATEST({now}, {at} + make_interval(secs => $3)) \
-         WHERE {name} = $1 AND {by} = $2 AND {until} > {now}"
+         WHERE {name} = $1 AND {by} = $2 AND {until} > {live_at}"
     );
     let extend = format!(
         "UPDATE {t} SET {until} = {now} + make_interval(secs => $3) \
-         WHERE {name} = $1 AND {by} = $2 AND {until} > {now}"
+         WHERE {name} = $1 AND {by} = $2 AND {until} > {live_at}"
     );
     LockStatements {
         insert: insert.into(),
