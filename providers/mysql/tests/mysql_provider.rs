@@ -76,6 +76,24 @@ impl shared::StoredRows for Rows<'_> {
 }
 
 #[tokio::test]
+async fn a_column_name_given_twice_is_refused_and_no_table_created() {
+    let pool = pool().await;
+    let table = shared::unique("twice");
+    shared::a_column_name_given_twice_is_refused_before_anything_is_written(
+        MySqlLockProvider::builder(pool.clone()).table_name(&table),
+    )
+    .await;
+    let found: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?",
+    )
+    .bind(&table)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(found, 0, "table {table} was created");
+}
+
+#[tokio::test]
 async fn one_statement_acquire_creates_the_row_excludes_others_and_releases() {
     let table = unique("my_basic");
     let node_a = provider_on(&table, false).await;

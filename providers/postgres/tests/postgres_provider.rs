@@ -310,6 +310,22 @@ async fn fencing_tokens_increase_with_the_column_and_are_absent_without_it() {
 }
 
 #[tokio::test]
+async fn a_column_name_given_twice_is_refused_and_no_table_created() {
+    let pool = pool().await;
+    let table = unique("twice");
+    shared::a_column_name_given_twice_is_refused_before_anything_is_written(
+        PostgresLockProvider::builder(pool.clone()).table_name(&table),
+    )
+    .await;
+    let missing: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NULL")
+        .bind(&table)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(missing, "table {table} was created");
+}
+
+#[tokio::test]
 async fn custom_schema_table_and_column_names_work() {
     let pool = pool().await;
     let schema = unique("shedlock_schema");

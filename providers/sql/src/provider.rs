@@ -179,7 +179,10 @@ impl<B: SqlBackend> SqlLockProviderBuilder<B> {
     /// Connects, creates the table if asked, checks it, and returns the provider.
     pub async fn build(self) -> Result<SqlLockProvider<B>, LockError> {
         let target = self.source.describe();
-        let table = self.table.map_err(bad_table::<B>)?;
+        let table = self
+            .table
+            .and_then(LockTable::checked)
+            .map_err(bad_table::<B>)?;
         let timeout = self.connect_timeout;
         let connections = match self.source {
             Source::Pool(pool) => Connections::Given(pool),
@@ -238,7 +241,10 @@ impl<B: SqlBackend> SqlLockProviderBuilder<B> {
     /// nothing checks it, so prefer [`build`](Self::build) whenever the database is up.
     pub fn build_without_connecting(self, fencing: bool) -> Result<SqlLockProvider<B>, LockError> {
         let target = self.source.describe();
-        let table = self.table.map_err(bad_table::<B>)?;
+        let table = self
+            .table
+            .and_then(LockTable::checked)
+            .map_err(bad_table::<B>)?;
         let connections = match self.source {
             Source::Pool(pool) => Connections::Given(pool),
             Source::Url(url) => Connections::Own(OwnConnections::new(

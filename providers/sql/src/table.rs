@@ -81,6 +81,37 @@ impl LockTable {
         Ok(self)
     }
 
+    /// The table itself, refused when two of its columns share a name (compared as SQL
+    /// compares unquoted names, ignoring ASCII case): each column must be its own, or every
+    /// statement would read and write one column for two. Checked when a provider is built,
+    /// not per rename, so names can be swapped one rename at a time.
+    pub fn checked(self) -> Result<Self, IdentifierError> {
+        const COLUMNS: [Column; 5] = [
+            Column::Name,
+            Column::LockUntil,
+            Column::LockedAt,
+            Column::LockedBy,
+            Column::FencingToken,
+        ];
+        for (index, first) in COLUMNS.iter().enumerate() {
+            for second in &COLUMNS[index + 1..] {
+                let name = self.column(*second).as_str();
+                if self.column(*first).as_str().eq_ignore_ascii_case(name) {
+                    return Err(IdentifierError {
+                        what: format!(
+                            "column {} (also the name given to column {})",
+                            second.default_name(),
+                            first.default_name()
+                        ),
+                        given: name.to_owned(),
+                        rule: "each column of the lock table needs a name of its own",
+                    });
+                }
+            }
+        }
+        Ok(self)
+    }
+
     /// The table name.
     pub fn table(&self) -> &TableName {
         &self.table
@@ -111,6 +142,28 @@ impl LockTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_columns_with_one_name_are_refused_and_a_swap_is_not() {
+        let clash = LockTable::default()
+            .with_column(Column::LockedAt, "LOCK_UNTIL")
+            .unwrap()
+            .checked()
+            .unwrap_err();
+        assert_eq!(
+            clash.to_string(),
+            "column locked_at (also the name given to column lock_until) \"LOCK_UNTIL\" is not \
+             accepted: each column of the lock table needs a name of its own"
+        );
+        let swapped = LockTable::default()
+            .with_column(Column::LockedAt, "lock_until")
+            .and_then(|t| t.with_column(Column::LockUntil, "locked_at"))
+            .unwrap()
+            .checked()
+            .unwrap();
+        assert_eq!(swapped.column(Column::LockUntil).as_str(), "locked_at");
+        assert!(LockTable::default().checked().is_ok());
+    }
 
     #[test]
     fn defaults_are_shedlocks_and_columns_can_be_renamed() {

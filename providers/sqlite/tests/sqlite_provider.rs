@@ -269,6 +269,20 @@ async fn fencing_tokens_increase_with_the_column_and_are_absent_without_it() {
 }
 
 #[tokio::test]
+async fn a_column_name_given_twice_is_refused_and_no_table_created() {
+    let url = database_url();
+    shared::a_column_name_given_twice_is_refused_before_anything_is_written(
+        SqliteLockProvider::builder_from_url(url.clone()),
+    )
+    .await;
+    let tables: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'")
+        .fetch_one(&admin(&url).await)
+        .await
+        .unwrap();
+    assert_eq!(tables, 0, "a table was created");
+}
+
+#[tokio::test]
 async fn custom_table_and_column_names_work() {
     let url = database_url();
     let build = || {

@@ -328,6 +328,28 @@ pub fn renamed_table_and_columns<B: SqlBackend>(
         .column_name(Column::FencingToken, "fence")
 }
 
+/// Two columns given one name (`locked_at` renamed to `lock_until`): the build is refused,
+/// naming both columns and the rule, before anything is created (the caller checks its table).
+pub async fn a_column_name_given_twice_is_refused_before_anything_is_written<B: SqlBackend>(
+    builder: SqlLockProviderBuilder<B>,
+) {
+    let error = builder
+        .column_name(Column::LockedAt, "lock_until")
+        .create_table_if_missing()
+        .build()
+        .await
+        .err()
+        .expect("a table whose locked_at and lock_until are one column was accepted");
+    let message = error.to_string();
+    assert!(
+        message.contains(
+            "column locked_at (also the name given to column lock_until) \"lock_until\" is not \
+             accepted: each column of the lock table needs a name of its own"
+        ),
+        "{message}"
+    );
+}
+
 /// Two nodes on a [`renamed_table_and_columns`] table exclude each other, and count fencing
 /// tokens in the renamed column when the table has it (`fencing`).
 pub async fn renamed_table_and_columns_lock_as_shedlocks_do(
