@@ -551,6 +551,75 @@ async fn rows_written_by_java_shedlocks_sql_and_by_rust_honour_each_other() {
     exec(&pool, &format!("DROP TABLE {table}")).await;
 }
 
+/// A connection the server refuses while a statement waits for it ("too many connections for
+/// role") is reported as what it is, not as a statement the database refused.
+#[tokio::test]
+async fn a_connection_refused_for_want_of_room_is_not_called_a_refused_statement() {
+    let pool = pool().await;
+    let role = unique("shedlock_limited");
+    let table = unique("pg_room");
+    exec(
+        &pool,
+        &format!("CREATE ROLE {role} LOGIN CONNECTION LIMIT 1"),
+    )
+    .await;
+    exec(
+        &pool,
+        &format!("GRANT CREATE, USAGE ON SCHEMA public TO {role}"),
+    )
+    .await;
+    let url = url().replacen("postgres@", &format!("{role}@"), 1);
+    let provider = PostgresLockProvider::builder_from_url(&url)
+        .table_name(&table)
+        .create_table_if_missing()
+        .build()
+        .await
+        .unwrap();
+    // The provider's connection ends, and another session takes the role's only slot.
+    let terminate =
+        format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}'");
+    exec(&pool, &terminate).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let other = loop {
+        match sqlx::PgPool::connect(&url).await {
+            Ok(other) => break other,
+            Err(error) if Instant::now() < deadline => {
+                let _ = error;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(error) => panic!("the role's slot never came free: {error}"),
+        }
+    };
+    let mut errors = Vec::new();
+    for _ in 0..5 {
+        match provider
+            .try_lock(&config("job", MINUTE, Duration::ZERO))
+            .await
+        {
+            Err(error) => errors.push(error.to_string()),
+            Ok(acquisition) => panic!("acquired without a connection: {acquisition:?}"),
+        }
+    }
+    assert!(
+        errors
+            .iter()
+            .any(|error| error.contains("the database is out of resources (too many connections")),
+        "{errors:#?}"
+    );
+    assert!(
+        !errors
+            .iter()
+            .any(|error| error.contains("refused the statement")),
+        "{errors:#?}"
+    );
+    other.close().await;
+    drop(provider);
+    exec(&pool, &terminate).await;
+    exec(&pool, &format!("DROP TABLE {table}")).await;
+    exec(&pool, &format!("REVOKE ALL ON SCHEMA public FROM {role}")).await;
+    exec(&pool, &format!("DROP ROLE {role}")).await;
+}
+
 #[tokio::test]
 async fn errors_on_a_dropped_table_name_the_statement_and_the_acquire_fails_closed() {
     let pool = pool().await;

@@ -364,11 +364,30 @@ pub fn statement_error<B: SqlBackend>(
             "no database connection became available in time ({})",
             B::UNREACHABLE_HINT
         ),
-        sqlx::Error::Database(_) => "the database refused the statement".to_owned(),
+        sqlx::Error::Database(refusal) => refusal_of(refusal.code().as_deref()).to_owned(),
         sqlx::Error::Io(_) => "the connection to the database failed".to_owned(),
         _ => "the statement failed".to_owned(),
     };
     LockError::backend(B::PROVIDER, operation, name, message, cause_of(error))
+}
+
+/// What the database refused, by the SQLSTATE class of its error (PostgreSQL's and MySQL's
+/// codes share the standard classes): an error on a connection opened for the statement
+/// (too many clients, a server starting up, credentials) is not a refused statement, and
+/// saying so sends the reader to the wrong place.
+fn refusal_of(sqlstate: Option<&str>) -> &'static str {
+    let class = |prefix: &str| sqlstate.is_some_and(|code| code.starts_with(prefix));
+    if class("08") {
+        "the database refused the connection"
+    } else if class("28") {
+        "the database refused the credentials"
+    } else if class("53") {
+        "the database is out of resources (too many connections, or out of memory or disk)"
+    } else if class("57P") {
+        "the database is shutting down, starting up or restarting"
+    } else {
+        "the database refused the statement"
+    }
 }
 
 /// The cause to report for `error`: sqlx's database and I/O errors repeat their cause's text
@@ -378,5 +397,37 @@ pub(crate) fn cause_of(error: sqlx::Error) -> BoxError {
         sqlx::Error::Database(refusal) => refusal,
         sqlx::Error::Io(io) => Box::new(io),
         other => Box::new(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refusal_of;
+
+    #[test]
+    fn refusals_are_named_by_their_sqlstate_class() {
+        // PostgreSQL: too many clients, too many connections for a role, starting up,
+        // terminated by an administrator, a bad password; MySQL: too many connections (1040).
+        assert!(refusal_of(Some("53300")).starts_with("the database is out of resources"));
+        assert!(refusal_of(Some("57P03")).starts_with("the database is shutting down"));
+        assert!(refusal_of(Some("57P01")).starts_with("the database is shutting down"));
+        assert_eq!(
+            refusal_of(Some("28P01")),
+            "the database refused the credentials"
+        );
+        assert_eq!(
+            refusal_of(Some("08004")),
+            "the database refused the connection"
+        );
+        // A statement's own errors: a missing table, a constraint, none given.
+        assert_eq!(
+            refusal_of(Some("42P01")),
+            "the database refused the statement"
+        );
+        assert_eq!(
+            refusal_of(Some("23505")),
+            "the database refused the statement"
+        );
+        assert_eq!(refusal_of(None), "the database refused the statement");
     }
 }
