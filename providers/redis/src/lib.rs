@@ -301,6 +301,14 @@ impl RedisLockProviderBuilder {
                 RedisConnection::sentinel(master)
             }
         };
+        // One PING: a server that wants a password accepts a connection without one and
+        // refuses every command after, which is best said now, as refused credentials, than as
+        // an unknown outcome at every acquire.
+        let mut probe = connection.clone();
+        self.bounded_connect(&endpoint, scheme, async move {
+            redis::cmd("PING").query_async::<String>(&mut probe).await
+        })
+        .await?;
         Ok(self.finish(connection, endpoint))
     }
 
@@ -388,6 +396,9 @@ impl RedisLockProviderBuilder {
                 } else if scheme.tls && error.to_string().contains("certificate") {
                     "its TLS certificate was not accepted (for a certificate a private CA signed, \
                      give that CA to RedisLockProviderBuilder::tls_root_certificate)"
+                } else if error.to_string().contains("DB index is out of range") {
+                    "the server has no database of the number the URL's path gives (it has 0 up \
+                     to its `databases` setting minus one, 16 by default)"
                 } else if error.kind() == redis::ErrorKind::MasterNameNotFoundBySentinel {
                     "the sentinels name no reachable master of that name: check the master name \
                      (the URL's path) against SENTINEL MASTERS"
@@ -905,6 +916,11 @@ where
             Ok(Err(error)) => error,
         };
         let consequence = match operation {
+            // Refused before the command ran: nothing changed, and the task must not run all
+            // the same (whether another node holds the lock is unknown).
+            _ if refused_credentials(&error) => {
+                "the command was refused before it ran, so nothing was changed"
+            }
             Operation::Acquire => "whether the lock was taken is unknown, so the task must not run",
             Operation::Release => "the lock stays held until lock_at_most_for at the latest",
             Operation::Extend => "the lock keeps its previous expiry",

@@ -964,6 +964,94 @@ async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting() 
     assert!(!message.contains(SECRET), "{message}");
 }
 
+/// A database number the server does not have is named as the cause, not as a server that
+/// may be down.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_number_the_server_lacks_is_named() {
+    let url = redis_url();
+    let (_, rest) = url.split_once("://").unwrap();
+    let host = rest.split('/').next().unwrap().to_owned();
+    let error = RedisLockProvider::builder()
+        .operation_timeout(Duration::from_secs(2))
+        .connect(&format!("redis://{host}/99999"))
+        .await
+        .unwrap_err();
+    let text = error.to_string();
+    assert!(
+        text.contains("the server has no database of the number the URL's path gives"),
+        "{text}"
+    );
+    assert!(!text.contains("reachable"), "{text}");
+}
+
+/// A private `redis-server` that asks for a password, on a free loopback port; stopped when
+/// dropped.
+struct PasswordServer {
+    process: std::process::Child,
+    port: u16,
+}
+
+impl PasswordServer {
+    async fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let process = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--requirepass", SECRET, "--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (Debian's redis-server package, which ci/start-backends.sh installs) must be on the PATH");
+        let started = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the private redis-server on port {port} did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Self { process, port }
+    }
+}
+
+impl Drop for PasswordServer {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+/// A server that asks for a password, given a URL without one: the connect is refused as
+/// credentials (nothing is left to fail later as an unknown outcome at each acquire); with the
+/// password it works.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_wants_a_password_refuses_the_connect_without_one() {
+    let server = PasswordServer::start().await;
+    let error = RedisLockProvider::builder()
+        .operation_timeout(Duration::from_secs(2))
+        .connect(&format!("redis://127.0.0.1:{}", server.port))
+        .await
+        .unwrap_err();
+    let text = error.to_string();
+    assert!(text.contains("it refused the credentials"), "{text}");
+    assert!(!text.contains("reachable"), "{text}");
+    let provider =
+        RedisLockProvider::connect(&format!("redis://:{SECRET}@127.0.0.1:{}", server.port))
+            .await
+            .unwrap();
+    let config =
+        LockConfiguration::new("password", Duration::from_secs(30), Duration::ZERO).unwrap();
+    let handle = provider
+        .try_lock(&config)
+        .await
+        .unwrap()
+        .into_handle()
+        .unwrap();
+    assert!(handle.unlock().await.unwrap());
+}
+
 /// A wrong user name or password is named as such, once, not reported as a server that may be
 /// down: the operator must fix the URL, not the network.
 #[tokio::test(flavor = "multi_thread")]
