@@ -52,10 +52,11 @@ pub use checks::{
     CASES_VARIABLE, EDGE_CASE_NAMES, ModelSettings, SEED_VARIABLE, UNREACHABLE_LIMIT,
 };
 pub use checks::{
-    Check, check_acquire_skip_release, check_admin_force_unlock, check_admin_listing,
-    check_at_least_hold, check_at_most_expiry, check_backend_unreachable, check_clock_skew,
-    check_extend, check_extend_refused_when_not_declared, check_fencing_tokens_increase,
-    check_model, check_model_with, check_mutual_exclusion, check_name_cache_cleared_midway,
+    Check, check_acquire_skip_release, check_admin_concurrent_force_unlock,
+    check_admin_force_unlock, check_admin_listing, check_at_least_hold, check_at_most_expiry,
+    check_backend_unreachable, check_clock_skew, check_concurrent_release, check_extend,
+    check_extend_refused_when_not_declared, check_fencing_tokens_increase, check_model,
+    check_model_with, check_mutual_exclusion, check_name_cache_cleared_midway,
     check_name_edge_cases, check_name_length_limit, check_ownership_after_expiry,
     check_shedlock_record_takeover, check_stale_handle_answers,
 };

@@ -178,29 +178,6 @@ fn invisible(c: char) -> bool {
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::printable;
-
-    #[test]
-    fn names_that_look_alike_are_printed_differently() {
-        let shown = |text| printable(text).into_owned();
-        assert_eq!(shown("plain name"), "plain name");
-        assert_eq!(shown("d"), "d");
-        assert_eq!(shown("d "), "d\\u{20}");
-        assert_eq!(shown(" d"), "\\u{20}d");
-        assert_eq!(shown("\tx\u{a0}"), "\\tx\\u{a0}");
-        assert_eq!(shown("  "), "\\u{20}\\u{20}");
-        assert_eq!(shown("a b"), "a b");
-        assert_eq!(shown("\u{202e}cba"), "\\u{202e}cba");
-        assert_eq!(shown("a\u{200b}b"), "a\\u{200b}b");
-        assert_eq!(shown("evil\u{1b}[2J\nname"), "evil\\u{1b}[2J\\nname");
-        // A backslash is doubled, so the name `d\u{20}` is not shown as `d `'s text.
-        assert_eq!(shown("d\\u{20}"), "d\\\\u{20}");
-        assert_ne!(shown("d\\u{20}"), shown("d "));
-    }
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
@@ -243,4 +220,27 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
         .enable_all()
         .build()
         .map_err(|error| Failure::from_error("cannot start the async runtime: ", &error))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn names_that_look_alike_are_printed_differently() {
+        let shown = |text| printable(text).into_owned();
+        assert_eq!(shown("plain name"), "plain name");
+        assert_eq!(shown("d"), "d");
+        assert_eq!(shown("d "), "d\\u{20}");
+        assert_eq!(shown(" d"), "\\u{20}d");
+        assert_eq!(shown("\tx\u{a0}"), "\\tx\\u{a0}");
+        assert_eq!(shown("  "), "\\u{20}\\u{20}");
+        assert_eq!(shown("a b"), "a b");
+        assert_eq!(shown("\u{202e}cba"), "\\u{202e}cba");
+        assert_eq!(shown("a\u{200b}b"), "a\\u{200b}b");
+        assert_eq!(shown("evil\u{1b}[2J\nname"), "evil\\u{1b}[2J\\nname");
+        // A backslash is doubled, so the name `d\u{20}` is not shown as `d `'s text.
+        assert_eq!(shown("d\\u{20}"), "d\\\\u{20}");
+        assert_ne!(shown("d\\u{20}"), shown("d "));
+    }
 }

@@ -356,17 +356,17 @@ impl Scheduler {
                 });
             }
         }
-        if let Some(period) = job.schedule.period() {
-            if lock_at_least_for >= period {
-                warn!(
-                    job = %job.name,
-                    ?period,
-                    ?lock_at_least_for,
-                    "lock_at_least_for is not shorter than the period: each tick finds the lock \
-                     still held by the previous run, so the job runs at most every other period; \
-                     make lock_at_least_for shorter than the period"
-                );
-            }
+        if let Some(period) = job.schedule.period()
+            && lock_at_least_for >= period
+        {
+            warn!(
+                job = %job.name,
+                ?period,
+                ?lock_at_least_for,
+                "lock_at_least_for is not shorter than the period: each tick finds the lock \
+                 still held by the previous run, so the job runs at most every other period; \
+                 make lock_at_least_for shorter than the period"
+            );
         }
         if job.keep_alive && !capabilities.extend {
             return Err(SchedulerError::KeepAliveUnsupported { job: job.name });

@@ -26,7 +26,7 @@ const RACERS: usize = 4;
 
 /// Tasks sharing one handle call `unlock` together: exactly one answers `true`.
 ///
-/// Each round takes a fresh lock on node A and has [`RACERS`] calls of `unlock` on that one
+/// Each of 40 rounds takes a fresh lock on node A and has four calls of `unlock` on that one
 /// handle sent at once, alternately with and without `lock_at_least_for`: one call releases the
 /// acquisition and every other answers `false`, even while the record still names it (the
 /// at-least hold). Then node B finds the lock free (no at-least) or held (at-least).
@@ -85,7 +85,7 @@ pub async fn check_concurrent_release<H: ConformanceHarness>(
 /// Force-unlocks race with each other and with the holder's extend: an acquisition is freed
 /// once, and a lock an operator was told is free is free.
 ///
-/// Each round of the first race has [`RACERS`] operators (nodes of their own) force-unlock one
+/// Each of 40 rounds of the first race has four operators (nodes of their own) force-unlock one
 /// inspected acquisition at once: exactly one answers `true`, and node B takes the lock at
 /// once. Each round of the second race (where extend is declared) sends the holder's extend and
 /// one force-unlock together. Whatever order the backend applies them in, a force-unlock that

@@ -338,8 +338,7 @@ pub async fn a_column_name_given_twice_is_refused_before_anything_is_written<B: 
         .create_table_if_missing()
         .build()
         .await
-        .err()
-        .expect("a table whose locked_at and lock_until are one column was accepted");
+        .expect_err("a table whose locked_at and lock_until are one column was accepted");
     let message = error.to_string();
     assert!(
         message.contains(
