@@ -232,9 +232,9 @@ impl Schedule {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Tick {
-    /// The tick's position in the job's schedule since the job was added, counting missed ticks:
-    /// `0` is the first. Nodes that added the same fixed-rate job at the same moment number
-    /// their ticks alike.
+    /// The tick's position in the job's schedule since the job was added on this node,
+    /// counting missed ticks: `0` is the first. Nodes that added the job at different moments
+    /// number the same tick differently; [`time`](Self::time) names it alike on every node.
     pub number: u64,
     /// When the tick was due, on tokio's clock.
     pub due: Instant,
