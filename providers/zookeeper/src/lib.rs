@@ -41,8 +41,19 @@
 //! write of its own, widens it by 100 ppm of its age for the two clocks' drift, and uses the
 //! safe end for each decision: the earliest server time to judge that a lock has expired (never
 //! early), the latest to compute a new `lock_until` (never short). The node's wall clock is never
-//! read, so a node whose clock is wrong by any amount cannot take a held lock:
+//! read, so a node whose wall clock is set wrong by any amount cannot take a held lock:
 //! [`TimeSource::Server`].
+//!
+//! What this does assume is the *rate* of the node's monotonic clock: that it runs at the
+//! server's rate within 100 ppm, as on NTP-disciplined machines. A node whose clock runs fast by
+//! more (a virtual machine's clock gone wrong, a process under `faketime -f "x2"`) estimates the
+//! server's clock ahead of where it is, by the excess rate times the time since the provider's
+//! last write; that time is at most about 100 s, after which the interval is wider than
+//! [`ZookeeperLockProviderBuilder::max_clock_uncertainty`] and refreshed. Such a node can judge a
+//! held lock expired that much early and take it (measured: at double rate, a 10 s lock taken
+//! 4.5 s early; at 1 % fast, a 60 s lock taken at least 70 ms early). A node whose clock runs
+//! slow only frees and takes locks late. The other server-time providers compare on the server
+//! and assume nothing of the node's clock.
 //!
 //! The first interval comes from a write of the provider's own:
 //! [`ZookeeperLockProviderBuilder::connect`] writes empty data to the root node (creating it if
