@@ -72,6 +72,23 @@ pub enum LockError {
         /// The rule the name broke.
         rule: String,
     },
+    /// The request is malformed (an acquisition id or a page cursor this provider never gives,
+    /// text the backend cannot hold): it was refused before anything was sent, so nothing was
+    /// read or written and retrying the same request cannot succeed.
+    #[error(
+        "{provider} refused {} before sending anything: {message}",
+        Attempt(*operation, name)
+    )]
+    InvalidRequest {
+        /// The provider that refused the request.
+        provider: &'static str,
+        /// What was asked for.
+        operation: Operation,
+        /// The lock concerned; empty for a listing, and then left out of the message.
+        name: String,
+        /// What was malformed (the value, quoted) and the rule it broke.
+        message: String,
+    },
     /// The backend failed or answered something the provider does not understand.
     ///
     /// The client error is the `source()`, not part of `message`, so a report that walks the
@@ -196,6 +213,22 @@ impl LockError {
         }
     }
 
+    /// A malformed request refused before anything was sent; `message` names the value and
+    /// the rule it broke.
+    pub fn invalid_request(
+        provider: &'static str,
+        operation: Operation,
+        name: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        LockError::InvalidRequest {
+            provider,
+            operation,
+            name: name.into(),
+            message: message.into(),
+        }
+    }
+
     /// A refused name; `rule` says what the provider requires.
     pub fn invalid_name(provider: &'static str, name: &str, rule: impl Into<String>) -> Self {
         LockError::InvalidName {
@@ -259,6 +292,27 @@ mod tests {
             on_a_lock.to_string(),
             "redis: acquire of lock \"report\" failed: bad"
         );
+    }
+
+    #[test]
+    fn a_malformed_request_names_the_provider_the_operation_and_the_rule() {
+        let error = LockError::invalid_request(
+            "etcd",
+            Operation::ForceUnlock,
+            "report",
+            "the acquisition id \"x\" is not <create revision>.<mod revision>",
+        );
+        assert_eq!(
+            error.to_string(),
+            "etcd refused force-unlock of lock \"report\" before sending anything: the \
+             acquisition id \"x\" is not <create revision>.<mod revision>"
+        );
+        let listing = LockError::invalid_request("redis", Operation::List, "", "bad cursor");
+        assert_eq!(
+            listing.to_string(),
+            "redis refused list before sending anything: bad cursor"
+        );
+        assert!(StdError::source(&listing).is_none());
     }
 
     #[test]

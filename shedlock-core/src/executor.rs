@@ -400,6 +400,7 @@ impl LockingTaskExecutor {
 fn refusal(error: &LockError) -> &'static str {
     match error {
         LockError::InvalidName { .. } => "invalid name",
+        LockError::InvalidRequest { .. } => "invalid request",
         LockError::Configuration(_) => "invalid configuration",
         LockError::Unsupported { .. } => "unsupported",
         LockError::NoActiveLock => "no active lock",

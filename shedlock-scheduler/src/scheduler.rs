@@ -533,11 +533,13 @@ async fn run_once(shared: &Shared, job: &ScheduledJob, tick: Tick) -> RunReport 
             message: panic_message(&*panic),
         },
         // Refused before anything was written: nobody else holds the lock because of it.
-        Ok(Err(error @ (LockError::InvalidName { .. } | LockError::Configuration(_)))) => {
-            RunOutcome::InvalidLock {
-                error: error.to_string(),
-            }
-        }
+        Ok(Err(
+            error @ (LockError::InvalidName { .. }
+            | LockError::InvalidRequest { .. }
+            | LockError::Configuration(_)),
+        )) => RunOutcome::InvalidLock {
+            error: error.to_string(),
+        },
         Ok(Err(error)) => RunOutcome::LockFailed {
             error: with_causes(&error),
         },

@@ -61,8 +61,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -125,14 +125,9 @@ type Admin = State<Arc<dyn LockAdmin>>;
 
 async fn list(
     State(admin): Admin,
-    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    RawQuery(query): RawQuery,
 ) -> Result<Json<LockPageJson>, ApiError> {
-    let Query(parameters) = query.map_err(|rejection| {
-        ApiError::bad_request(format!(
-            "the query string cannot be read: {}",
-            rejection.body_text()
-        ))
-    })?;
+    let parameters = query_parameters(query.as_deref().unwrap_or_default())?;
     let request = page_request(&parameters)?;
     let page = admin.list_locks(&request).await?;
     Ok(Json(LockPageJson::from(&page)))
@@ -206,6 +201,59 @@ fn lock_name(path: Result<Path<String>, PathRejection>) -> Result<String, ApiErr
             rejection.body_text()
         ))),
     }
+}
+
+/// The `key=value` pairs of a query string, decoded as a form is (`+` is a space, `%XX` a byte)
+/// but strictly: a parameter whose bytes are not UTF-8 once decoded is refused, as the same
+/// bytes in the path are, instead of reaching the provider with U+FFFD in their place (a
+/// prefix or a cursor that is not the one the client sent).
+fn query_parameters(query: &str) -> Result<Vec<(String, String)>, ApiError> {
+    let decode = |text: &str, what: &dyn Fn() -> String| {
+        let bytes = text.as_bytes();
+        let mut decoded = Vec::with_capacity(bytes.len());
+        let mut at = 0;
+        while at < bytes.len() {
+            let escaped = match bytes[at] {
+                b'%' => bytes
+                    .get(at + 1..at + 3)
+                    .filter(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+                    .and_then(|hex| std::str::from_utf8(hex).ok())
+                    .and_then(|hex| u8::from_str_radix(hex, 16).ok()),
+                _ => None,
+            };
+            match (bytes[at], escaped) {
+                (_, Some(byte)) => {
+                    decoded.push(byte);
+                    at += 3;
+                }
+                (b'+', None) => {
+                    decoded.push(b' ');
+                    at += 1;
+                }
+                (byte, None) => {
+                    decoded.push(byte);
+                    at += 1;
+                }
+            }
+        }
+        String::from_utf8(decoded).map_err(|_| {
+            ApiError::bad_request(format!(
+                "{} is not UTF-8 once percent-decoded: percent-encode the UTF-8 bytes of the \
+                 text (a page cursor goes back exactly as a page's next gave it)",
+                what()
+            ))
+        })
+    };
+    query
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let key = decode(key, &|| format!("a query parameter's name ({key:?})"))?;
+            let value = decode(value, &|| format!("query parameter {key:?}"))?;
+            Ok((key, value))
+        })
+        .collect()
 }
 
 /// The page a query string asks for. Each parameter at most once and no other, so a misspelt
@@ -294,7 +342,8 @@ impl IntoResponse for ApiError {
 /// backend's behind this server (5xx, as a gateway reports its upstream).
 fn status_of(error: &LockError) -> StatusCode {
     match error {
-        LockError::InvalidName { .. } => StatusCode::BAD_REQUEST,
+        // Refused before anything reached the backend: the request's own fault.
+        LockError::InvalidName { .. } | LockError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
         LockError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
         LockError::Backend {
             operation: Operation::Connect,
@@ -338,6 +387,38 @@ mod tests {
     }
 
     #[test]
+    fn a_query_string_decodes_as_a_form_but_only_to_utf8() {
+        let pairs = query_parameters("prefix=a+b%2Fc%C3%A9&&after=%zz%2&limit").unwrap();
+        let expected = [("prefix", "a b/cé"), ("after", "%zz%2"), ("limit", "")];
+        let expected: Vec<(String, String)> = expected
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+            .collect();
+        assert_eq!(pairs, expected);
+        assert_eq!(query_parameters("").unwrap(), []);
+        assert_eq!(
+            query_parameters("after=%-1").unwrap()[0].1,
+            "%-1",
+            "a sign is not a hex digit"
+        );
+        for (query, named) in [
+            ("after=%FF", "query parameter \"after\""),
+            ("prefix=x%C3", "query parameter \"prefix\""),
+            ("%FE=1", "a query parameter's name (\"%FE\")"),
+        ] {
+            let error = query_parameters(query).unwrap_err();
+            assert_eq!(error.status, StatusCode::BAD_REQUEST, "{query}");
+            assert!(
+                error
+                    .message
+                    .starts_with(&format!("{named} is not UTF-8 once percent-decoded")),
+                "{query}: {}",
+                error.message
+            );
+        }
+    }
+
+    #[test]
     fn a_bad_query_names_the_parameter_and_its_rule() {
         for limit in ["0", "1001", "-1", "ten", ""] {
             let message = bad_query(&[("limit", limit)]);
@@ -367,6 +448,15 @@ mod tests {
         let cases = [
             (
                 LockError::invalid_name("etcd", "a\0b", "it holds NUL"),
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                LockError::invalid_request(
+                    "postgres",
+                    Operation::ForceUnlock,
+                    "x",
+                    "the acquisition id \"?\" is not <locked_by>/<locked_at>",
+                ),
                 StatusCode::BAD_REQUEST,
             ),
             (backend(Operation::List), StatusCode::BAD_GATEWAY),

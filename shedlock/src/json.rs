@@ -3,7 +3,6 @@
 
 use std::time::{Duration, SystemTime};
 
-use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use shedlock_core::{LockInfo, LockPage};
 
@@ -39,8 +38,59 @@ pub struct LockPageJson {
 }
 
 /// An instant as RFC 3339 UTC with microseconds, the precision the SQL backends store.
+///
+/// Any instant is written exactly: one outside the years 0 to 9999 has a signed year of five
+/// digits or more (ISO 8601's expanded form, as chrono writes the years its calendar has), and
+/// one beyond chrono's calendar (the year 262143 on, which a PostgreSQL row may hold) is
+/// computed here rather than through chrono, which would panic.
 pub fn rfc3339(instant: SystemTime) -> String {
-    DateTime::<Utc>::from(instant).to_rfc3339_opts(SecondsFormat::Micros, true)
+    let nanos: i128 = match instant.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(after) => i128::try_from(after.as_nanos()).unwrap_or(i128::MAX),
+        Err(before) => -i128::try_from(before.duration().as_nanos()).unwrap_or(i128::MAX),
+    };
+    // Truncated to the microsecond toward the past, as chrono truncates.
+    let micros = nanos.div_euclid(1_000);
+    let seconds = micros.div_euclid(1_000_000);
+    let subsecond = micros.rem_euclid(1_000_000);
+    let days = seconds.div_euclid(86_400);
+    let of_day = seconds.rem_euclid(86_400);
+    let (year, month, day) = civil_from_days(days);
+    let year = if (0..=9999).contains(&year) {
+        format!("{year:04}")
+    } else {
+        format!("{year:+05}")
+    };
+    format!(
+        "{year}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{subsecond:06}Z",
+        of_day / 3_600,
+        of_day % 3_600 / 60,
+        of_day % 60
+    )
+}
+
+/// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`),
+/// for any number of days an instant can have.
+fn civil_from_days(days: i128) -> (i128, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    };
+    let year = year_of_era + era * 400 + i128::from(month <= 2);
+    // Both are small: a day of 1 to 31, a month of 1 to 12.
+    (
+        year,
+        u32::try_from(month).unwrap_or(0),
+        u32::try_from(day).unwrap_or(0),
+    )
 }
 
 fn millis(duration: Duration) -> u64 {
@@ -75,6 +125,56 @@ impl From<&LockPage> for LockPageJson {
 mod tests {
     use super::*;
     use shedlock_core::{AcquisitionId, LockState};
+
+    use chrono::{DateTime, SecondsFormat, Utc};
+
+    #[test]
+    fn instants_chrono_can_print_are_printed_as_chrono_prints_them() {
+        let last = SystemTime::from(DateTime::<Utc>::MAX_UTC);
+        let first = SystemTime::from(DateTime::<Utc>::MIN_UTC);
+        let epoch = SystemTime::UNIX_EPOCH;
+        let mut instants = vec![
+            epoch,
+            last,
+            first,
+            epoch + Duration::new(1_764_561_906, 123_456_789),
+            epoch - Duration::new(1, 1),
+            epoch - Duration::new(62_167_219_200, 0), // 0000-01-01
+            epoch - Duration::new(62_167_219_201, 0), // -0001-12-31T23:59:59
+            epoch + Duration::new(253_402_300_800, 0), // 10000-01-01
+            epoch + Duration::new(951_782_400, 0),    // 2000-02-29
+        ];
+        // Days spread over all of chrono's calendar, each at an odd time of day.
+        let span = last.duration_since(first).unwrap().as_secs();
+        instants.extend((0..2_000u64).map(|step| {
+            first + Duration::new(span / 2_000 * step + step * 7_919 % 86_400, 999_999_999)
+        }));
+        for instant in instants {
+            let chrono =
+                DateTime::<Utc>::from(instant).to_rfc3339_opts(SecondsFormat::Micros, true);
+            assert_eq!(rfc3339(instant), chrono, "{instant:?}");
+        }
+    }
+
+    #[test]
+    fn instants_past_chronos_calendar_are_printed_exactly_without_a_panic() {
+        let last = DateTime::<Utc>::MAX_UTC;
+        let next_second =
+            SystemTime::UNIX_EPOCH + Duration::from_secs(last.timestamp().unsigned_abs() + 1);
+        assert_eq!(rfc3339(next_second), "+262143-01-01T00:00:00.000000Z");
+        // PostgreSQL's last instant: 294276-12-31 23:59:59.999999.
+        let postgres_last =
+            SystemTime::UNIX_EPOCH + Duration::from_micros(9_224_318_015_999_999_999);
+        assert_eq!(rfc3339(postgres_last), "+294276-12-31T23:59:59.999999Z");
+        let before = SystemTime::from(DateTime::<Utc>::MIN_UTC) - Duration::from_secs(1);
+        assert_eq!(rfc3339(before), "-262144-12-31T23:59:59.000000Z");
+        let lock = LockInfo::new("far", LockState::Free, AcquisitionId::new("x"))
+            .with_locked_at(next_second);
+        assert_eq!(
+            LockJson::from(&lock).locked_at.as_deref(),
+            Some("+262143-01-01T00:00:00.000000Z")
+        );
+    }
 
     #[test]
     fn a_held_lock_reads_as_documented() {

@@ -4,12 +4,23 @@
 //!
 //! Every scenario runs against the in-process provider, and against SQLite (a file in the temp
 //! directory) and PostgreSQL (`SHEDLOCK_TEST_POSTGRES_URL`) when their features are on:
-//! `cargo test -p shedlock --all-features --test http`.
+//! `cargo test -p shedlock --all-features --test http`. The client's mistakes the providers
+//! refuse (a malformed acquisition id or page cursor) are also asked of MySQL/MariaDB, Redis,
+//! etcd, MongoDB and ZooKeeper (`SHEDLOCK_TEST_<BACKEND>_URL`), each when its feature is on.
 #![cfg(feature = "http")]
 // Each backend's module calls the scenarios; in a build with none of their features on, the
 // scenarios and their helpers have no caller.
 #![cfg_attr(
-    not(any(feature = "memory", feature = "sqlite", feature = "postgres")),
+    not(any(
+        feature = "memory",
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "redis",
+        feature = "etcd",
+        feature = "mongo",
+        feature = "zookeeper"
+    )),
     allow(dead_code, unused_imports, unused_macros)
 )]
 
@@ -162,6 +173,12 @@ impl Server {
 /// How each backend's scenarios reach it: another node (its own provider instance) per call.
 trait Backend {
     async fn node(&self) -> AnyLockProvider;
+
+    /// A page cursor this backend never gives (a cursor that is a plain name is never
+    /// malformed): `None` for such backends.
+    fn malformed_cursor(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 async fn acquire(node: &AnyLockProvider, name: &str) -> Box<dyn LockHandle> {
@@ -461,6 +478,59 @@ async fn a_bad_request_is_400_naming_what_is_wrong(backend: impl Backend) {
     );
 }
 
+/// The client's mistakes a provider refuses before sending anything are the request's fault:
+/// `400` naming the value and its rule, never `502` (as if the backend had failed) or `409` (as
+/// if the lock had changed hands), and nothing is freed. An `after=` or `prefix=` that is not
+/// UTF-8 once decoded is refused as the same bytes in the path are, not listed as U+FFFD.
+async fn the_clients_mistakes_are_400_and_change_nothing(backend: impl Backend) {
+    let node = backend.node().await;
+    let server = serve(LockRoutes::new(backend.node().await).allow_force_unlock(true)).await;
+    let name = unique("malformed");
+    let held = acquire(&node, &name).await;
+    for acquisition in ["no-such-shape", "1", "%zz/%zz/x"] {
+        let answer = server
+            .post_json(
+                &format!("/locks/{}/unlock", encoded(&name)),
+                &json!({ "acquisition": acquisition }),
+            )
+            .await;
+        assert_eq!(answer.status, 400, "{acquisition:?}: {answer:?}");
+        let error = answer.error();
+        assert!(
+            error.contains("refused force-unlock of lock")
+                && error.contains("before sending anything")
+                && error.contains(&format!("{acquisition:?}")),
+            "{acquisition:?}: {answer:?}"
+        );
+    }
+    assert!(
+        !is_free(&backend.node().await, &name).await,
+        "a malformed id freed the lock"
+    );
+    if let Some(cursor) = backend.malformed_cursor() {
+        let answer = server
+            .get(&format!("/locks?after={}", encoded(cursor)))
+            .await;
+        assert_eq!(answer.status, 400, "{cursor:?}: {answer:?}");
+        assert!(
+            answer
+                .error()
+                .contains("refused list before sending anything")
+                && answer.error().contains(&format!("{cursor:?}")),
+            "{cursor:?}: {answer:?}"
+        );
+    }
+    for query in ["after=%FF", "prefix=a%C3", "after=ok&prefix=%FE"] {
+        let answer = server.get(&format!("/locks?{query}")).await;
+        assert_eq!(answer.status, 400, "{query}: {answer:?}");
+        assert!(
+            answer.error().contains("is not UTF-8 once percent-decoded"),
+            "{query}: {answer:?}"
+        );
+    }
+    assert!(held.unlock().await.unwrap());
+}
+
 /// One `#[tokio::test]` per scenario for a backend.
 macro_rules! scenarios {
     ($backend:expr) => {
@@ -504,6 +574,14 @@ macro_rules! scenarios {
         #[tokio::test]
         async fn a_bad_request_is_400_naming_what_is_wrong() {
             bounded(super::a_bad_request_is_400_naming_what_is_wrong($backend)).await;
+        }
+
+        #[tokio::test]
+        async fn the_clients_mistakes_are_400_and_change_nothing() {
+            bounded(super::the_clients_mistakes_are_400_and_change_nothing(
+                $backend,
+            ))
+            .await;
         }
     };
 }
@@ -599,6 +677,30 @@ mod postgres {
 
     scenarios!(database());
 
+    /// PostgreSQL text holds no NUL, so a listing's prefix or cursor with one is refused before
+    /// anything is sent: the request's fault, not the backend's.
+    #[tokio::test]
+    async fn a_nul_in_a_prefix_or_cursor_is_400_naming_the_rule() {
+        bounded(async {
+            let server = serve(LockRoutes::new(database().node().await)).await;
+            for (query, what) in [
+                ("prefix=a%00b", "the prefix \"a\\0b\""),
+                ("after=a%00b", "the page cursor \"a\\0b\""),
+            ] {
+                let answer = server.get(&format!("/locks?{query}")).await;
+                assert_eq!(answer.status, 400, "{query}: {answer:?}");
+                let error = answer.error();
+                assert!(
+                    error.starts_with("postgres refused list before sending anything")
+                        && error.contains(what)
+                        && error.contains("PostgreSQL text cannot contain the NUL character"),
+                    "{query}: {answer:?}"
+                );
+            }
+        })
+        .await;
+    }
+
     /// ShedLock's table takes 64 characters and PostgreSQL no NUL: a name it could never store
     /// is the request's fault, and says which rule it broke.
     #[tokio::test]
@@ -623,3 +725,85 @@ mod postgres {
         .await;
     }
 }
+
+fn env_url(var: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| {
+        panic!("{var} is not set: these tests need that server (ci/test.sh sets it)")
+    })
+}
+
+/// A backend on a server, reached by `shedlock::connect`'s URL (making the table where there is
+/// one), with the cursor it refuses, if any.
+struct OnServer {
+    url: String,
+    malformed_cursor: Option<&'static str>,
+}
+
+impl Backend for OnServer {
+    async fn node(&self) -> AnyLockProvider {
+        AnyLockProvider::builder()
+            .create_table_if_missing()
+            .connect(&self.url)
+            .await
+            .unwrap_or_else(|error| panic!("connecting to {}: {error}", self.url))
+    }
+
+    fn malformed_cursor(&self) -> Option<&'static str> {
+        self.malformed_cursor
+    }
+}
+
+/// The client's mistakes on a backend reached by URL.
+macro_rules! mistakes_on {
+    ($feature:literal, $module:ident, $url:expr, $cursor:expr) => {
+        #[cfg(feature = $feature)]
+        mod $module {
+            use super::*;
+
+            #[tokio::test]
+            async fn the_clients_mistakes_are_400_and_change_nothing() {
+                let backend = OnServer {
+                    url: $url,
+                    malformed_cursor: $cursor,
+                };
+                bounded(super::the_clients_mistakes_are_400_and_change_nothing(
+                    backend,
+                ))
+                .await;
+            }
+        }
+    };
+}
+
+mistakes_on!("mysql", mysql, env_url("SHEDLOCK_TEST_MYSQL_URL"), None);
+mistakes_on!(
+    "redis",
+    redis,
+    env_url("SHEDLOCK_TEST_REDIS_URL"),
+    Some("not-a-scan-cursor")
+);
+mistakes_on!(
+    "etcd",
+    etcd,
+    {
+        let url = env_url("SHEDLOCK_TEST_ETCD_URL");
+        let (_, rest) = url.split_once("://").expect("a URL with a scheme");
+        format!("etcd://{rest}")
+    },
+    Some("not hex")
+);
+mistakes_on!(
+    "mongo",
+    mongo,
+    format!(
+        "{}/shedlock_http",
+        env_url("SHEDLOCK_TEST_MONGO_URL").trim_end_matches('/')
+    ),
+    None
+);
+mistakes_on!(
+    "zookeeper",
+    zookeeper,
+    format!("zk://{}", env_url("SHEDLOCK_TEST_ZOOKEEPER_URL")),
+    Some("bad%zzescape")
+);

@@ -260,12 +260,18 @@ fn decode_cursor(cursor: &PageCursor) -> Result<Vec<u8>, LockError> {
         .then(|| {
             (0..text.len())
                 .step_by(2)
-                .map(|at| u8::from_str_radix(&text[at..at + 2], 16).ok())
+                .map(|at| {
+                    let pair = &text[at..at + 2];
+                    pair.bytes()
+                        .all(|b| b.is_ascii_hexdigit())
+                        .then(|| u8::from_str_radix(pair, 16).ok())
+                        .flatten()
+                })
                 .collect::<Option<Vec<u8>>>()
         })
         .flatten();
     bytes.ok_or_else(|| {
-        LockError::backend_message(
+        LockError::invalid_request(
             PROVIDER,
             Operation::List,
             "",
@@ -287,7 +293,7 @@ fn parse_acquisition<'id>(
         .and_then(|(revision, value)| Some((revision.parse::<i64>().ok()?, value)))
         .filter(|(revision, _)| *revision > 0)
         .ok_or_else(|| {
-            LockError::backend_message(
+            LockError::invalid_request(
                 PROVIDER,
                 Operation::ForceUnlock,
                 name,

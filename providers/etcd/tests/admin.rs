@@ -12,7 +12,7 @@ use etcd_client::{Client, DeleteOptions, PutOptions, Txn, TxnOp};
 use futures_util::TryStreamExt;
 use shedlock_core::{
     Acquisition, AcquisitionId, ConfigurationError, LockAdmin, LockConfiguration, LockError,
-    LockHandle, LockInfo, LockProvider, LockState, PageRequest, list_all_locks,
+    LockHandle, LockInfo, LockProvider, LockState, Operation, PageRequest, list_all_locks,
 };
 use shedlock_etcd::EtcdLockProvider;
 
@@ -168,6 +168,16 @@ async fn listing_by_prefix_reads_small_pages_in_name_order_and_matches_literally
     assert!(
         error.to_string().contains("page cursor \"not hex\""),
         "{error}"
+    );
+    assert!(
+        matches!(
+            error,
+            LockError::InvalidRequest {
+                operation: Operation::List,
+                ..
+            }
+        ),
+        "{error:?}"
     );
     cleanup(&env).await;
 }
@@ -339,6 +349,16 @@ async fn force_unlock_frees_exactly_the_acquisition_it_names() {
             .to_string()
             .contains("is not one the etcd provider produced"),
         "{error}"
+    );
+    assert!(
+        matches!(
+            error,
+            LockError::InvalidRequest {
+                operation: Operation::ForceUnlock,
+                ..
+            }
+        ),
+        "{error:?}"
     );
     assert_refused(&c, "x").await;
     assert!(taken.unlock().await.unwrap());

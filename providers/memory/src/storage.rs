@@ -282,6 +282,22 @@ impl LockStorage for MemoryLockStore {
     }
 }
 
+/// Whether `acquisition` has the shape [`Record::acquisition`] gives ids:
+/// `<fencing token>@<nanoseconds>/<holder>`.
+fn is_acquisition_id(acquisition: &AcquisitionId) -> bool {
+    let digits = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    acquisition
+        .as_str()
+        .split_once('/')
+        .and_then(|(write, _holder)| write.split_once('@'))
+        .is_some_and(|(token, nanos)| {
+            digits(token)
+                && token.parse::<u64>().is_ok()
+                && digits(nanos)
+                && nanos.parse::<u128>().is_ok()
+        })
+}
+
 /// The store's own view for operators: every record, judged by the store's clock.
 #[async_trait]
 impl LockAdmin for MemoryLockStore {
@@ -325,6 +341,19 @@ impl LockAdmin for MemoryLockStore {
         name: &str,
         acquisition: &AcquisitionId,
     ) -> Result<bool, LockError> {
+        if !is_acquisition_id(acquisition) {
+            return Err(LockError::invalid_request(
+                self.provider_name(),
+                Operation::ForceUnlock,
+                name,
+                format!(
+                    "acquisition id {:?} is not one the memory provider produced \
+                     (<fencing token>@<nanoseconds since the epoch>/<holder>, as a listing or \
+                     inspect shows it); nothing was changed",
+                    acquisition.as_str()
+                ),
+            ));
+        }
         let now = self.clock.now();
         let mut records = self.records.lock().unwrap();
         match records.by_name.get_mut(name) {

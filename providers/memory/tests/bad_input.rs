@@ -113,3 +113,49 @@ async fn names_with_any_characters_and_of_any_length_are_locks_of_their_own() {
         assert!(handle.unlock().await.unwrap());
     }
 }
+
+/// An acquisition id of another shape than the ids this store gives is the caller's mistake,
+/// refused as such (not answered `false`, as if the lock had changed hands); the lock stays.
+#[tokio::test]
+async fn a_malformed_acquisition_id_is_refused_and_frees_nothing() {
+    let store = MemoryLockStore::new();
+    let node = store.node();
+    let held = node
+        .try_lock(&config("held", MINUTE))
+        .await
+        .unwrap()
+        .into_handle()
+        .unwrap();
+    let seen = store.inspect_lock("held").await.unwrap().unwrap();
+    for malformed in ["no-such-shape", "1", "x@1/h", "1@x/h", "+1@2/h", "1@2"] {
+        let error = store
+            .force_unlock("held", &shedlock_core::AcquisitionId::new(malformed))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                &error,
+                LockError::InvalidRequest {
+                    provider: "memory",
+                    operation: Operation::ForceUnlock,
+                    name,
+                    ..
+                } if name == "held"
+            ),
+            "{malformed:?}: {error:?}"
+        );
+        assert!(
+            error.to_string().contains(&format!(
+                "acquisition id {malformed:?} is not one the memory provider produced"
+            )),
+            "{error}"
+        );
+    }
+    let after = store.inspect_lock("held").await.unwrap().unwrap();
+    assert_eq!(
+        (after.state, &after.acquisition, after.held_until),
+        (seen.state, &seen.acquisition, seen.held_until)
+    );
+    assert!(store.force_unlock("held", &seen.acquisition).await.unwrap());
+    assert!(!held.unlock().await.unwrap());
+}

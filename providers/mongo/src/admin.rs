@@ -99,7 +99,7 @@ impl LockAdmin for MongoLockProvider {
     ) -> Result<bool, LockError> {
         self.check_name(name)?;
         let Some(seen) = Acquisition::parse(acquisition.as_str()) else {
-            return Err(LockError::backend_message(
+            return Err(LockError::invalid_request(
                 PROVIDER,
                 Operation::ForceUnlock,
                 name,

@@ -13,7 +13,8 @@ use mongodb::bson::{Bson, DateTime, Document, doc, oid::ObjectId};
 use mongodb::{Client, Collection};
 use shedlock_core::{
     Acquisition, AcquisitionId, ConfigurationError, LockAdmin, LockConfiguration, LockError,
-    LockHandle, LockInfo, LockProvider, LockState, PageCursor, PageRequest, list_all_locks,
+    LockHandle, LockInfo, LockProvider, LockState, Operation, PageCursor, PageRequest,
+    list_all_locks,
 };
 use shedlock_mongo::{MAX_NAME_CHARS, MongoLockProvider};
 
@@ -388,6 +389,16 @@ async fn force_unlock_frees_exactly_the_acquisition_it_names() {
             .to_string()
             .contains("is not one the mongo provider produced"),
         "{error}"
+    );
+    assert!(
+        matches!(
+            error,
+            LockError::InvalidRequest {
+                operation: Operation::ForceUnlock,
+                ..
+            }
+        ),
+        "{error:?}"
     );
     assert_refused(&c, "x").await;
     assert!(taken.unlock().await.unwrap());

@@ -2,7 +2,7 @@
 //! judged by, and free one acquisition.
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
 use shedlock_core::{LockError, NodeTime, Operation, TimeSource};
@@ -143,15 +143,29 @@ impl AdminStatements {
         }
     }
 
+    /// A stored `timestamp` or `timestamptz` exactly, as microseconds since the Unix epoch
+    /// (UTC wall time for `timestamp`), read from its binary form rather than through chrono:
+    /// chrono's calendar ends with the year 262142 and PostgreSQL's with 294276, and sqlx
+    /// panics decoding a later row, which another client may well have written. `None` for
+    /// `infinity` and `-infinity`.
+    fn stored_micros(row: &PgRow, index: usize) -> Result<Option<i128>, sqlx::Error> {
+        /// 2000-01-01, PostgreSQL's epoch, in microseconds since the Unix epoch.
+        const POSTGRES_EPOCH_MICROS: i128 = 946_684_800_000_000;
+        let micros: i64 = row.try_get_unchecked(index)?;
+        Ok((micros != i64::MAX && micros != i64::MIN)
+            .then(|| i128::from(micros) + POSTGRES_EPOCH_MICROS))
+    }
+
     fn stored_lock(&self, row: &PgRow) -> Result<StoredLock, sqlx::Error> {
-        let locked_at = self.time(row, 2)?;
-        let lock_until = self.time(row, 3)?;
+        let locked_at = Self::stored_micros(row, 2)?;
+        let lock_until = Self::stored_micros(row, 3)?;
         Ok(StoredLock {
             name: row.try_get(0)?,
             locked_by: row.try_get(1)?,
-            locked_at_key: locked_at.timestamp_micros().to_string(),
-            locked_at: Some(SystemTime::from(locked_at)),
-            lock_until: Some(SystemTime::from(lock_until)),
+            locked_at_key: locked_at
+                .map_or_else(|| INFINITE_KEY.to_owned(), |micros| micros.to_string()),
+            locked_at: locked_at.and_then(system_time),
+            lock_until: lock_until.and_then(system_time),
             fencing_token: row.try_get(4)?,
             now: SystemTime::from(self.time(row, 5)?),
             held: row.try_get(6)?,
@@ -218,6 +232,22 @@ impl AdminStatements {
             .await
             .map_err(|e| statement_error::<PostgresBackend>(Operation::ForceUnlock, name, e))?;
         Ok(done.rows_affected() > 0)
+    }
+}
+
+/// The `locked_at` key of an `infinity` or `-infinity` value, which no acquisition writes; such
+/// a row cannot be force-unlocked (no instant binds back to it).
+const INFINITE_KEY: &str = "infinity";
+
+/// Microseconds since the Unix epoch as an instant, when the platform's clock type reaches it.
+fn system_time(micros: i128) -> Option<SystemTime> {
+    let magnitude = u64::try_from(micros.unsigned_abs() / 1_000_000).ok()?;
+    let sub = u32::try_from(micros.unsigned_abs() % 1_000_000).ok()? * 1_000;
+    let span = Duration::new(magnitude, sub);
+    if micros >= 0 {
+        SystemTime::UNIX_EPOCH.checked_add(span)
+    } else {
+        SystemTime::UNIX_EPOCH.checked_sub(span)
     }
 }
 

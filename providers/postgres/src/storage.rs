@@ -342,14 +342,15 @@ impl SqlBackend for PostgresBackend {
     }
 
     fn check_name(&self, name: &str) -> Result<(), LockError> {
-        if name.contains('\0') {
-            return Err(LockError::invalid_name(
-                Self::PROVIDER,
-                name,
-                "PostgreSQL text cannot contain the NUL character",
-            ));
+        match self.text_rule(name) {
+            Some(rule) => Err(LockError::invalid_name(Self::PROVIDER, name, rule)),
+            None => Ok(()),
         }
-        Ok(())
+    }
+
+    fn text_rule(&self, text: &str) -> Option<&'static str> {
+        text.contains('\0')
+            .then_some("PostgreSQL text cannot contain the NUL character")
     }
 
     async fn acquire(

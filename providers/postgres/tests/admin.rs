@@ -301,3 +301,57 @@ async fn a_force_unlock_that_waits_gives_up_within_the_operation_timeout() {
     assert!(!held.unlock().await.unwrap());
     drop_table(&table).await;
 }
+
+/// PostgreSQL's timestamps reach the year 294276 and chrono's calendar ends with 262142: a row
+/// another client wrote past that (or `infinity`) is listed and inspected exactly, where
+/// decoding it through chrono panicked, and the rows around it are listed as well.
+#[tokio::test]
+async fn a_row_past_chronos_calendar_is_listed_exactly_without_a_panic() {
+    use std::time::SystemTime;
+
+    let table = unique("pg_admin_far");
+    let node = node(&table).await;
+    exec(
+        &pool().await,
+        &format!(
+            "INSERT INTO {table} (name, lock_until, locked_at, locked_by) VALUES \
+             ('far', '294276-12-31 23:59:59.999999', '262143-01-01 00:00:00', 'another-client'), \
+             ('forever', 'infinity', '2024-01-01 00:00:00', 'another-client'), \
+             ('near', '2000-01-01 00:00:00', '1999-12-31 23:59:59.5', 'another-client')"
+        ),
+    )
+    .await;
+    let micros = |micros: u64| SystemTime::UNIX_EPOCH + Duration::from_micros(micros);
+    let page = node.list_locks(&PageRequest::first("")).await.unwrap();
+    let names: Vec<&str> = page.locks.iter().map(|lock| lock.name.as_str()).collect();
+    assert_eq!(names, ["far", "forever", "near"]);
+    let far = node.inspect_lock("far").await.unwrap().unwrap();
+    assert_eq!(
+        (&far.acquisition, far.held_until, far.locked_at),
+        (
+            &page.locks[0].acquisition,
+            page.locks[0].held_until,
+            page.locks[0].locked_at
+        )
+    );
+    assert_eq!(far.state, shedlock_core::LockState::Held);
+    assert_eq!(far.held_until, Some(micros(9_224_318_015_999_999_999)));
+    assert_eq!(far.locked_at, Some(micros(8_210_266_876_800_000_000)));
+    assert_eq!(far.locked_by.as_deref(), Some("another-client"));
+    assert!(
+        far.acquisition
+            .as_str()
+            .starts_with("another-client/8210266876800000000/"),
+        "{}",
+        far.acquisition
+    );
+    let forever = &page.locks[1];
+    assert_eq!(forever.state, shedlock_core::LockState::Held);
+    assert_eq!(forever.held_until, None, "infinity is no instant");
+    assert_eq!(forever.locked_at, Some(micros(1_704_067_200_000_000)));
+    let near = &page.locks[2];
+    assert_eq!(near.state, shedlock_core::LockState::Free);
+    assert_eq!(near.held_until, Some(micros(946_684_800_000_000)));
+    assert_eq!(near.locked_at, Some(micros(946_684_799_500_000)));
+    drop_table(&table).await;
+}

@@ -442,10 +442,10 @@ where
         let position = match &request.after {
             None => Position::start(),
             Some(after) => Position::decode(after.as_str()).ok_or_else(|| {
-                LockError::backend_message(
+                LockError::invalid_request(
                     PROVIDER,
                     Operation::List,
-                    &request.prefix,
+                    "",
                     format!(
                         "the page cursor {:?} is not one this provider made: it is a SCAN \
                          cursor, <slot>:<SCAN cursor> on a Redis Cluster, either followed by \
@@ -554,6 +554,19 @@ where
         acquisition: &AcquisitionId,
     ) -> Result<bool, LockError> {
         let key = self.lock_key(name)?;
+        if locked_at(acquisition.as_str()).is_none() {
+            return Err(LockError::invalid_request(
+                PROVIDER,
+                Operation::ForceUnlock,
+                name,
+                format!(
+                    "acquisition id {:?} is not a ShedLock lock value (ADDED:<RFC 3339 time>@<holder>, \
+                     as every Rust and Java node writes it and a listing or inspect shows it); \
+                     nothing was changed",
+                    acquisition.as_str()
+                ),
+            ));
+        }
         let inner = &self.inner;
         let mut connection = inner.connection.clone();
         inner

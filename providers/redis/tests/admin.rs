@@ -481,7 +481,7 @@ async fn a_cursor_this_provider_did_not_make_is_refused() {
         assert!(
             matches!(
                 error,
-                LockError::Backend {
+                LockError::InvalidRequest {
                     operation: Operation::List,
                     ..
                 }
@@ -528,15 +528,39 @@ async fn a_key_of_another_type_is_named_by_inspect_and_never_freed() {
     ] {
         assert!(text.contains(part), "{part:?} in {text}");
     }
-    // No acquisition id can name it: force-unlock answers false and leaves it.
+    // No acquisition id can name it: one that is no ShedLock value is refused before anything
+    // is sent, one that is answers false, and the hash is left.
     for id in ["owner", "", "another app"] {
+        let error = node
+            .force_unlock("hashed", &AcquisitionId::new(id))
+            .await
+            .unwrap_err();
         assert!(
-            !node
-                .force_unlock("hashed", &AcquisitionId::new(id))
-                .await
-                .unwrap()
+            matches!(
+                error,
+                LockError::InvalidRequest {
+                    operation: Operation::ForceUnlock,
+                    ..
+                }
+            ),
+            "{id:?}: {error:?}"
+        );
+        assert!(
+            error
+                .to_string()
+                .contains(&format!("{id:?} is not a ShedLock lock value")),
+            "{error}"
         );
     }
+    assert!(
+        !node
+            .force_unlock(
+                "hashed",
+                &AcquisitionId::new("ADDED:2024-05-06T07:08:09.123Z@java-host")
+            )
+            .await
+            .unwrap()
+    );
     let owner: Option<String> = redis::cmd("HGET")
         .arg(&key)
         .arg("owner")

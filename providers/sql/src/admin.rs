@@ -31,10 +31,28 @@ impl<B: SqlBackend> LockAdmin for SqlLockProvider<B> {
     /// a page may hold fewer locks than asked and still not be the last.
     async fn list_locks(&self, request: &PageRequest) -> Result<LockPage, LockError> {
         let limit = request.limit.max(1);
+        let after = request.after.as_ref().map(PageCursor::as_str);
+        let texts = [
+            ("prefix", Some(request.prefix.as_str())),
+            ("page cursor", after),
+        ];
+        for (what, text) in texts
+            .into_iter()
+            .filter_map(|(what, text)| Some((what, text?)))
+        {
+            if let Some(rule) = self.backend().text_rule(text) {
+                return Err(LockError::invalid_request(
+                    B::PROVIDER,
+                    Operation::List,
+                    "",
+                    format!("the {what} {text:?} breaks a rule of the name column: {rule}"),
+                ));
+            }
+        }
         let pattern = like_prefix_pattern(&request.prefix);
         let selection = LockSelection::Page {
             pattern: &pattern,
-            after: request.after.as_ref().map(PageCursor::as_str),
+            after,
             limit: i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1),
         };
         let now = self.node_time();
@@ -133,7 +151,7 @@ impl<B: SqlBackend> SqlLockProvider<B> {
             } else {
                 "<locked_by>/<locked_at>"
             };
-            LockError::backend_message(
+            LockError::invalid_request(
                 B::PROVIDER,
                 Operation::ForceUnlock,
                 name,

@@ -94,6 +94,14 @@ pub trait SqlBackend: Sized + Send + Sync + fmt::Debug + 'static {
         Ok(())
     }
 
+    /// The rule `text` (a listing's prefix or page cursor, compared with the name column)
+    /// breaks because this database cannot hold it as text at all, or `None`; such a listing
+    /// is refused before anything is sent.
+    fn text_rule(&self, text: &str) -> Option<&'static str> {
+        let _ = text;
+        None
+    }
+
     /// Runs one acquire statement for `record`, as one round trip.
     ///
     /// `record.now` binds as a parameter only in client-time statements; see

@@ -86,7 +86,7 @@ impl NodeWrite {
             })
             .filter(|write| write.mzxid > 0 && write.version >= 0)
             .ok_or_else(|| {
-                LockError::backend_message(
+                LockError::invalid_request(
                     PROVIDER,
                     Operation::ForceUnlock,
                     name,
@@ -119,7 +119,7 @@ fn lock_info(name: &str, data: &[u8], stat: &Stat, server_now: ServerMicros) -> 
 /// The lock name a cursor (the node name of a page's last lock) stands for.
 fn cursor_name(cursor: &PageCursor) -> Result<String, LockError> {
     paths::lock_name(cursor.as_str()).ok_or_else(|| {
-        LockError::backend_message(
+        LockError::invalid_request(
             PROVIDER,
             Operation::List,
             "",

@@ -203,6 +203,16 @@ async fn listing_by_prefix_reads_small_pages_in_name_order_and_matches_literally
         .await
         .unwrap_err();
     assert!(error.to_string().contains("page cursor \"%zz\""), "{error}");
+    assert!(
+        matches!(
+            error,
+            LockError::InvalidRequest {
+                operation: Operation::List,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
     cleanup(&root).await;
 
     // A lazily built provider on a new root: its first operation creates the root (learning
@@ -412,6 +422,16 @@ async fn force_unlock_frees_exactly_the_acquisition_it_names() {
             .to_string()
             .contains("is not one the zookeeper provider produced"),
         "{error}"
+    );
+    assert!(
+        matches!(
+            error,
+            LockError::InvalidRequest {
+                operation: Operation::ForceUnlock,
+                ..
+            }
+        ),
+        "{error:?}"
     );
     assert_refused(&c, "x").await;
     assert!(taken.unlock().await.unwrap());

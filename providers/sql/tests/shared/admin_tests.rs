@@ -264,7 +264,8 @@ pub async fn force_unlock_frees_exactly_the_acquisition_it_names(
             .await
             .unwrap_err();
         match &error {
-            LockError::Backend {
+            // Refused before anything was sent: the caller's mistake, not the backend's.
+            LockError::InvalidRequest {
                 operation: Operation::ForceUnlock,
                 name,
                 message,
@@ -274,7 +275,7 @@ pub async fn force_unlock_frees_exactly_the_acquisition_it_names(
                 assert!(message.contains("<locked_by>/<locked_at>"), "{message}");
                 assert!(message.contains("nothing was changed"), "{message}");
             }
-            other => panic!("{malformed}: expected a ForceUnlock error, got {other:?}"),
+            other => panic!("{malformed}: expected InvalidRequest of ForceUnlock, got {other:?}"),
         }
     }
     let unchanged = admin.inspect_lock("stuck").await.unwrap().unwrap();
