@@ -601,16 +601,21 @@ struct StorageLock {
 
 impl fmt::Debug for StorageLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StorageLock")
+        let mut shown = f.debug_struct("StorageLock");
+        shown
             .field("provider", &self.storage.provider_name())
             .field("name", &self.held.name)
             .field("locked_by", &self.held.locked_by)
-            .field("fencing_token", &self.held.fencing_token)
-            .field(
+            .field("fencing_token", &self.held.fencing_token);
+        match self.released.try_lock() {
+            Ok(released) => shown.field("released", &*released),
+            // An unlock or extend holds the flag while it waits for the backend.
+            Err(_) => shown.field(
                 "released",
-                &self.released.try_lock().map(|released| *released).ok(),
-            )
-            .finish()
+                &format_args!("(an unlock or extend is running)"),
+            ),
+        };
+        shown.finish()
     }
 }
 

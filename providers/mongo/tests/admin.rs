@@ -317,16 +317,21 @@ async fn force_unlock_frees_exactly_the_acquisition_it_names() {
     let held = acquire(&a, &x).await;
     let seen = operator.inspect_lock("x").await.unwrap().unwrap();
     assert!(operator.force_unlock("x", &seen.acquisition).await.unwrap());
-    // The document stays, freed as a release frees it.
+    // The document stays, freed as a release frees it, with the fencing token counted up:
+    // that retires the acquisition, so its id names it no more.
     let freed = operator.inspect_lock("x").await.unwrap().unwrap();
     assert_eq!(freed.state, LockState::Free);
-    assert_eq!(freed.acquisition, seen.acquisition);
+    assert_ne!(freed.acquisition, seen.acquisition);
+    assert_eq!(
+        freed.fencing_token,
+        held.fencing_token().map(|token| token + 1)
+    );
 
     let taken = acquire(&b, &x).await;
     assert_eq!(
         taken.fencing_token(),
-        held.fencing_token().map(|token| token + 1),
-        "the counter kept counting"
+        held.fencing_token().map(|token| token + 2),
+        "the counter kept counting, past the force-unlock's own count"
     );
     assert!(!held.unlock().await.unwrap(), "A's acquisition was freed");
     assert!(!held.extend(30 * SECOND).await.unwrap());
