@@ -600,23 +600,21 @@ impl LockProvider for MutantNode {
     async fn try_lock(&self, config: &LockConfiguration) -> Result<Acquisition, LockError> {
         let acquisition = self.inner.try_lock(config).await?;
         Ok(match acquisition {
-            Acquisition::Acquired(handle) if self.store.defect == Defect::HandleForgetsRelease => {
+            Acquisition::Acquired(handle)
+                if matches!(
+                    self.store.defect,
+                    Defect::HandleForgetsRelease | Defect::ReleaseRememberedLate
+                ) =>
+            {
                 let held = self
                     .store
                     .held_record(config.name(), config, handle.fencing_token());
-                Acquisition::Acquired(Box::new(ForgetfulHandle {
+                let remembered = (self.store.defect == Defect::ReleaseRememberedLate)
+                    .then(|| AtomicBool::new(false));
+                Acquisition::Acquired(Box::new(StoreHandle {
                     store: self.store.clone(),
                     held,
-                }))
-            }
-            Acquisition::Acquired(handle) if self.store.defect == Defect::ReleaseRememberedLate => {
-                let held = self
-                    .store
-                    .held_record(config.name(), config, handle.fencing_token());
-                Acquisition::Acquired(Box::new(LateMemoryHandle {
-                    store: self.store.clone(),
-                    held,
-                    released: AtomicBool::new(false),
+                    remembered,
                 }))
             }
             other => other,
@@ -741,15 +739,17 @@ impl LockAdmin for MutantNode {
     }
 }
 
-/// A handle that asks the store every time, with no memory of its own release.
+/// A handle that asks the store itself, with a broken memory of its own release: none at all
+/// (`remembered: None`), or a flag set only once the store answered.
 #[derive(Debug)]
-struct ForgetfulHandle {
+struct StoreHandle {
     store: MutantStore,
     held: HeldRecord,
+    remembered: Option<AtomicBool>,
 }
 
 #[async_trait]
-impl LockHandle for ForgetfulHandle {
+impl LockHandle for StoreHandle {
     fn name(&self) -> &str {
         &self.held.name
     }
@@ -763,51 +763,23 @@ impl LockHandle for ForgetfulHandle {
     }
 
     async fn unlock(&self) -> Result<bool, LockError> {
-        self.store.unlock(&self.held, NodeTime::ServerTime).await
-    }
-
-    async fn extend(&self, lock_at_most_for: Duration) -> Result<bool, LockError> {
-        self.store
-            .extend(&self.held, lock_at_most_for, NodeTime::ServerTime)
-            .await
-    }
-}
-
-/// A handle that sets its "released" flag only after the store answered.
-#[derive(Debug)]
-struct LateMemoryHandle {
-    store: MutantStore,
-    held: HeldRecord,
-    released: AtomicBool,
-}
-
-#[async_trait]
-impl LockHandle for LateMemoryHandle {
-    fn name(&self) -> &str {
-        &self.held.name
-    }
-
-    fn fencing_token(&self) -> Option<u64> {
-        self.held.fencing_token
-    }
-
-    fn time_source(&self) -> TimeSource {
-        TimeSource::Server
-    }
-
-    async fn unlock(&self) -> Result<bool, LockError> {
-        if self.released.load(Ordering::SeqCst) {
+        let Some(released) = &self.remembered else {
+            return self.store.unlock(&self.held, NodeTime::ServerTime).await;
+        };
+        if released.load(Ordering::SeqCst) {
             return Ok(false);
         }
         // The round trip, during which another task's unlock passes the test above.
         tokio::task::yield_now().await;
         let answer = self.store.unlock(&self.held, NodeTime::ServerTime).await?;
-        self.released.store(true, Ordering::SeqCst);
+        released.store(true, Ordering::SeqCst);
         Ok(answer)
     }
 
     async fn extend(&self, lock_at_most_for: Duration) -> Result<bool, LockError> {
-        if self.released.load(Ordering::SeqCst) {
+        if let Some(released) = &self.remembered
+            && released.load(Ordering::SeqCst)
+        {
             return Ok(false);
         }
         self.store

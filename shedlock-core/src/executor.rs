@@ -15,7 +15,7 @@ use tracing::{Instrument, Span, debug, info_span, warn};
 
 use crate::configuration::LockConfiguration;
 use crate::error::LockError;
-use crate::log_fields::{ErrorChain, Timestamp};
+use crate::log_fields::{ErrorChain, Rfc3339};
 use crate::provider::{Acquisition, LockHandle, LockHolder, LockProvider};
 
 /// What happened to a task handed to the [`LockingTaskExecutor`].
@@ -380,7 +380,7 @@ impl LockingTaskExecutor {
                     holder = described.locked_by.as_deref(),
                     held_until = described
                         .held_until
-                        .map(Timestamp)
+                        .map(Rfc3339::millis)
                         .map(tracing::field::display),
                     "skipped: the lock is held elsewhere"
                 );

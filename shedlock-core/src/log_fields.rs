@@ -21,34 +21,77 @@ impl fmt::Display for ErrorChain<'_> {
     }
 }
 
-/// An instant as RFC 3339 UTC with milliseconds (`2023-11-14T22:13:20.000Z`), the form backends
-/// print their own times in, instead of `SystemTime`'s seconds-and-nanoseconds `Debug`.
-pub(crate) struct Timestamp(pub(crate) SystemTime);
+/// An instant as RFC 3339 UTC, written exactly for any instant a `SystemTime` can hold, with
+/// three or six digits of the second (`2023-11-14T22:13:20.005Z`): the form backends print
+/// their own times in, for log events, JSON and operators' tables, instead of `SystemTime`'s
+/// seconds-and-nanoseconds `Debug`.
+///
+/// A year outside 0 to 9999 is written signed, with five digits or more (ISO 8601's expanded
+/// form, as chrono writes the years its calendar has), so an instant past chrono's calendar
+/// (the year 262143 on, which a PostgreSQL row may hold) is written rather than a panic.
+/// Fractions are truncated toward the past.
+///
+/// ```
+/// use std::time::{Duration, UNIX_EPOCH};
+/// use shedlock_core::Rfc3339;
+/// let instant = UNIX_EPOCH + Duration::from_micros(1_700_000_000_005_123);
+/// assert_eq!(Rfc3339::millis(instant).to_string(), "2023-11-14T22:13:20.005Z");
+/// assert_eq!(Rfc3339::micros(instant).to_string(), "2023-11-14T22:13:20.005123Z");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rfc3339 {
+    instant: SystemTime,
+    /// Digits of the second: 3 or 6.
+    digits: u32,
+}
 
-impl fmt::Display for Timestamp {
+impl Rfc3339 {
+    /// With milliseconds.
+    pub fn millis(instant: SystemTime) -> Self {
+        Self { instant, digits: 3 }
+    }
+
+    /// With microseconds, the precision the SQL backends store.
+    pub fn micros(instant: SystemTime) -> Self {
+        Self { instant, digits: 6 }
+    }
+}
+
+impl fmt::Display for Rfc3339 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let Ok(since_epoch) = self.0.duration_since(UNIX_EPOCH) else {
-            return write!(f, "{:?}", self.0);
+        let nanos: i128 = match self.instant.duration_since(UNIX_EPOCH) {
+            Ok(after) => i128::try_from(after.as_nanos()).unwrap_or(i128::MAX),
+            Err(before) => -i128::try_from(before.duration().as_nanos()).unwrap_or(i128::MAX),
         };
-        let secs = since_epoch.as_secs();
-        let (days, second_of_day) = (secs / 86_400, secs % 86_400);
+        let unit = 10_i128.pow(9 - self.digits);
+        let per_second = 10_i128.pow(self.digits);
+        let fractions = nanos.div_euclid(unit);
+        let seconds = fractions.div_euclid(per_second);
+        let fraction = fractions.rem_euclid(per_second);
+        let (days, of_day) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
         let (year, month, day) = civil_from_days(days);
+        if (0..=9999).contains(&year) {
+            write!(f, "{year:04}")?;
+        } else {
+            write!(f, "{year:+05}")?;
+        }
         write!(
             f,
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-            second_of_day / 3_600,
-            second_of_day / 60 % 60,
-            second_of_day % 60,
-            since_epoch.subsec_millis()
+            "-{month:02}-{day:02}T{:02}:{:02}:{:02}.{fraction:0width$}Z",
+            of_day / 3_600,
+            of_day % 3_600 / 60,
+            of_day % 60,
+            width = self.digits as usize
         )
     }
 }
 
-/// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
+/// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`),
+/// for any number of days an instant can have.
+fn civil_from_days(days: i128) -> (i128, i128, i128) {
     let z = days + 719_468;
-    let era = z / 146_097;
-    let day_of_era = z % 146_097;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
     let year_of_era =
         (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
     let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
@@ -59,7 +102,7 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
     } else {
         shifted_month - 9
     };
-    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    let year = year_of_era + era * 400 + i128::from(month <= 2);
     (year, month, day)
 }
 
@@ -71,7 +114,7 @@ mod tests {
     use crate::{LockError, Operation};
 
     fn at(secs: u64, millis: u64) -> String {
-        Timestamp(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(millis))
+        Rfc3339::millis(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(millis))
             .to_string()
     }
 
@@ -84,6 +127,17 @@ mod tests {
         assert_eq!(at(1_735_689_599, 999), "2024-12-31T23:59:59.999Z");
         assert_eq!(at(4_107_456_000, 0), "2100-02-28T00:00:00.000Z");
         assert_eq!(at(4_107_542_400, 0), "2100-03-01T00:00:00.000Z");
+        // Before the epoch, and past chrono's calendar.
+        let before = UNIX_EPOCH - Duration::from_millis(1);
+        assert_eq!(
+            Rfc3339::millis(before).to_string(),
+            "1969-12-31T23:59:59.999Z"
+        );
+        let far = UNIX_EPOCH + Duration::from_micros(9_224_318_015_999_999_999);
+        assert_eq!(
+            Rfc3339::micros(far).to_string(),
+            "+294276-12-31T23:59:59.999999Z"
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
-use shedlock_core::{LockInfo, LockPage};
+use shedlock_core::{LockInfo, LockPage, Rfc3339};
 
 /// One lock: times as RFC 3339 UTC with microseconds (`2026-12-01T04:05:06.123456Z`),
 /// `remaining_ms` by the backend's clock, absent fields as `null`.
@@ -37,60 +37,11 @@ pub struct LockPageJson {
     pub next: Option<String>,
 }
 
-/// An instant as RFC 3339 UTC with microseconds, the precision the SQL backends store.
-///
-/// Any instant is written exactly: one outside the years 0 to 9999 has a signed year of five
-/// digits or more (ISO 8601's expanded form, as chrono writes the years its calendar has), and
-/// one beyond chrono's calendar (the year 262143 on, which a PostgreSQL row may hold) is
-/// computed here rather than through chrono, which would panic.
+/// An instant as RFC 3339 UTC with microseconds, the precision the SQL backends store, written
+/// exactly for any instant ([`Rfc3339`]): a year outside 0 to 9999 is signed, and an instant past
+/// chrono's calendar (a PostgreSQL row may hold one) is written rather than a panic.
 pub fn rfc3339(instant: SystemTime) -> String {
-    let nanos: i128 = match instant.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(after) => i128::try_from(after.as_nanos()).unwrap_or(i128::MAX),
-        Err(before) => -i128::try_from(before.duration().as_nanos()).unwrap_or(i128::MAX),
-    };
-    // Truncated to the microsecond toward the past, as chrono truncates.
-    let micros = nanos.div_euclid(1_000);
-    let seconds = micros.div_euclid(1_000_000);
-    let subsecond = micros.rem_euclid(1_000_000);
-    let days = seconds.div_euclid(86_400);
-    let of_day = seconds.rem_euclid(86_400);
-    let (year, month, day) = civil_from_days(days);
-    let year = if (0..=9999).contains(&year) {
-        format!("{year:04}")
-    } else {
-        format!("{year:+05}")
-    };
-    format!(
-        "{year}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{subsecond:06}Z",
-        of_day / 3_600,
-        of_day % 3_600 / 60,
-        of_day % 60
-    )
-}
-
-/// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`),
-/// for any number of days an instant can have.
-fn civil_from_days(days: i128) -> (i128, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let shifted_month = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
-    let month = if shifted_month < 10 {
-        shifted_month + 3
-    } else {
-        shifted_month - 9
-    };
-    let year = year_of_era + era * 400 + i128::from(month <= 2);
-    // Both are small: a day of 1 to 31, a month of 1 to 12.
-    (
-        year,
-        u32::try_from(month).unwrap_or(0),
-        u32::try_from(day).unwrap_or(0),
-    )
+    Rfc3339::micros(instant).to_string()
 }
 
 fn millis(duration: Duration) -> u64 {

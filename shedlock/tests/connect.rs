@@ -22,24 +22,15 @@
     allow(dead_code, unused_imports)
 )]
 
-use std::future::Future;
+mod support;
+
 use std::time::Duration;
 
 use shedlock::{AnyLockProvider, ConnectError, LockConfiguration, LockError, LockProvider};
+use support::{bounded, env_url, unique, with_scheme};
 
 /// A password no message or `Debug` output may contain.
 const SECRET: &str = "s3cretPa55";
-
-/// Every test that talks to a server is bounded, so a hung backend fails the test.
-async fn bounded<T>(test: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(60), test)
-        .await
-        .expect("the test did not finish within 60 s")
-}
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
-}
 
 /// Asserts that neither the text nor its source chain shows the password.
 fn assert_no_secret(what: &str, text: &str) {
@@ -69,18 +60,6 @@ async fn assert_same_backend(any: &AnyLockProvider, own: &dyn LockProvider) {
         .into_handle()
         .expect("released through the facade, the lock is free for the provider crate");
     assert!(again.unlock().await.unwrap());
-}
-
-fn env_url(var: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: these tests need that server (ci/test.sh sets it)")
-    })
-}
-
-/// `url` with its scheme replaced by `scheme`.
-fn with_scheme(scheme: &str, url: &str) -> String {
-    let (_, rest) = url.split_once("://").expect("a URL with a scheme");
-    format!("{scheme}://{rest}")
 }
 
 /// `url` with `user:password` put in front of its host.

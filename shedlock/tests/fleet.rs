@@ -22,29 +22,16 @@
     allow(dead_code, unused_imports)
 )]
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use shedlock::AnyLockProvider;
 use shedlock::scheduler::{Job, LockDefaults, RunContext, Schedule, Scheduler};
+use support::{env_url, unique, with_scheme};
 use tokio::time::{Instant, sleep, sleep_until, timeout};
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
-}
-
-fn env_url(var: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: these tests need that server (ci/test.sh sets it)")
-    })
-}
-
-/// `url` with its scheme replaced by `scheme`.
-fn with_scheme(scheme: &str, url: &str) -> String {
-    let (_, rest) = url.split_once("://").expect("a URL with a scheme");
-    format!("{scheme}://{rest}")
-}
 
 async fn provider(url: &str) -> AnyLockProvider {
     AnyLockProvider::builder()

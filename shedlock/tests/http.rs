@@ -24,7 +24,8 @@
     allow(dead_code, unused_imports, unused_macros)
 )]
 
-use std::future::Future;
+mod support;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,23 +36,13 @@ use axum::routing::get;
 use serde_json::{Value, json};
 use shedlock::http::LockRoutes;
 use shedlock::{AnyLockProvider, LockConfiguration, LockHandle, LockProvider};
+use support::{bounded, unique};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 /// Where the tests mount the view, as an application would.
 const MOUNT: &str = "/admin/shedlock";
-
-/// Every scenario is bounded, so a hung server or backend fails the test.
-async fn bounded<T>(test: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(60), test)
-        .await
-        .expect("the test did not finish within 60 s")
-}
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
-}
 
 /// `text` percent-encoded for a path segment or a query value: every byte but the unreserved.
 fn encoded(text: &str) -> String {

@@ -13,7 +13,7 @@ use shedlock_core::{AcquisitionId, LockAdmin, LockProvider};
 use crate::failure::{CheckFailure, Rule, Verdict};
 use crate::harness::ConformanceHarness;
 use crate::names::NameSpace;
-use crate::trace::{Trace, config};
+use crate::trace::{Timed, Trace, config};
 
 use super::admin::admin_of;
 use super::{node, timing_of};
@@ -42,11 +42,7 @@ pub async fn check_concurrent_release<H: ConformanceHarness>(
         let at_least = if round % 2 == 0 { Duration::ZERO } else { long };
         let lock = config(&names.name(&format!("r{round}")), long, at_least);
         let held = trace.must_acquire_free("A", &a, &lock).await?.value;
-        let answers = join_all((0..RACERS).map(|_| trace.unlock("A", &*held))).await;
-        let mut released = 0;
-        for answer in answers {
-            released += usize::from(answer?.value);
-        }
+        let released = trues(join_all((0..RACERS).map(|_| trace.unlock("A", &*held))).await)?;
         if released != 1 {
             return Err(trace.failure(
                 Rule::RELEASE_RESULT,
@@ -118,16 +114,14 @@ pub async fn check_admin_concurrent_force_unlock<H: ConformanceHarness>(
         let lock = config(&names.name(&format!("f{round}")), long, long);
         let _held = trace.must_acquire_free("A", &a, &lock).await?.value;
         let seen = inspected(&trace, admins[0].1, lock.name()).await?;
-        let answers = join_all(
-            admins
-                .iter()
-                .map(|(label, admin)| trace.force_unlock(label, *admin, lock.name(), &seen)),
-        )
-        .await;
-        let mut freed = 0;
-        for answer in answers {
-            freed += usize::from(answer?.value);
-        }
+        let freed = trues(
+            join_all(
+                admins
+                    .iter()
+                    .map(|(label, admin)| trace.force_unlock(label, *admin, lock.name(), &seen)),
+            )
+            .await,
+        )?;
         if freed != 1 {
             return Err(trace.failure(
                 Rule::ADMIN,
@@ -210,6 +204,13 @@ pub async fn check_admin_concurrent_force_unlock<H: ConformanceHarness>(
         }
     }
     Ok(Verdict::Passed { notes: Vec::new() })
+}
+
+/// How many of the calls sent together answered `true`; the first error fails the check.
+fn trues(answers: Vec<Result<Timed<bool>, CheckFailure>>) -> Result<usize, CheckFailure> {
+    answers
+        .into_iter()
+        .try_fold(0, |count, answer| Ok(count + usize::from(answer?.value)))
 }
 
 /// The acquisition an operator sees holding `name`, which a node has just taken.
