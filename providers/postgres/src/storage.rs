@@ -23,20 +23,22 @@ const DIALECT: Dialect = Dialect::Postgres;
 /// How far a `timestamp` or `timestamptz` column reaches with this provider.
 ///
 /// PostgreSQL's own types end with the year 294276, but the provider reaches less far:
-/// - the admin statements read times back through chrono, whose dates end with the year
-///   262142; sqlx panics decoding a later one (`NaiveDateTime + TimeDelta overflowed`);
 /// - the take-over statement reads `lock_until` as microseconds since the epoch in an `int8`,
 ///   which overflows after 294247-01-10 04:00:54.775807, so every other node's acquire would
 ///   fail while such a lock is held;
 /// - `make_interval` takes the duration in float seconds, and rounds one this long by up to
-///   about a millisecond.
+///   about a millisecond;
+/// - under server time the end is computed from the database's clock, but judged here from
+///   the node's, so the limit must sit far below the overflow for a node whose clock is wrong
+///   by any amount still to stay clear of it.
 ///
-/// So the limit is chrono's last whole second: a lock ending by then reads back everywhere,
-/// and the rounding cannot carry it past the end of chrono's calendar.
+/// So the limit is the last whole second of chrono's calendar (262142), 32,000 years short of
+/// the overflow. Rows that other programs wrote past it (up to `infinity`) are still read
+/// exactly: the admin decodes timestamps from their binary form, not through chrono.
 const TIMESTAMP_LIMIT: TimestampLimit = TimestampLimit {
     latest: UtcInstant::from_civil((262_142, 12, 31), (23, 59, 59), 0),
-    advice: " (PostgreSQL's timestamps reach the year 294276, but this provider reads them back \
-             through chrono, whose calendar ends with 262142)",
+    advice: " (PostgreSQL's timestamps reach the year 294276, but this provider keeps its locks \
+             32,000 years short of where its take-over statement's arithmetic overflows)",
 };
 
 /// `CREATE TABLE IF NOT EXISTS` for `table`: ShedLock's PostgreSQL table, plus the fencing

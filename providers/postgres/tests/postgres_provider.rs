@@ -793,8 +793,8 @@ async fn a_pool_with_no_free_connection_is_a_timeout_that_says_so() {
 
 #[tokio::test]
 async fn locks_ending_past_what_the_provider_reads_back_are_refused_before_writing() {
-    // PostgreSQL's timestamps reach 294276, but the provider reads them back through chrono,
-    // whose calendar ends with 262142 (and sqlx panics past it); see
+    // PostgreSQL's timestamps reach 294276, but the provider's own locks end by 262142, far
+    // from the take-over's int8 overflow; see
     // the_provider_reaches_the_end_of_chronos_calendar_and_not_further.
     let pool = pool().await;
     let made = unique("pg_limit_ts");
@@ -863,9 +863,10 @@ async fn locks_ending_past_what_the_provider_reads_back_are_refused_before_writi
 /// 262142-12-31 23:59:59 UTC, chrono's last whole second, as seconds since the epoch.
 const CHRONO_LAST_SECOND: u64 = 8_210_266_876_799;
 
-/// Why the limit is chrono's last second rather than PostgreSQL's 294276: a row ending after
-/// it (written here by hand, as another program could) makes the provider's admin panic, and
-/// one ending after 294247-01-10 fails every other node's acquire with an `int8` overflow.
+/// Why the provider's own locks end by chrono's last second rather than PostgreSQL's 294276:
+/// a row ending after 294247-01-10 (written here by hand, as another program could) fails
+/// every other node's acquire with an `int8` overflow, and the limit keeps a node whose clock
+/// is wrong far from that. Rows past chrono's calendar that others wrote still read exactly.
 #[tokio::test]
 async fn the_provider_reaches_the_end_of_chronos_calendar_and_not_further() {
     use shedlock_core::LockAdmin;
@@ -895,16 +896,19 @@ async fn the_provider_reaches_the_end_of_chronos_calendar_and_not_further() {
         info.held_until,
         Some(SystemTime::UNIX_EPOCH + Duration::from_secs(CHRONO_LAST_SECOND))
     );
-    // A microsecond into the next year, the admin's read panics inside sqlx (chrono).
+    // A microsecond into the next year (another client's row), the admin reads it exactly
+    // and the acquire's take-over sees it held.
     write("past-chrono", "262143-01-01 00:00:00.000001").await;
-    let inspect = tokio::spawn({
-        let provider = provider.node();
-        async move { provider.inspect_lock("past-chrono").await.map(|_| ()) }
-    });
-    assert!(
-        inspect.await.unwrap_err().is_panic(),
-        "sqlx's chrono decoding panics past 262142; if it no longer does, the limit may move"
+    let info = provider.inspect_lock("past-chrono").await.unwrap().unwrap();
+    assert_eq!(
+        info.held_until,
+        Some(
+            SystemTime::UNIX_EPOCH
+                + Duration::from_secs(CHRONO_LAST_SECOND + 1)
+                + Duration::from_micros(1)
+        )
     );
+    assert!(lock(&provider, "past-chrono", MINUTE).await.is_none(), "held");
     // Past 294247-01-10 04:00:54.775807, the take-over's microseconds overflow int8.
     let error = provider
         .try_lock(&config("postgres-last", MINUTE, Duration::ZERO))

@@ -143,7 +143,7 @@ impl<B: SqlBackend> SqlStorage<B> {
     /// in 2038), so only a lock ending within the clocks' skew of its limit can be judged
     /// otherwise than the database would. MySQL then refuses it itself (nothing is written);
     /// SQLite has no other clock; PostgreSQL would store it, seconds past the limit of the
-    /// year 262142, which the provider's admin listing cannot read back.
+    /// year 262142, still 32,000 years short of where its take-over's arithmetic overflows.
     fn check_lock_until(
         &self,
         operation: Operation,
