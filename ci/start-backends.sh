@@ -49,6 +49,9 @@ wait_until() {
 # Build-time tool: etcd-client's build script needs protoc.
 apt_install protobuf-compiler
 command -v protoc >/dev/null || die "protoc is still missing after installing protobuf-compiler"
+# Test tool: the fault suite's wrong_clocks check runs nodes under faketime.
+apt_install faketime
+command -v faketime >/dev/null || die "faketime is still missing after installing faketime"
 
 # --- PostgreSQL: 127.0.0.1:5432, user postgres, trust auth, database test.
 postgres_ready() { psql -h 127.0.0.1 -U postgres -d test -tAc 'select 1' | grep -q 1; }

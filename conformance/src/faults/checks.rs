@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use shedlock_core::{
     Acquisition, LockConfiguration, LockError, LockHandle, LockProvider, LockingTaskExecutor,
-    SystemClock, TaskOutcome,
+    SystemClock, TaskOutcome, TimeSource,
 };
 use tokio::time::Instant;
 
@@ -53,18 +53,21 @@ pub enum FaultCheck {
     StallDuringExtend,
     /// [`check_backend_restart`]
     BackendRestart,
+    /// [`check_wrong_clocks`]
+    WrongClocks,
     /// [`check_soak`]
     Soak,
 }
 
 impl FaultCheck {
     /// The whole suite, in the order it runs.
-    pub const ALL: [FaultCheck; 6] = [
+    pub const ALL: [FaultCheck; 7] = [
         FaultCheck::HolderCrash,
         FaultCheck::StallDuringAcquire,
         FaultCheck::StallDuringRelease,
         FaultCheck::StallDuringExtend,
         FaultCheck::BackendRestart,
+        FaultCheck::WrongClocks,
         FaultCheck::Soak,
     ];
 
@@ -76,6 +79,7 @@ impl FaultCheck {
             FaultCheck::StallDuringRelease => "stall_during_release",
             FaultCheck::StallDuringExtend => "stall_during_extend",
             FaultCheck::BackendRestart => "backend_restart",
+            FaultCheck::WrongClocks => "wrong_clocks",
             FaultCheck::Soak => "soak",
         }
     }
@@ -92,6 +96,7 @@ impl FaultCheck {
             FaultCheck::StallDuringRelease => check_stall_during_release(harness, names).await,
             FaultCheck::StallDuringExtend => check_stall_during_extend(harness, names).await,
             FaultCheck::BackendRestart => check_backend_restart(harness, names).await,
+            FaultCheck::WrongClocks => check_wrong_clocks(harness, names).await,
             FaultCheck::Soak => check_soak(harness, names, &SoakSettings::from_env()).await,
         }
     }
@@ -1064,4 +1069,314 @@ pub async fn check_soak<H: FaultHarness>(
         killed.len()
     ));
     Ok(Verdict::Passed { notes })
+}
+
+/// The clocks of [`check_wrong_clocks`]'s nodes: what `faketime -f` is given, how it reads,
+/// and whether the clock runs at the right rate (set ahead or behind only).
+const WRONG_CLOCKS: [(&str, &str, bool); 4] = [
+    ("+1h", "an hour ahead", true),
+    ("-1h", "an hour behind", true),
+    ("+0 x2", "running twice as fast", false),
+    ("+0 x0.5", "running at half speed", false),
+];
+
+/// How long a node with a wrong clock waits, on its own clock, before it takes a lock of its
+/// own: time enough for a clock that runs at the wrong rate to have drifted.
+const WRONG_CLOCK_WAIT: Duration = Duration::from_secs(2);
+
+/// Wrong clocks: nodes in processes of their own under `faketime`, with clocks an hour ahead,
+/// an hour behind, running twice as fast and at half speed. Under server time:
+/// - none takes a lock another node holds before its `lock_at_most_for` has passed;
+/// - a lock one of them takes ends when the backend's clock says, neither earlier (another
+///   node is refused until then) nor later (another node takes it soon after);
+/// - the ones set ahead or behind take a free lock as soon as a correct node would; the ones
+///   running at the wrong rate must take it, and how late they did is noted.
+///
+/// Applies to server-time providers whose backend nodes in several processes share, unless
+/// the backend's clock is the nodes' own ([`FaultHarness::backend_clock_is_the_nodes`]). Needs
+/// `faketime` (Debian's package of that name) on the `PATH`: without it the check fails and
+/// says so, it does not skip.
+pub async fn check_wrong_clocks<H: FaultHarness>(
+    harness: &H,
+    names: &NameSpace,
+) -> Result<Verdict, CheckFailure> {
+    let trace = Trace::new("wrong_clocks");
+    if !harness.shares_across_processes() {
+        return Ok(Verdict::not_applicable(
+            "the backend lives in the test's own process: no node in another process, with \
+             another clock, can reach its locks",
+        ));
+    }
+    if harness.backend_clock_is_the_nodes() {
+        return Ok(Verdict::not_applicable(
+            "the backend reads the clock of the machine its nodes run on, inside each node's \
+             process: no node can have a clock other than the backend's",
+        ));
+    }
+    let observer = Arc::new(fresh_node(harness, &trace).await?);
+    let capabilities = observer.capabilities();
+    if capabilities.time_source != TimeSource::Server {
+        return Ok(Verdict::not_applicable(
+            "client time: the node's clock decides when a lock ends, so a node whose clock is \
+             wrong takes locks early or keeps them late by that much, as the client-time rule \
+             says; the clock_skew check covers what such a provider does with the clock it is \
+             given",
+        ));
+    }
+    let faketime = program_on_path("faketime").ok_or_else(|| {
+        trace.failure(
+            Rule::HARNESS,
+            "this check runs nodes under faketime, which is not on the PATH: install it (Debian \
+             and Ubuntu: apt-get install faketime)",
+        )
+    })?;
+    let faketime = faketime.to_string_lossy().into_owned();
+    let timing = Timing::for_precision(capabilities.time_precision);
+    let at_most = timing.units(3).max(Duration::from_secs(3));
+    let tolerance = millis(timing.tolerance);
+    let poll = (timing.unit / 4).max(Duration::from_millis(50));
+
+    // Every node with a wrong clock starts, connects and says it is ready before any lock is
+    // taken, so a slow start cannot hide an early take.
+    let mut contenders = Vec::new();
+    let mut holders = Vec::new();
+    for (index, (spec, described, _)) in WRONG_CLOCKS.iter().enumerate() {
+        let launcher = [faketime.as_str(), "-f", spec];
+        let spawn = |role: Role| {
+            ChildNode::spawn_under(&role, Some(&launcher)).map_err(|error| {
+                trace.failure(
+                    Rule::HARNESS,
+                    format!("could not start a node {described} under faketime: {error}"),
+                )
+            })
+        };
+        let take = names.name(&format!("clock-take-{index}"));
+        contenders.push((
+            take.clone(),
+            spawn(Role::Contend {
+                name: take,
+                at_most_ms: millis(at_most),
+                poll_ms: millis(poll),
+            })?,
+        ));
+        let hold = names.name(&format!("clock-hold-{index}"));
+        holders.push((
+            hold.clone(),
+            spawn(Role::HoldLater {
+                name: hold,
+                at_most_ms: millis(at_most),
+                after_ms: millis(WRONG_CLOCK_WAIT),
+            })?,
+        ));
+    }
+    for (index, (_, child)) in contenders.iter_mut().chain(holders.iter_mut()).enumerate() {
+        let described = WRONG_CLOCKS[index % WRONG_CLOCKS.len()].1;
+        match child.next_line(CHILD_SETUP_LIMIT).await {
+            Ok(line) if line == "ready" => {}
+            Ok(line) => {
+                return Err(trace.failure(
+                    Rule::HARNESS,
+                    format!("a node {described} said {line:?} instead of \"ready\""),
+                ));
+            }
+            Err(error) => {
+                return Err(trace.failure(Rule::HARNESS, format!("a node {described}: {error}")));
+            }
+        }
+    }
+
+    // A correct node holds every contender's lock; then every node with a wrong clock goes.
+    let mut taken = Vec::new();
+    for (name, _) in &contenders {
+        let lock = config(name, at_most, Duration::ZERO);
+        let sent = unix_ms();
+        let timed = trace.acquire("A", observer.as_ref(), &lock).await?;
+        let answered = unix_ms();
+        match timed.value {
+            Acquisition::Acquired(handle) => taken.push((sent, answered, handle)),
+            Acquisition::NotAcquired(_) => {
+                return Err(trace.failure(
+                    Rule::FREE_LOCK_IS_TAKEN,
+                    format!("node A was refused {name:?}, which nobody held"),
+                ));
+            }
+        }
+    }
+    for (_, child) in contenders.iter_mut().chain(holders.iter_mut()) {
+        child.tell("go").await.map_err(|error| {
+            trace.failure(
+                Rule::HARNESS,
+                format!("could not tell a node to go: {error}"),
+            )
+        })?;
+    }
+
+    let contended = contenders.into_iter().zip(&taken).enumerate().map(
+        |(index, ((name, mut child), (sent, answered, _)))| async move {
+            let (sent, answered) = (*sent, *answered);
+            let (_, described, right_rate) = WRONG_CLOCKS[index];
+            let ended = answered + millis(at_most);
+            let limit = if right_rate {
+                ended + tolerance + millis(timing.unit) + millis(poll)
+            } else {
+                ended + 3 * millis(at_most) + 5_000
+            };
+            loop {
+                let wait = Duration::from_millis(limit.saturating_sub(unix_ms()) + 1_000);
+                let line = child.next_line(wait).await;
+                let arrived = unix_ms();
+                match line.as_deref() {
+                    Ok("acquired") if arrived + tolerance < sent + millis(at_most) => {
+                        return Err((
+                            Rule::SERVER_TIME,
+                            format!(
+                                "a node {described} took {name:?}, which node A held for \
+                                 {at_most:?}, {} ms after A took it",
+                                arrived.saturating_sub(sent)
+                            ),
+                        ));
+                    }
+                    Ok("acquired") if arrived > limit => {
+                        return Err((
+                            Rule::FREE_LOCK_IS_TAKEN,
+                            format!(
+                                "a node {described} took {name:?} only {} ms after node A's \
+                                 lock_at_most_for ended",
+                                arrived.saturating_sub(ended)
+                            ),
+                        ));
+                    }
+                    Ok("acquired") => {
+                        return Ok(format!(
+                            "{described}: took a lock {} ms after its lock_at_most_for ended",
+                            arrived.saturating_sub(ended)
+                        ));
+                    }
+                    Ok(_) if unix_ms() <= limit => {}
+                    Ok(line) => {
+                        return Err((
+                            Rule::FREE_LOCK_IS_TAKEN,
+                            format!(
+                                "a node {described} had not taken {name:?} {} ms after node A's \
+                                 lock_at_most_for ended; it last said {line:?}",
+                                arrived.saturating_sub(ended)
+                            ),
+                        ));
+                    }
+                    Err(error) => {
+                        return Err((
+                            Rule::FREE_LOCK_IS_TAKEN,
+                            format!(
+                                "a node {described} had not taken {name:?} {} ms after node A's \
+                                 lock_at_most_for ended: {error}",
+                                arrived.saturating_sub(ended)
+                            ),
+                        ));
+                    }
+                }
+            }
+        },
+    );
+    let observer = &observer;
+    let held = holders
+        .into_iter()
+        .enumerate()
+        .map(|(index, (name, mut child))| async move {
+            let (_, described, _) = WRONG_CLOCKS[index];
+            let said = |line: Result<String, String>| {
+                line.map_err(|error| (Rule::HARNESS, format!("a node {described}: {error}")))
+            };
+            let limit = CHILD_SETUP_LIMIT + WRONG_CLOCK_WAIT * 2;
+            let line = said(child.next_line(limit).await)?;
+            let acquiring = unix_ms();
+            if line != "acquiring" {
+                return Err((
+                    Rule::HARNESS,
+                    format!("a node {described} said {line:?} instead of \"acquiring\""),
+                ));
+            }
+            let line = said(child.next_line(OPERATION_LIMIT).await)?;
+            let acquired = unix_ms();
+            if !line.starts_with("acquired") {
+                return Err((
+                    Rule::FREE_LOCK_IS_TAKEN,
+                    format!(
+                        "a node {described} could not take {name:?}, which nobody held: {line}"
+                    ),
+                ));
+            }
+            let earliest = (acquiring + millis(at_most)).saturating_sub(tolerance);
+            let latest = acquired + millis(at_most) + tolerance + millis(timing.unit);
+            let probe = config(&name, Duration::from_secs(60), Duration::ZERO);
+            loop {
+                let sent = unix_ms();
+                let outcome =
+                    tokio::time::timeout(OPERATION_LIMIT, observer.try_lock(&probe)).await;
+                let answered = unix_ms();
+                match outcome {
+                    Ok(Ok(Acquisition::Acquired(handle))) => {
+                        let _ = tokio::time::timeout(OPERATION_LIMIT, handle.unlock()).await;
+                        if answered < earliest {
+                            return Err((
+                                Rule::SERVER_TIME,
+                                format!(
+                                    "a lock a node {described} took for {at_most:?} ended {} ms \
+                                     early: node A took {name:?} {} ms after that node began \
+                                     to acquire it",
+                                    earliest.saturating_sub(answered),
+                                    answered.saturating_sub(acquiring)
+                                ),
+                            ));
+                        }
+                        return Ok(format!(
+                            "{described}: its lock ended {} ms after its lock_at_most_for",
+                            answered.saturating_sub(acquired + millis(at_most))
+                        ));
+                    }
+                    Ok(Ok(Acquisition::NotAcquired(_))) if sent > latest => {
+                        return Err((
+                            Rule::SERVER_TIME,
+                            format!(
+                                "a lock a node {described} took for {at_most:?} was still held \
+                                 {} ms after its lock_at_most_for ended",
+                                sent.saturating_sub(acquired + millis(at_most))
+                            ),
+                        ));
+                    }
+                    Ok(Ok(Acquisition::NotAcquired(_))) => tokio::time::sleep(poll).await,
+                    Ok(Err(error)) => {
+                        return Err((
+                            Rule::THREE_OUTCOMES,
+                            format!("node A's acquire of {name:?} failed: {error}"),
+                        ));
+                    }
+                    Err(_) => {
+                        return Err((
+                            Rule::BOUNDED_TIME,
+                            format!("node A's acquire of {name:?} took over {OPERATION_LIMIT:?}"),
+                        ));
+                    }
+                }
+            }
+        });
+    let (contended, held) = tokio::join!(
+        futures_util::future::join_all(contended),
+        futures_util::future::join_all(held)
+    );
+    let mut notes = Vec::new();
+    for outcome in contended.into_iter().chain(held) {
+        match outcome {
+            Ok(note) => notes.push(note),
+            Err((rule, observed)) => return Err(trace.failure(rule, observed)),
+        }
+    }
+    drop(taken);
+    Ok(Verdict::Passed { notes })
+}
+
+/// Where `program` is on the `PATH`, if it is.
+fn program_on_path(program: &str) -> Option<std::path::PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|directory| directory.join(program))
+        .find(|candidate| candidate.is_file())
 }

@@ -1,7 +1,7 @@
 //! The node processes the crash and soak checks start: this same test binary, told by
 //! [`CHILD_VARIABLE`] which part to play.
 
-use std::io::{Read, Write};
+use std::io::{BufRead, Write};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -41,6 +41,22 @@ pub(crate) enum Role {
     /// Takes `name` for `at_most_ms`, prints `acquired <sent ms> <answered ms>` (or `refused`,
     /// or `error <message>`), then holds it until killed.
     Hold { name: String, at_most_ms: u64 },
+    /// Prints `ready`, waits for `go` on stdin, waits `after_ms` more on its own clock, prints
+    /// `acquiring` and takes `name` for `at_most_ms` as [`Role::Hold`] does (its times are its
+    /// own clock's, which the parent does not trust). For nodes whose clock is wrong.
+    HoldLater {
+        name: String,
+        at_most_ms: u64,
+        after_ms: u64,
+    },
+    /// Prints `ready`, waits for `go` on stdin, then asks for `name` every `poll_ms` until it
+    /// gets it, prints `acquired`, and holds it until killed. Errors are printed as
+    /// `error <message>` and the asking goes on.
+    Contend {
+        name: String,
+        at_most_ms: u64,
+        poll_ms: u64,
+    },
     /// At the start of every tick, tries `name` and, when it gets it within `at_least_ms` of
     /// the tick's start, runs a job of `job_ms`, recording it in the ledger (a later answer is
     /// recorded as late, and the lock given back).
@@ -65,15 +81,30 @@ pub(crate) fn unix_ms() -> u64 {
 /// A child node started by a check, killed when dropped.
 pub(crate) struct ChildNode {
     child: Child,
+    stdin: tokio::process::ChildStdin,
     lines: tokio::io::Lines<BufReader<ChildStdout>>,
 }
 
 impl ChildNode {
     /// Starts this test binary again as a node playing `role`.
     pub(crate) fn spawn(role: &Role) -> std::io::Result<Self> {
+        Self::spawn_under(role, None)
+    }
+
+    /// Starts this test binary again as a node playing `role`, run by `launcher` (a program
+    /// and its arguments, such as `faketime -f +1h`) when one is given.
+    pub(crate) fn spawn_under(role: &Role, launcher: Option<&[&str]>) -> std::io::Result<Self> {
         let exe = std::env::current_exe()?;
         let role = serde_json::to_string(role).map_err(std::io::Error::other)?;
-        let mut child = Command::new(exe)
+        let mut command = match launcher {
+            Some([program, arguments @ ..]) => {
+                let mut command = Command::new(program);
+                command.args(arguments).arg(exe);
+                command
+            }
+            _ => Command::new(exe),
+        };
+        let mut child = command
             .env(CHILD_VARIABLE, role)
             .env(RUN_ID_VARIABLE, run_id())
             .envs(crate::backends::chosen_urls())
@@ -83,10 +114,19 @@ impl ChildNode {
             .kill_on_drop(true)
             .spawn()?;
         let stdout = child.stdout.take().expect("stdout is piped");
+        let stdin = child.stdin.take().expect("stdin is piped");
         Ok(Self {
             child,
+            stdin,
             lines: BufReader::new(stdout).lines(),
         })
+    }
+
+    /// Sends the child one line on its stdin.
+    pub(crate) async fn tell(&mut self, line: &str) -> std::io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        self.stdin.write_all(format!("{line}\n").as_bytes()).await?;
+        self.stdin.flush().await
     }
 
     /// The child's next line of output, waiting at most `limit`.
@@ -122,9 +162,17 @@ where
         Ok(role) => role,
         Err(error) => fail(&format!("{CHILD_VARIABLE} is not a role: {error}")),
     };
-    // The parent holds our stdin; when it exits, however it ends, so do we.
-    std::thread::spawn(|| {
-        let _ = std::io::stdin().lock().read_to_end(&mut Vec::new());
+    // The parent holds our stdin and speaks on it; when it exits, however it ends, so do we.
+    let (told, mut heard) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            match line {
+                Ok(line) => {
+                    let _ = told.send(line);
+                }
+                Err(_) => break,
+            }
+        }
         std::process::exit(0);
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -141,6 +189,39 @@ where
             .unwrap_or_else(|error| fail(&format!("node() failed: {error}")));
         match role {
             Role::Hold { name, at_most_ms } => hold(&node, &name, at_most_ms).await,
+            Role::HoldLater {
+                name,
+                at_most_ms,
+                after_ms,
+            } => {
+                say("ready");
+                wait_for_go(&mut heard).await;
+                tokio::time::sleep(Duration::from_millis(after_ms)).await;
+                say("acquiring");
+                hold(&node, &name, at_most_ms).await
+            }
+            Role::Contend {
+                name,
+                at_most_ms,
+                poll_ms,
+            } => {
+                say("ready");
+                wait_for_go(&mut heard).await;
+                let lock = config(&name, Duration::from_millis(at_most_ms), Duration::ZERO);
+                loop {
+                    match tokio::time::timeout(OPERATION_LIMIT, node.try_lock(&lock)).await {
+                        Ok(Ok(Acquisition::Acquired(handle))) => {
+                            say("acquired");
+                            let _held = handle;
+                            std::future::pending::<()>().await;
+                        }
+                        Ok(Ok(Acquisition::NotAcquired(_))) => {}
+                        Ok(Err(error)) => say(&format!("error {error}")),
+                        Err(_) => say(&format!("error no answer within {OPERATION_LIMIT:?}")),
+                    }
+                    tokio::time::sleep(Duration::from_millis(poll_ms)).await;
+                }
+            }
             Role::Soak {
                 name,
                 node: id,
@@ -188,6 +269,15 @@ where
             }
         }
     })
+}
+
+/// Waits until the parent says `go`.
+async fn wait_for_go(heard: &mut tokio::sync::mpsc::UnboundedReceiver<String>) {
+    while let Some(line) = heard.recv().await {
+        if line == "go" {
+            return;
+        }
+    }
 }
 
 async fn hold(node: &impl LockProvider, name: &str, at_most_ms: u64) -> ! {

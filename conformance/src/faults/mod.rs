@@ -53,7 +53,7 @@ use crate::harness::{ConformanceHarness, SetupError, Support};
 pub use checks::{
     FaultCheck, RECONNECT_LIMIT, SOAK_NODES_VARIABLE, SOAK_SECONDS_VARIABLE, SoakSettings,
     check_backend_restart, check_holder_crash, check_soak, check_stall_during_acquire,
-    check_stall_during_extend, check_stall_during_release,
+    check_stall_during_extend, check_stall_during_release, check_wrong_clocks,
 };
 pub use child::run_id;
 pub use ledger::{Ledger, LedgerEntry, LedgerVerdict, SoakRecord, TickExcuse, judge};
@@ -70,6 +70,14 @@ pub trait FaultHarness: ConformanceHarness {
     /// answers `false`.
     fn shares_across_processes(&self) -> bool {
         true
+    }
+
+    /// Whether the backend's clock is the nodes' own: a database embedded in each node's
+    /// process that reads the machine's clock (SQLite's `'now'`), so every node sharing it runs
+    /// on one machine and has that clock. No node can then have a clock other than the
+    /// backend's, and the wrong-clocks check does not apply.
+    fn backend_clock_is_the_nodes(&self) -> bool {
+        false
     }
 
     /// The one `host:port` a node connects to, for the stall checks, which put a

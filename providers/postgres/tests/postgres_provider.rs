@@ -908,7 +908,10 @@ async fn the_provider_reaches_the_end_of_chronos_calendar_and_not_further() {
                 + Duration::from_micros(1)
         )
     );
-    assert!(lock(&provider, "past-chrono", MINUTE).await.is_none(), "held");
+    assert!(
+        lock(&provider, "past-chrono", MINUTE).await.is_none(),
+        "held"
+    );
     // Past 294247-01-10 04:00:54.775807, the take-over's microseconds overflow int8.
     let error = provider
         .try_lock(&config("postgres-last", MINUTE, Duration::ZERO))

@@ -44,16 +44,26 @@
 //! read, so a node whose wall clock is set wrong by any amount cannot take a held lock:
 //! [`TimeSource::Server`].
 //!
-//! What this does assume is the *rate* of the node's monotonic clock: that it runs at the
-//! server's rate within 100 ppm, as on NTP-disciplined machines. A node whose clock runs fast by
-//! more (a virtual machine's clock gone wrong, a process under `faketime -f "x2"`) estimates the
-//! server's clock ahead of where it is, by the excess rate times the time since the provider's
-//! last write; that time is at most about 100 s, after which the interval is wider than
-//! [`ZookeeperLockProviderBuilder::max_clock_uncertainty`] and refreshed. Such a node can judge a
-//! held lock expired that much early and take it (measured: at double rate, a 10 s lock taken
-//! 4.5 s early; at 1 % fast, a 60 s lock taken at least 70 ms early). A node whose clock runs
-//! slow only frees and takes locks late. The other server-time providers compare on the server
-//! and assume nothing of the node's clock.
+//! The estimate does rest on the *rate* of the node's monotonic clock: carried forward, it
+//! assumes that clock runs at the server's rate within 100 ppm, as on NTP-disciplined
+//! machines. A node whose clock runs at another rate (a virtual machine's clock gone wrong, a
+//! process under `faketime -f "+0 x2"`) misjudges by the rate error times the time since the
+//! provider's last write. So the two decisions that matter never rest on the estimate alone:
+//! - **Taking over a lock that was not released** (its node's `lock_until` is later than the
+//!   node's own `mtime`): when the estimate says it has expired, the provider writes the root
+//!   first and takes the lock only if that write's stamp, the server's own clock, is past
+//!   `lock_until`. One more round trip, on this path only; a lock released "now" is seen free
+//!   from its own stamp, with none.
+//! - **The `lock_until` it writes** (acquire, extend, and release's "now"): each write's own
+//!   stamp is checked against the value it carried, and a value the stamp shows wrong by more
+//!   than the estimate's uncertainty is written again, compare-and-set on the version just
+//!   left: a lock is neither shorter nor longer than asked, whatever the node's clock rate.
+//!
+//! What a wrong rate still costs is liveness, never exclusion: a node whose clock runs slow
+//! sees a lock free late, by the rate error times the time since its last write (measured at
+//! half speed: a 3 s lock taken 3 s after it ended), while nodes with good clocks take it on
+//! time. The fault suite's `wrong_clocks` check runs nodes an hour ahead, an hour behind, at
+//! double and at half speed against every server-time backend.
 //!
 //! The first interval comes from a write of the provider's own:
 //! [`ZookeeperLockProviderBuilder::connect`] writes empty data to the root node (creating it if
@@ -810,11 +820,30 @@ impl Inner {
             {
                 return Ok(clock);
             }
-            if !self.root_checked.load(Ordering::Relaxed) {
-                self.check_root(client, operation, name, deadline).await?;
-            }
+            self.stamp(client, operation, name, deadline).await?;
+        }
+        // Still wide after every attempt (a slow network): a wider interval is safe, only
+        // slower to see expiries.
+        self.known_clock()
+            .ok_or_else(|| self.root_kept_disappearing(operation, name))
+    }
+
+    /// Writes the root once, and learns from the write's stamp what the server's clock reads.
+    /// Returns the stamp: the server's clock read at least this when the write landed, and
+    /// so at least this at any later request. A missing root is created first.
+    async fn stamp(
+        &self,
+        client: &Client,
+        operation: Operation,
+        name: &str,
+        deadline: Instant,
+    ) -> Result<ServerMicros, LockError> {
+        if !self.root_checked.load(Ordering::Relaxed) {
+            self.check_root(client, operation, name, deadline).await?;
+        }
+        for _ in 0..2 {
             let sent = Instant::now();
-            let stamped = match self
+            match self
                 .request(
                     operation,
                     name,
@@ -823,31 +852,90 @@ impl Inner {
                 )
                 .await?
             {
+                Ok(stat) => {
+                    self.observe(sent, Instant::now(), &stat);
+                    return Ok(stat.mtime.saturating_mul(1000));
+                }
                 Err(zookeeper_client::Error::NoNode) => {
                     self.ensure_root(client, operation, name, deadline).await?;
-                    continue;
                 }
-                stamped => stamped,
-            };
-            match stamped {
-                Ok(stat) => self.observe(sent, Instant::now(), &stat),
                 Err(error) => return Err(self.failure(client, operation, name, error).await),
             }
         }
-        // Still wide after every attempt (a slow network): a wider interval is safe, only
-        // slower to see expiries.
-        match self.known_clock() {
-            Some(clock) => Ok(clock),
-            None => Err(LockError::backend_message(
-                PROVIDER,
+        Err(self.root_kept_disappearing(operation, name))
+    }
+
+    fn root_kept_disappearing(&self, operation: Operation, name: &str) -> LockError {
+        LockError::backend_message(
+            PROVIDER,
+            operation,
+            name,
+            format!(
+                "could not learn the server's clock from ZooKeeper at {}: the root node {} \
+                 kept disappearing",
+                self.endpoint, self.root
+            ),
+        )
+    }
+
+    /// A `lock_until` this node computed from its estimate of the server's clock, checked by
+    /// the stamp of the write that carried it, and written again when the stamp shows it wrong.
+    ///
+    /// The estimate is carried forward on this node's monotonic clock since the provider's last
+    /// write, so a clock running at the wrong rate (a virtual machine's clock gone wrong, a
+    /// process under `faketime -f "+0 x2"`) moves it by the error times that time: a slow clock
+    /// writes a lock shorter than asked, a fast one a lock, or a release's "now", later than
+    /// asked. The write's own `mtime` is the server's clock when it landed. Once observed, it
+    /// replaces an estimate it contradicts, and the value computed again from it must be what
+    /// was written, within the uncertainty `used` had at `sent`. If it is not, the node is
+    /// written again, compare-and-set on the version the write left: one more round trip, only
+    /// for a node whose clock misled it. `None` when someone wrote the node in between.
+    #[allow(clippy::too_many_arguments)]
+    async fn checked_by_stamp(
+        &self,
+        operation: Operation,
+        name: &str,
+        path: &str,
+        client: &Client,
+        written: Written,
+        (used, sent): (&ServerClock, Instant),
+        until: impl Fn(&ServerClock, Instant) -> ServerMicros,
+        deadline: Instant,
+    ) -> Result<Option<Written>, LockError> {
+        let Some(clock) = self.known_clock() else {
+            return Ok(Some(written));
+        };
+        let slack = used.uncertainty(sent.into_std()) + Duration::from_millis(1);
+        if until(&clock, sent).abs_diff(written.lock_until) <= micros(slack).unsigned_abs() {
+            return Ok(Some(written));
+        }
+        let sent = Instant::now();
+        let lock_until = until(&clock, sent);
+        debug!(
+            name,
+            "this node's estimate of the server's clock was off by more than its uncertainty (its \
+             monotonic clock runs at another rate than the server's): lock_until written again"
+        );
+        match self
+            .request(
                 operation,
                 name,
-                format!(
-                    "could not learn the server's clock from ZooKeeper at {}: the root node {} \
-                     kept disappearing",
-                    self.endpoint, self.root
+                deadline,
+                storage::write(
+                    client,
+                    path,
+                    &storage::format_lock_until(lock_until),
+                    written.stat.version,
                 ),
-            )),
+            )
+            .await?
+        {
+            Ok(stat) => {
+                self.observe(sent, Instant::now(), &stat);
+                Ok(Some(Written { stat, lock_until }))
+            }
+            Err(zookeeper_client::Error::BadVersion | zookeeper_client::Error::NoNode) => Ok(None),
+            Err(error) => Err(self.failure(client, operation, name, error).await),
         }
     }
 
@@ -1089,10 +1177,7 @@ impl ZookeeperLockProvider {
                     storage::read(client, path),
                 )
                 .await?;
-            let sent = Instant::now();
-            let lock_until = held_until(&clock, sent, config.lock_at_most_for());
-            let data = storage::format_lock_until(lock_until);
-            let written = match read {
+            let version = match read {
                 Ok((held, stat)) => {
                     let Some(current_until) = storage::parse_lock_until(&held) else {
                         return Err(LockError::backend_message(
@@ -1107,34 +1192,61 @@ impl ZookeeperLockProvider {
                             ),
                         ));
                     };
+                    let refused = || {
+                        Ok(Acquisition::NotAcquired(Some(LockHolder {
+                            locked_by: None,
+                            held_until: Some(system_time(current_until)),
+                        })))
+                    };
                     // The node's last write was stamped before this read was served, so the
                     // server's clock reads at least its mtime: a lock released "now" is seen
                     // free at once, however uncertain this node's own interval is.
-                    let server_now = clock
-                        .earliest(std::time::Instant::now())
-                        .max(stat.mtime.saturating_mul(1000));
-                    if server_now < current_until {
-                        return Ok(Acquisition::NotAcquired(Some(LockHolder {
-                            locked_by: None,
-                            held_until: Some(system_time(current_until)),
-                        })));
+                    let stamped = stat.mtime.saturating_mul(1000);
+                    if clock.earliest(std::time::Instant::now()).max(stamped) < current_until {
+                        return refused();
                     }
+                    // The estimate says the lock is over, but it rests on this node's
+                    // monotonic clock running at the server's rate, and a take-over is the
+                    // decision that must never come early. Unless the node's own stamp shows
+                    // it over, the server decides: a write to the root, whose stamp the
+                    // server's clock has passed before the take-over is sent.
+                    if stamped < current_until {
+                        let server_now = inner
+                            .stamp(client, Operation::Acquire, name, deadline)
+                            .await?;
+                        if server_now < current_until {
+                            return refused();
+                        }
+                        clock = inner.known_clock().unwrap_or(clock);
+                    }
+                    Some(stat.version)
+                }
+                Err(zookeeper_client::Error::NoNode) => None,
+                Err(error) => {
+                    return Err(inner.failure(client, Operation::Acquire, name, error).await);
+                }
+            };
+            let until = |clock: &ServerClock, sent: Instant| {
+                held_until(clock, sent, config.lock_at_most_for())
+            };
+            let sent = Instant::now();
+            let lock_until = until(&clock, sent);
+            let data = storage::format_lock_until(lock_until);
+            let written = match version {
+                Some(version) => {
                     inner
                         .request(
                             Operation::Acquire,
                             name,
                             deadline,
-                            storage::write(client, path, &data, stat.version),
+                            storage::write(client, path, &data, version),
                         )
                         .await?
                 }
-                Err(zookeeper_client::Error::NoNode) => {
+                None => {
                     inner
                         .create_node(client, name, path, &data, deadline)
                         .await?
-                }
-                Err(error) => {
-                    return Err(inner.failure(client, Operation::Acquire, name, error).await);
                 }
             };
             let stat = match written {
@@ -1153,6 +1265,26 @@ impl ZookeeperLockProvider {
                 }
             };
             inner.observe(sent, Instant::now(), &stat);
+            let Some(Written {
+                stat: last,
+                lock_until,
+            }) = inner
+                .checked_by_stamp(
+                    Operation::Acquire,
+                    name,
+                    path,
+                    client,
+                    Written { stat, lock_until },
+                    (&clock, sent),
+                    until,
+                    deadline,
+                )
+                .await?
+            else {
+                // Someone took it over in between, judging by the server's clock that this
+                // node's too short lock_until had passed: nothing of ours is left to run.
+                return Ok(Acquisition::NotAcquired(None));
+            };
             return Ok(Acquisition::Acquired(Box::new(ZookeeperLockHandle {
                 inner: self.inner.clone(),
                 name: name.to_owned(),
@@ -1164,7 +1296,7 @@ impl ZookeeperLockProvider {
                 lock_at_least_for: config.lock_at_least_for(),
                 generation: session.generation,
                 state: tokio::sync::Mutex::new(HandleState {
-                    version: stat.version,
+                    version: last.version,
                     lock_until,
                     finished: false,
                 }),
@@ -1209,10 +1341,18 @@ impl fmt::Debug for ZookeeperLockHandle {
     }
 }
 
+/// A write of a lock node that landed: the node's stat after it, and the `lock_until` it
+/// carries.
+#[derive(Clone, Copy)]
+struct Written {
+    stat: Stat,
+    lock_until: ServerMicros,
+}
+
 /// What an owner-checked write found.
 enum Owned {
     /// Written while this acquisition still held the lock.
-    Written(Stat),
+    Written(Written),
     /// The lock was not ours any more (written by someone since, deleted, or expired): nothing
     /// is left changed.
     Lost,
@@ -1229,7 +1369,7 @@ impl ZookeeperLockHandle {
         operation: Operation,
         state: &HandleState,
         session: &Session,
-        until: impl FnOnce(&ServerClock, Instant) -> ServerMicros,
+        until: impl Fn(&ServerClock, Instant) -> ServerMicros,
     ) -> Result<Owned, LockError> {
         let inner = &self.inner;
         let client = &session.client;
@@ -1241,7 +1381,8 @@ impl ZookeeperLockHandle {
             return Ok(Owned::Lost);
         }
         let sent = Instant::now();
-        let data = storage::format_lock_until(until(&clock, sent));
+        let lock_until = until(&clock, sent);
+        let data = storage::format_lock_until(lock_until);
         let written = inner
             .request(
                 operation,
@@ -1259,7 +1400,28 @@ impl ZookeeperLockHandle {
         };
         inner.observe(sent, Instant::now(), &stat);
         if stat.mtime.saturating_mul(1000) < state.lock_until {
-            return Ok(Owned::Written(stat));
+            let written = Written { stat, lock_until };
+            return Ok(
+                match inner
+                    .checked_by_stamp(
+                        operation,
+                        &self.name,
+                        &self.path,
+                        client,
+                        written,
+                        (&clock, sent),
+                        until,
+                        deadline,
+                    )
+                    .await?
+                {
+                    Some(last) => Owned::Written(last),
+                    // Taken over since: a release had landed, an extend had not made the
+                    // lock last.
+                    None if operation == Operation::Release => Owned::Written(written),
+                    None => Owned::Lost,
+                },
+            );
         }
         let expired = storage::format_lock_until(state.lock_until);
         let restored = inner
@@ -1346,11 +1508,9 @@ impl LockHandle for ZookeeperLockHandle {
             debug!(name = %self.name, "the session that took the lock ended: extend answers lost");
             return Ok(false);
         }
-        let mut new_until = 0;
         let outcome = self
             .write_if_ours(Operation::Extend, &state, &session, |clock, sent| {
-                new_until = held_until(clock, sent, lock_at_most_for);
-                new_until
+                held_until(clock, sent, lock_at_most_for)
             })
             .await;
         let outcome = match outcome {
@@ -1361,9 +1521,9 @@ impl LockHandle for ZookeeperLockHandle {
             outcome => outcome?,
         };
         match outcome {
-            Owned::Written(stat) => {
-                state.version = stat.version;
-                state.lock_until = new_until;
+            Owned::Written(written) => {
+                state.version = written.stat.version;
+                state.lock_until = written.lock_until;
                 Ok(true)
             }
             Owned::Lost => {

@@ -262,6 +262,24 @@ async fn every_operation_is_its_minimum_of_requests() {
     assert!(!released.unwrap());
     assert_requests(&cost, 0, "a second release: nothing sent");
 
+    // A lock that ran out without a release is taken over only once the server's own clock
+    // says so: a write to the root, whose stamp decides, before the compare-and-set.
+    let expiring =
+        LockConfiguration::new("expired", Duration::from_millis(300), Duration::ZERO).unwrap();
+    let held = acquired(holder.try_lock(&expiring).await);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (taken, cost) = wire.measure(contender.try_lock(&expiring)).await;
+    assert_requests(
+        &cost,
+        3,
+        "take-over of an expired lock: read + root write (the server's stamp) + compare-and-set",
+    );
+    assert!(acquired(taken).unlock().await.unwrap());
+    assert!(
+        !held.unlock().await.unwrap(),
+        "taken over, so not released by its old holder"
+    );
+
     // A provider built lazily learns the server's clock on its first operation.
     let lazy = wire.builder().connect_lazy(&wire.connect_string).unwrap();
     let (handle, cost) = wire

@@ -252,6 +252,11 @@ fn split_authority(url: &str) -> Option<(&str, &str, &str)> {
 
 #[async_trait]
 impl<B: PlantRecords> FaultHarness for SqlHarness<B> {
+    /// SQLite's `'now'` is read in each node's own process, from the machine's clock.
+    fn backend_clock_is_the_nodes(&self) -> bool {
+        B::SERVER.is_none()
+    }
+
     fn backend_address(&self) -> Support<String> {
         let (Some((_, default_port)), Sessions::Url(url)) = (B::SERVER, &self.sessions) else {
             return Support::not_applicable(
