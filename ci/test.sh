@@ -89,6 +89,9 @@ export SHEDLOCK_TEST_REDIS_FAILOVER=${SHEDLOCK_TEST_REDIS_FAILOVER:-$PWD/ci/redi
 for backend in POSTGRES MYSQL REDIS ETCD ZOOKEEPER MONGO; do
   variable="SHEDLOCK_TEST_${backend}_RESTART"
   export "$variable=${!variable:-$PWD/ci/restart-backend.sh ${backend,,}}"
+  # ... and pauses it (SIGSTOP) with these, for backend_paused.
+  variable="SHEDLOCK_TEST_${backend}_PAUSE"
+  export "$variable=${!variable:-$PWD/ci/pause-backend.sh ${backend,,}}"
 done
 # Its soak runs this long per backend (seconds); see RELIABILITY.md for the long-soak command.
 export SHEDLOCK_SOAK_SECONDS=${SHEDLOCK_SOAK_SECONDS:-30}

@@ -53,6 +53,8 @@ pub enum FaultCheck {
     StallDuringExtend,
     /// [`check_backend_restart`]
     BackendRestart,
+    /// [`check_backend_paused`]
+    BackendPaused,
     /// [`check_wrong_clocks`]
     WrongClocks,
     /// [`check_soak`]
@@ -61,12 +63,13 @@ pub enum FaultCheck {
 
 impl FaultCheck {
     /// The whole suite, in the order it runs.
-    pub const ALL: [FaultCheck; 7] = [
+    pub const ALL: [FaultCheck; 8] = [
         FaultCheck::HolderCrash,
         FaultCheck::StallDuringAcquire,
         FaultCheck::StallDuringRelease,
         FaultCheck::StallDuringExtend,
         FaultCheck::BackendRestart,
+        FaultCheck::BackendPaused,
         FaultCheck::WrongClocks,
         FaultCheck::Soak,
     ];
@@ -79,6 +82,7 @@ impl FaultCheck {
             FaultCheck::StallDuringRelease => "stall_during_release",
             FaultCheck::StallDuringExtend => "stall_during_extend",
             FaultCheck::BackendRestart => "backend_restart",
+            FaultCheck::BackendPaused => "backend_paused",
             FaultCheck::WrongClocks => "wrong_clocks",
             FaultCheck::Soak => "soak",
         }
@@ -96,6 +100,7 @@ impl FaultCheck {
             FaultCheck::StallDuringRelease => check_stall_during_release(harness, names).await,
             FaultCheck::StallDuringExtend => check_stall_during_extend(harness, names).await,
             FaultCheck::BackendRestart => check_backend_restart(harness, names).await,
+            FaultCheck::BackendPaused => check_backend_paused(harness, names).await,
             FaultCheck::WrongClocks => check_wrong_clocks(harness, names).await,
             FaultCheck::Soak => check_soak(harness, names, &SoakSettings::from_env()).await,
         }
@@ -1379,4 +1384,241 @@ fn program_on_path(program: &str) -> Option<std::path::PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|directory| directory.join(program))
         .find(|candidate| candidate.is_file())
+}
+
+/// The shortest pause of [`check_backend_paused`].
+const PAUSE_AT_LEAST: Duration = Duration::from_secs(7);
+
+/// Backend paused: the server is paused ([`FaultHarness::pause_backend`]: SIGSTOP, or a paused
+/// container), so it neither answers nor closes anything, for twice the lock's
+/// `lock_at_most_for` and at least 7 s. Meanwhile node A runs a task under the lock (with keep-alive
+/// when the provider declares extend) and node B keeps asking for it. Every request answers in
+/// bounded time, an error while the server is paused; B takes the lock only once A's task has
+/// stopped (A's keep-alive signalled the loss, or, without extend, A's `lock_at_most_for` has
+/// passed); and B takes it within [`RECONNECT_LIMIT`] once the server resumes.
+pub async fn check_backend_paused<H: FaultHarness>(
+    harness: &H,
+    names: &NameSpace,
+) -> Result<Verdict, CheckFailure> {
+    let trace = Trace::new("backend_paused");
+    let holder = Arc::new(fresh_node(harness, &trace).await?);
+    let capabilities = holder.capabilities();
+    let timing = Timing::for_precision(capabilities.time_precision);
+    let at_most = timing.units(3).max(Duration::from_secs(2));
+    // Longer than the lock, and than the 5 s operation timeout most clients default to, so
+    // requests sent meanwhile time out on the node rather than wait for the server.
+    let pause = (at_most * 2 + timing.unit).max(PAUSE_AT_LEAST);
+    let lock = config(&names.name("paused"), at_most, Duration::ZERO);
+
+    // Node A's task runs until its lock is lost (keep-alive), or for lock_at_most_for.
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<Instant>();
+    let stopped = Arc::new(Mutex::new(None::<Instant>));
+    let task_stopped = stopped.clone();
+    let keep_alive = capabilities.extend;
+    let executor = LockingTaskExecutor::new(holder.clone());
+    let task_lock = lock.clone();
+    let running = tokio::spawn(async move {
+        let task = async |lost: Option<shedlock_core::CancellationToken>| {
+            let _ = started_tx.send(Instant::now());
+            let end = Instant::now() + at_most;
+            match lost {
+                Some(lost) => lost.cancelled().await,
+                None => tokio::time::sleep_until(end).await,
+            }
+            *task_stopped.lock().unwrap() = Some(Instant::now());
+        };
+        if keep_alive {
+            executor
+                .execute_with_keep_alive(&task_lock, async |lost| task(Some(lost)).await)
+                .await
+        } else {
+            executor.execute(&task_lock, task(None)).await
+        }
+    });
+    let a_started = match tokio::time::timeout(OPERATION_LIMIT, started_rx).await {
+        Ok(Ok(at)) => at,
+        _ => {
+            let outcome = running.await;
+            return Err(trace.failure(
+                Rule::FREE_LOCK_IS_TAKEN,
+                format!(
+                    "node A's task did not start under {:?}, which nobody held: {}",
+                    lock.name(),
+                    match outcome {
+                        Ok(Ok(outcome)) => format!("{outcome:?}"),
+                        Ok(Err(error)) => format!("error: {error}"),
+                        Err(error) => format!("the task failed: {error}"),
+                    }
+                ),
+            ));
+        }
+    };
+    trace.note(format!(
+        "node A runs a task under {:?} (lock_at_most_for {at_most:?}){}",
+        lock.name(),
+        if keep_alive {
+            ", with keep-alive"
+        } else {
+            ", without keep-alive (no extend declared)"
+        }
+    ));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let attempts = Arc::new(Mutex::new(Vec::new()));
+    let asker = Arc::new(fresh_node(harness, &trace).await?);
+    let askers = vec![keep_asking(
+        asker,
+        "B",
+        config(lock.name(), at_most, Duration::ZERO),
+        stop.clone(),
+        attempts.clone(),
+    )];
+    tokio::time::sleep(timing.unit).await;
+
+    let began = Instant::now();
+    let paused = harness.pause_backend(pause + RESTART_LIMIT).await;
+    let verdict = match paused {
+        Ok(Support::Supported(())) => None,
+        Ok(Support::NotApplicable(reason)) => Some(Ok(Verdict::NotApplicable(reason))),
+        Err(error) => Some(Err(
+            trace.failure(Rule::HARNESS, format!("pause_backend() failed: {error}"))
+        )),
+    };
+    if let Some(verdict) = verdict {
+        release_held(&trace, stop_asking(&stop, askers).await).await;
+        let _ = tokio::time::timeout(OPERATION_LIMIT * 2, running).await;
+        return verdict;
+    }
+    tokio::time::sleep_until(began + pause).await;
+    let resumed = harness.resume_backend().await;
+    let resumed_at = Instant::now();
+    trace.record(
+        "kit",
+        "pause the backend".to_owned(),
+        began,
+        resumed_at,
+        "resumed".to_owned(),
+    );
+    if let Err(error) = resumed {
+        release_held(&trace, stop_asking(&stop, askers).await).await;
+        return Err(trace.failure(Rule::HARNESS, format!("resume_backend() failed: {error}")));
+    }
+
+    // B must take the lock once the server is back.
+    let deadline = resumed_at + RECONNECT_LIMIT;
+    loop {
+        let taken = attempts
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|attempt: &Attempt| matches!(attempt.outcome, Some(Ok(true))));
+        if taken || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let held_by_b = stop_asking(&stop, askers).await;
+    let ran = tokio::time::timeout(OPERATION_LIMIT * 2, running).await;
+    let attempts = std::mem::take(&mut *attempts.lock().unwrap());
+    for attempt in &attempts {
+        let outcome = match &attempt.outcome {
+            None => "no answer".to_owned(),
+            Some(Ok(true)) => "acquired".to_owned(),
+            Some(Ok(false)) => "not acquired".to_owned(),
+            Some(Err(error)) => format!("error: {error}"),
+        };
+        trace.record(
+            attempt.node,
+            format!("try_lock {:?}", attempt.lock),
+            attempt.sent,
+            attempt.answered,
+            outcome,
+        );
+    }
+    release_held(&trace, held_by_b).await;
+    let a_stopped = *stopped.lock().unwrap();
+    if let Some(stopped) = a_stopped {
+        trace.record(
+            "A",
+            "task".to_owned(),
+            a_started,
+            stopped,
+            "stopped".to_owned(),
+        );
+    }
+    if let Some(hung) = attempts.iter().find(|attempt| attempt.outcome.is_none()) {
+        return Err(trace.failure(
+            Rule::BOUNDED_TIME,
+            format!(
+                "node {}'s try_lock gave no answer within {OPERATION_LIMIT:?} while the backend was paused",
+                hung.node
+            ),
+        ));
+    }
+    let Some(first) = attempts
+        .iter()
+        .filter(|attempt| matches!(attempt.outcome, Some(Ok(true))))
+        .min_by_key(|attempt| attempt.answered)
+    else {
+        return Err(trace.failure(
+            Rule::RECOVERY,
+            format!(
+                "node B had not taken {:?} {RECONNECT_LIMIT:?} after the backend resumed from a pause longer than its lock_at_most_for",
+                lock.name()
+            ),
+        ));
+    };
+    // A's task must have stopped before B's acquire was answered.
+    match a_stopped {
+        Some(stopped) if stopped <= first.answered => {}
+        _ => {
+            return Err(trace.failure(
+                Rule::MUTUAL_EXCLUSION,
+                format!(
+                    "node B took {:?} while node A's task still ran under it: A's task {}",
+                    lock.name(),
+                    match a_stopped {
+                        Some(stopped) => format!(
+                            "stopped {:?} after B's acquire was answered",
+                            stopped - first.answered
+                        ),
+                        None => "had not stopped when B took the lock".to_owned(),
+                    }
+                ),
+            ));
+        }
+    }
+    let errors = attempts
+        .iter()
+        .filter(|attempt| matches!(attempt.outcome, Some(Err(_))))
+        .count();
+    let slowest = attempts
+        .iter()
+        .map(|attempt| attempt.answered - attempt.sent)
+        .max()
+        .unwrap_or_default();
+    let margin = a_stopped.map_or(Duration::ZERO, |stopped| first.answered - stopped);
+    Ok(Verdict::Passed {
+        notes: vec![
+            format!(
+                "paused {pause:?} (lock_at_most_for {at_most:?}); {errors} of {} requests meanwhile answered an error, the slowest in {slowest:?}; node B took the lock {:?} after the backend resumed, {margin:?} after node A's task stopped ({})",
+                attempts.len(),
+                first.answered.saturating_duration_since(resumed_at),
+                if keep_alive {
+                    "its keep-alive signalled the loss"
+                } else {
+                    "its lock_at_most_for ended"
+                }
+            ),
+            format!(
+                "node A's run: {}",
+                match ran {
+                    Ok(Ok(Ok(outcome))) => format!("{outcome:?}"),
+                    Ok(Ok(Err(error))) => format!("error: {error}"),
+                    Ok(Err(error)) => format!("the task failed: {error}"),
+                    Err(_) => format!("no answer within {:?}", OPERATION_LIMIT * 2),
+                }
+            ),
+        ],
+    })
 }

@@ -52,8 +52,9 @@ use crate::harness::{ConformanceHarness, SetupError, Support};
 
 pub use checks::{
     FaultCheck, RECONNECT_LIMIT, SOAK_NODES_VARIABLE, SOAK_SECONDS_VARIABLE, SoakSettings,
-    check_backend_restart, check_holder_crash, check_soak, check_stall_during_acquire,
-    check_stall_during_extend, check_stall_during_release, check_wrong_clocks,
+    check_backend_paused, check_backend_restart, check_holder_crash, check_soak,
+    check_stall_during_acquire, check_stall_during_extend, check_stall_during_release,
+    check_wrong_clocks,
 };
 pub use child::run_id;
 pub use ledger::{Ledger, LedgerEntry, LedgerVerdict, SoakRecord, TickExcuse, judge};
@@ -105,6 +106,25 @@ pub trait FaultHarness: ConformanceHarness {
         ))
     }
 
+    /// Pauses the backend's server as SIGSTOP or `docker pause` would: it neither answers nor
+    /// closes anything until [`resume_backend`](Self::resume_backend). It must resume by itself
+    /// after `limit` at the latest, whatever happens to the caller, so a check that dies
+    /// mid-pause leaves no server stopped. [`pause_command`] does it with a command taken from
+    /// the environment.
+    async fn pause_backend(&self, limit: Duration) -> Result<Support<()>, SetupError> {
+        let _ = limit;
+        Ok(Support::not_applicable(
+            "the harness provides no pause_backend() hook, so the kit cannot pause the backend while locks are held",
+        ))
+    }
+
+    /// Resumes the server [`pause_backend`](Self::pause_backend) paused.
+    async fn resume_backend(&self) -> Result<(), SetupError> {
+        Err(SetupError::new(
+            "the harness paused the backend but provides no resume_backend() hook",
+        ))
+    }
+
     /// Whether a lock held when the server restarts is still held afterwards. `false` for a
     /// backend that keeps locks only in memory (Redis without persistence): the restart check
     /// then notes the loss instead of failing on it.
@@ -133,6 +153,49 @@ pub async fn restart_command(backend: Backend, limit: Duration) -> Result<Suppor
         limit,
     )
     .await
+}
+
+/// The environment variable holding a shell command that pauses and resumes `backend`'s
+/// server: `SHEDLOCK_TEST_<BACKEND>_PAUSE`. `<command> stop SECONDS` pauses it, to resume by
+/// itself after SECONDS at the latest; `<command> cont` resumes it (`ci/pause-backend.sh`).
+pub fn pause_variable(backend: Backend) -> String {
+    format!("SHEDLOCK_TEST_{}_PAUSE", backend.name().to_uppercase())
+}
+
+/// Runs `<command> stop SECONDS` from [`pause_variable`]`(backend)`, for a harness's
+/// [`FaultHarness::pause_backend`]: not applicable when the variable is unset.
+pub async fn pause_command(backend: Backend, limit: Duration) -> Result<Support<()>, SetupError> {
+    let seconds = limit.as_secs().max(1).to_string();
+    command_from_env(
+        &pause_variable(backend),
+        &["stop", &seconds],
+        &pause_purpose(backend),
+        Duration::from_secs(30),
+    )
+    .await
+}
+
+/// Runs `<command> cont` from [`pause_variable`]`(backend)`, for a harness's
+/// [`FaultHarness::resume_backend`].
+pub async fn resume_command(backend: Backend) -> Result<(), SetupError> {
+    match command_from_env(
+        &pause_variable(backend),
+        &["cont"],
+        &pause_purpose(backend),
+        Duration::from_secs(30),
+    )
+    .await?
+    {
+        Support::Supported(()) => Ok(()),
+        Support::NotApplicable(reason) => Err(SetupError::new(reason)),
+    }
+}
+
+fn pause_purpose(backend: Backend) -> String {
+    format!(
+        "a shell command that pauses the {} server (`<command> stop SECONDS`, resuming by itself after SECONDS at the latest) and resumes it (`<command> cont`)",
+        backend.name()
+    )
 }
 
 /// Runs the shell command in `variable` with `arguments` appended, for a harness whose

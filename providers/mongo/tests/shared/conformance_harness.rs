@@ -146,6 +146,14 @@ impl FaultHarness for Harness {
             .await?)
     }
 
+    async fn pause_backend(&self, limit: Duration) -> Result<Support<()>, SetupError> {
+        faults::pause_command(Backend::Mongo, limit).await
+    }
+
+    async fn resume_backend(&self) -> Result<(), SetupError> {
+        faults::resume_command(Backend::Mongo).await
+    }
+
     async fn restart_backend(&self) -> Result<Support<()>, SetupError> {
         faults::restart_command(Backend::Mongo, Duration::from_secs(120)).await
     }

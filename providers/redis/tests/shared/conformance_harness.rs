@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use shedlock_conformance::backends::Backend;
-use shedlock_conformance::faults::{FaultHarness, restart_command};
+use shedlock_conformance::faults::{FaultHarness, pause_command, restart_command, resume_command};
 use shedlock_conformance::{
     Clock, ConformanceHarness, PlantedRecord, SetupError, Support, async_trait, backends,
 };
@@ -222,6 +222,14 @@ impl FaultHarness for Harness {
 
     async fn restart_backend(&self) -> Result<Support<()>, SetupError> {
         restart_command(Backend::Redis, Duration::from_secs(120)).await
+    }
+
+    async fn pause_backend(&self, limit: Duration) -> Result<Support<()>, SetupError> {
+        pause_command(Backend::Redis, limit).await
+    }
+
+    async fn resume_backend(&self) -> Result<(), SetupError> {
+        resume_command(Backend::Redis).await
     }
 
     /// The servers `ci/` starts keep nothing on disk (`--save "" --appendonly no`), as many

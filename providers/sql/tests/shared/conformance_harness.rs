@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shedlock_conformance::backends::{Backend, LaunchError};
-use shedlock_conformance::faults::{FaultHarness, restart_command};
+use shedlock_conformance::faults::{FaultHarness, pause_command, restart_command, resume_command};
 use shedlock_conformance::{
     Clock, ConformanceHarness, PlantedRecord, SetupError, Support, async_trait,
 };
@@ -293,6 +293,22 @@ impl<B: PlantRecords> FaultHarness for SqlHarness<B> {
                 .build()
                 .await?,
         )
+    }
+
+    async fn pause_backend(&self, limit: Duration) -> Result<Support<()>, SetupError> {
+        match B::SERVER {
+            Some((backend, _)) => pause_command(backend, limit).await,
+            None => Ok(Support::not_applicable(
+                "the database is a file each node opens itself: there is no server to pause",
+            )),
+        }
+    }
+
+    async fn resume_backend(&self) -> Result<(), SetupError> {
+        match B::SERVER {
+            Some((backend, _)) => resume_command(backend).await,
+            None => Ok(()),
+        }
     }
 
     async fn restart_backend(&self) -> Result<Support<()>, SetupError> {

@@ -175,6 +175,20 @@ impl FaultHarness for Harness {
             .await?)
     }
 
+    async fn pause_backend(&self, limit: Duration) -> Result<Support<()>, SetupError> {
+        if self.suite == Suite::Cluster {
+            return Ok(Support::not_applicable(
+                "the cluster's members are not paused here: its failover is what backend_restart \
+                 runs",
+            ));
+        }
+        faults::pause_command(Backend::Zookeeper, limit).await
+    }
+
+    async fn resume_backend(&self) -> Result<(), SetupError> {
+        faults::resume_command(Backend::Zookeeper).await
+    }
+
     async fn restart_backend(&self) -> Result<Support<()>, SetupError> {
         if self.suite != Suite::Cluster {
             return faults::restart_command(Backend::Zookeeper, Duration::from_secs(120)).await;
