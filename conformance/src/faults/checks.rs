@@ -1076,7 +1076,7 @@ pub async fn check_soak<H: FaultHarness>(
     Ok(Verdict::Passed { notes })
 }
 
-/// The clocks of [`check_wrong_clocks`]'s nodes: what `faketime -f` is given, how it reads,
+/// The clocks of [`check_wrong_clocks`]'s nodes: what libfaketime's `FAKETIME` is given, how it reads,
 /// and whether the clock runs at the right rate (set ahead or behind only).
 const WRONG_CLOCKS: [(&str, &str, bool); 4] = [
     ("+1h", "an hour ahead", true),
@@ -1099,8 +1099,8 @@ const WRONG_CLOCK_WAIT: Duration = Duration::from_secs(2);
 ///
 /// Applies to server-time providers whose backend nodes in several processes share, unless
 /// the backend's clock is the nodes' own ([`FaultHarness::backend_clock_is_the_nodes`]). Needs
-/// `faketime` (Debian's package of that name) on the `PATH`: without it the check fails and
-/// says so, it does not skip.
+/// libfaketime (Debian's package `faketime`; [`FAKETIME_LIBRARY_VARIABLE`] names another
+/// path): without it the check fails and says so, it does not skip.
 pub async fn check_wrong_clocks<H: FaultHarness>(
     harness: &H,
     names: &NameSpace,
@@ -1128,11 +1128,14 @@ pub async fn check_wrong_clocks<H: FaultHarness>(
              given",
         ));
     }
-    let faketime = program_on_path("faketime").ok_or_else(|| {
+    let faketime = faketime_library().ok_or_else(|| {
         trace.failure(
             Rule::HARNESS,
-            "this check runs nodes under faketime, which is not on the PATH: install it (Debian \
-             and Ubuntu: apt-get install faketime)",
+            format!(
+                "this check runs nodes under libfaketime, which is not installed: install it \
+                 (Debian and Ubuntu: apt-get install faketime), or set {FAKETIME_LIBRARY_VARIABLE} \
+                 to the path of libfaketimeMT.so.1"
+            ),
         )
     })?;
     let faketime = faketime.to_string_lossy().into_owned();
@@ -1146,9 +1149,12 @@ pub async fn check_wrong_clocks<H: FaultHarness>(
     let mut contenders = Vec::new();
     let mut holders = Vec::new();
     for (index, (spec, described, _)) in WRONG_CLOCKS.iter().enumerate() {
-        let launcher = [faketime.as_str(), "-f", spec];
+        // Preloaded directly, not through the `faketime` program, which keeps a semaphore
+        // per process id that a killed node leaves behind, and a later node given the same id
+        // then fails to start.
+        let environment = [("LD_PRELOAD", faketime.as_str()), ("FAKETIME", *spec)];
         let spawn = |role: Role| {
-            ChildNode::spawn_under(&role, Some(&launcher)).map_err(|error| {
+            ChildNode::spawn_with(&role, &environment).map_err(|error| {
                 trace.failure(
                     Rule::HARNESS,
                     format!("could not start a node {described} under faketime: {error}"),
@@ -1379,11 +1385,24 @@ pub async fn check_wrong_clocks<H: FaultHarness>(
     Ok(Verdict::Passed { notes })
 }
 
-/// Where `program` is on the `PATH`, if it is.
-fn program_on_path(program: &str) -> Option<std::path::PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|directory| directory.join(program))
-        .find(|candidate| candidate.is_file())
+/// Names the libfaketime to preload instead of the one the check looks for.
+pub const FAKETIME_LIBRARY_VARIABLE: &str = "SHEDLOCK_FAKETIME_LIBRARY";
+
+/// The thread-safe libfaketime (the nodes run multi-threaded runtimes): where
+/// [`FAKETIME_LIBRARY_VARIABLE`] says, or where Debian's and Ubuntu's package put it.
+fn faketime_library() -> Option<std::path::PathBuf> {
+    if let Some(path) = std::env::var_os(FAKETIME_LIBRARY_VARIABLE) {
+        return Some(path.into());
+    }
+    let directories = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path().join("faketime"))
+        .chain(["/usr/lib/faketime".into(), "/usr/local/lib/faketime".into()]);
+    directories
+        .map(|directory: std::path::PathBuf| directory.join("libfaketimeMT.so.1"))
+        .find(|library| library.is_file())
 }
 
 /// The shortest pause of [`check_backend_paused`].

@@ -88,22 +88,16 @@ pub(crate) struct ChildNode {
 impl ChildNode {
     /// Starts this test binary again as a node playing `role`.
     pub(crate) fn spawn(role: &Role) -> std::io::Result<Self> {
-        Self::spawn_under(role, None)
+        Self::spawn_with(role, &[])
     }
 
-    /// Starts this test binary again as a node playing `role`, run by `launcher` (a program
-    /// and its arguments, such as `faketime -f +1h`) when one is given.
-    pub(crate) fn spawn_under(role: &Role, launcher: Option<&[&str]>) -> std::io::Result<Self> {
+    /// Starts this test binary again as a node playing `role`, with `environment` added to
+    /// what it inherits (`LD_PRELOAD` and `FAKETIME` for a node whose clock is wrong).
+    pub(crate) fn spawn_with(role: &Role, environment: &[(&str, &str)]) -> std::io::Result<Self> {
         let exe = std::env::current_exe()?;
         let role = serde_json::to_string(role).map_err(std::io::Error::other)?;
-        let mut command = match launcher {
-            Some([program, arguments @ ..]) => {
-                let mut command = Command::new(program);
-                command.args(arguments).arg(exe);
-                command
-            }
-            _ => Command::new(exe),
-        };
+        let mut command = Command::new(exe);
+        command.envs(environment.iter().copied());
         let mut child = command
             .env(CHILD_VARIABLE, role)
             .env(RUN_ID_VARIABLE, run_id())

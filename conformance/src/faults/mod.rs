@@ -39,6 +39,7 @@
 
 mod checks;
 mod child;
+mod defects;
 mod ledger;
 mod runner;
 mod stall_proxy;
@@ -51,12 +52,13 @@ use crate::backends::Backend;
 use crate::harness::{ConformanceHarness, SetupError, Support};
 
 pub use checks::{
-    FaultCheck, RECONNECT_LIMIT, SOAK_NODES_VARIABLE, SOAK_SECONDS_VARIABLE, SoakSettings,
-    check_backend_paused, check_backend_restart, check_holder_crash, check_soak,
-    check_stall_during_acquire, check_stall_during_extend, check_stall_during_release,
-    check_wrong_clocks,
+    FAKETIME_LIBRARY_VARIABLE, FaultCheck, RECONNECT_LIMIT, SOAK_NODES_VARIABLE,
+    SOAK_SECONDS_VARIABLE, SoakSettings, check_backend_paused, check_backend_restart,
+    check_holder_crash, check_soak, check_stall_during_acquire, check_stall_during_extend,
+    check_stall_during_release, check_wrong_clocks,
 };
 pub use child::run_id;
+pub use defects::{DefectiveHarness, DefectiveNode, FaultDefect, run_defects};
 pub use ledger::{Ledger, LedgerEntry, LedgerVerdict, SoakRecord, TickExcuse, judge};
 pub use runner::{run, run_with_args};
 pub use stall_proxy::StallProxy;

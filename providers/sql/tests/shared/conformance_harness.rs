@@ -338,6 +338,23 @@ pub fn run_faults<B: PlantRecords>(
     })
 }
 
+/// Runs the fault suite's broken nodes (`shedlock_conformance::faults::run_defects`) in
+/// configuration `run` on the server `url` finds: each fault check must catch its defect.
+// Only the fault-defect targets use this.
+#[allow(dead_code)]
+pub fn run_fault_defects<B: PlantRecords>(
+    url: impl Future<Output = Result<String, LaunchError>>,
+    admin_connections: u32,
+    run: KitRun,
+) -> ExitCode {
+    shedlock_conformance::faults::run_defects(|| async move {
+        let harness =
+            SqlHarness::<B>::connect(Sessions::Url(url.await?), admin_connections, run).await?;
+        harness.prepare_table().await?;
+        Ok(harness)
+    })
+}
+
 /// Runs the kit in configuration `run` on the server `url` finds, with `admin_connections`
 /// for the harness's own pool. The run's table is created before checks run in parallel.
 // The non-UTC targets start through `non_utc::run` instead.
