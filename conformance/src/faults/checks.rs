@@ -686,6 +686,25 @@ async fn stop_asking(
     held
 }
 
+/// Puts every attempt of the askers on the timeline.
+fn record_attempts(trace: &Trace, attempts: &[Attempt]) {
+    for attempt in attempts {
+        let outcome = match &attempt.outcome {
+            None => "no answer".to_owned(),
+            Some(Ok(true)) => "acquired".to_owned(),
+            Some(Ok(false)) => "not acquired".to_owned(),
+            Some(Err(error)) => format!("error: {error}"),
+        };
+        trace.record(
+            attempt.node,
+            format!("try_lock {:?}", attempt.lock),
+            attempt.sent,
+            attempt.answered,
+            outcome,
+        );
+    }
+}
+
 /// Releases what [`stop_asking`] gave back, on the timeline.
 async fn release_held(trace: &Trace, held: Vec<(&'static str, Box<dyn LockHandle>)>) {
     for (label, handle) in held {
@@ -765,21 +784,7 @@ pub async fn check_backend_restart<H: FaultHarness>(
     }
     let held_by_askers = stop_asking(&stop, askers).await;
     let attempts = std::mem::take(&mut *attempts.lock().unwrap());
-    for attempt in &attempts {
-        let outcome = match &attempt.outcome {
-            None => "no answer".to_owned(),
-            Some(Ok(true)) => "acquired".to_owned(),
-            Some(Ok(false)) => "not acquired".to_owned(),
-            Some(Err(error)) => format!("error: {error}"),
-        };
-        trace.record(
-            attempt.node,
-            format!("try_lock {:?}", attempt.lock),
-            attempt.sent,
-            attempt.answered,
-            outcome,
-        );
-    }
+    record_attempts(&trace, &attempts);
     // Released after every attempt is on the timeline, so it reads in order.
     release_held(&trace, held_by_askers).await;
     if let Some(hung) = attempts.iter().find(|attempt| attempt.outcome.is_none()) {
@@ -1539,21 +1544,7 @@ pub async fn check_backend_paused<H: FaultHarness>(
     let held_by_b = stop_asking(&stop, askers).await;
     let ran = tokio::time::timeout(OPERATION_LIMIT * 2, running).await;
     let attempts = std::mem::take(&mut *attempts.lock().unwrap());
-    for attempt in &attempts {
-        let outcome = match &attempt.outcome {
-            None => "no answer".to_owned(),
-            Some(Ok(true)) => "acquired".to_owned(),
-            Some(Ok(false)) => "not acquired".to_owned(),
-            Some(Err(error)) => format!("error: {error}"),
-        };
-        trace.record(
-            attempt.node,
-            format!("try_lock {:?}", attempt.lock),
-            attempt.sent,
-            attempt.answered,
-            outcome,
-        );
-    }
+    record_attempts(&trace, &attempts);
     release_held(&trace, held_by_b).await;
     let a_stopped = *stopped.lock().unwrap();
     if let Some(stopped) = a_stopped {
