@@ -72,8 +72,9 @@ is_cluster_port() {
 }
 
 # Healthy: every node says cluster_state:ok over all 16384 slots of 3 masters, knows six nodes
-# with none flagged failing and every link connected; each master has a replica online, and
-# each replica's link to its master is up with no sync in progress.
+# with none flagged failing and every link connected, and sees three masters serving slots and
+# three replicas; each master has a replica online, and each replica's link to its master is up
+# with no sync in progress.
 cluster_fully_healthy() {
   local port info nodes masters=0 replicas=0
   for port in "${CLUSTER_PORTS[@]}"; do
@@ -86,6 +87,11 @@ cluster_fully_healthy() {
     [ "$(grep -c . <<<"$nodes")" = 6 ] || return 1
     awk '$3 ~ /fail|handshake|noaddr/ || $8 != "connected" { bad = 1 } END { exit bad }' \
       <<<"$nodes" || return 1
+    # Its view of the others agrees with theirs: three masters, each serving slots, and three
+    # replicas. A node that rejoined is demoted at once in its own eyes but in the others' only
+    # once gossip reaches them, and meanwhile they list it as a master serving nothing.
+    awk '$3 ~ /master/ { masters++; if (NF < 9) bad = 1 } $3 ~ /slave/ { replicas++ }
+         END { exit bad || masters != 3 || replicas != 3 }' <<<"$nodes" || return 1
     info=$(cli "$port" info replication) || return 1
     case "$(field role <<<"$info")" in
       master)
