@@ -405,6 +405,45 @@ impl MutantStore {
     }
 
     /// The record's state as a racing writer saw it: a yield between the read and the write.
+    /// An update read and written under one lock, as a backend's update is one atomic step:
+    /// nodes on other threads of a multi-threaded runtime run at the same time.
+    fn update_at_once(
+        &self,
+        record: &LockRecord<'_>,
+        now: SystemTime,
+        key: String,
+    ) -> Result<RecordOutcome, LockError> {
+        let mut records = self.records.lock().unwrap();
+        match records.get(&key).cloned() {
+            None => Ok(RecordOutcome::Missing),
+            Some(existing) if existing.lock_until > now => {
+                if self.defect == Defect::ErrorsWhenHeld {
+                    return Err(LockError::backend_message(
+                        "mutant",
+                        Operation::Acquire,
+                        record.name,
+                        "the record is locked",
+                    ));
+                }
+                Ok(RecordOutcome::NotAcquired(Some(LockHolder {
+                    locked_by: Some(existing.locked_by.clone()),
+                    held_until: Some(existing.lock_until),
+                })))
+            }
+            Some(existing)
+                if self.defect == Defect::IgnoresForeignRecords
+                    && !existing.locked_by.contains('#') =>
+            {
+                Ok(RecordOutcome::NotAcquired(None))
+            }
+            Some(existing) => {
+                let (taken, outcome) = self.take(record, now, Some(&existing));
+                records.insert(key, taken);
+                Ok(outcome)
+            }
+        }
+    }
+
     async fn racy_pause(&self) {
         if self.defect == Defect::RacyAcquire {
             tokio::time::sleep(Duration::from_millis(1)).await;
@@ -471,15 +510,24 @@ impl LockStorage for MutantStore {
         }
         let now = self.now(Step::Acquire, record.now);
         let key = self.key(record.name);
-        let holder = self
-            .records
-            .lock()
-            .unwrap()
-            .get(&key)
-            .map(|existing| LockHolder {
-                locked_by: Some(existing.locked_by.clone()),
-                held_until: Some(existing.lock_until),
-            });
+        let holder_of = |existing: &Record| LockHolder {
+            locked_by: Some(existing.locked_by.clone()),
+            held_until: Some(existing.lock_until),
+        };
+        if self.defect == Defect::RacyAcquire {
+            let holder = self.records.lock().unwrap().get(&key).map(holder_of);
+            if holder.is_some() {
+                return Ok(RecordOutcome::NotAcquired(holder));
+            }
+            self.racy_pause().await;
+            let (taken, outcome) = self.take(record, now, None);
+            self.records.lock().unwrap().insert(key, taken);
+            return Ok(outcome);
+        }
+        // Read and write under one lock, as a backend's insert is one atomic step: nodes on
+        // other threads of a multi-threaded runtime run at the same time.
+        let mut records = self.records.lock().unwrap();
+        let holder = records.get(&key).map(holder_of);
         let exists = holder.is_some();
         if self.defect == Defect::InsertRefused
             || (exists && self.defect != Defect::InsertOverwritesHeld)
@@ -487,9 +535,8 @@ impl LockStorage for MutantStore {
             // A refusal names the holder, as most backends can in the same round trip.
             return Ok(RecordOutcome::NotAcquired(holder));
         }
-        self.racy_pause().await;
         let (taken, outcome) = self.take(record, now, None);
-        self.records.lock().unwrap().insert(key, taken);
+        records.insert(key, taken);
         Ok(outcome)
     }
 
@@ -499,28 +546,18 @@ impl LockStorage for MutantStore {
         }
         let now = self.now(Step::Acquire, record.now);
         let key = self.key(record.name);
+        if self.defect != Defect::RacyAcquire {
+            return self.update_at_once(record, now, key);
+        }
+        // The racy mutant lets go of the store between its read and its write.
         let existing = self.records.lock().unwrap().get(&key).cloned();
         match existing {
             None => Ok(RecordOutcome::Missing),
             Some(existing) if existing.lock_until > now => {
-                if self.defect == Defect::ErrorsWhenHeld {
-                    return Err(LockError::backend_message(
-                        "mutant",
-                        Operation::Acquire,
-                        record.name,
-                        "the record is locked",
-                    ));
-                }
                 Ok(RecordOutcome::NotAcquired(Some(LockHolder {
                     locked_by: Some(existing.locked_by.clone()),
                     held_until: Some(existing.lock_until),
                 })))
-            }
-            Some(existing)
-                if self.defect == Defect::IgnoresForeignRecords
-                    && !existing.locked_by.contains('#') =>
-            {
-                Ok(RecordOutcome::NotAcquired(None))
             }
             Some(existing) => {
                 self.racy_pause().await;
