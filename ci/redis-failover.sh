@@ -2,7 +2,9 @@
 # Usage: ci/redis-failover.sh COMMAND [ARGS]
 #
 # Fails over the Redis Cluster of ci/start-redis-topologies.sh (127.0.0.1:7000-7005, 3 masters
-# + 3 replicas), for tests/cluster_failover.rs of shedlock-redis:
+# + 3 replicas), for tests/cluster_failover.rs of shedlock-redis, and its Sentinel setup (data
+# nodes 127.0.0.1:6390-6391, one master and one replica, watched by the sentinels 26390-26392
+# under the master name `shedlock`), for tests/sentinel_failover.rs:
 #
 #   cluster-kill-master PORT [--on-stdin]
 #       SIGKILLs the cluster master on 127.0.0.1:PORT (the process listening there, which must
@@ -19,18 +21,38 @@
 #       in its place), and waits until all six nodes say cluster_state:ok, know the five others
 #       healthy, and every master has a replica whose link is up. Does nothing else when the
 #       cluster is so already.
+#   sentinel-kill-master
+#       SIGKILLs the master the sentinels name (the redis-server listening on its port) and
+#       returns once it is gone; the sentinels then promote the replica by themselves (after
+#       down-after-milliseconds, 5 s, plus an election). Wants the setup healthy first (as
+#       sentinel-restore waits for). Prints killed=, replica=, pid= and sigkill_at= (when the
+#       signal went, in epoch seconds).
+#   sentinel-restore
+#       starts every node of the Sentinel setup that is down again (data nodes and sentinels),
+#       from the configuration ci/start-redis-topologies.sh wrote and the sentinels rewrote
+#       since, as that script starts them (a killed master comes back as a master with no data,
+#       and the sentinels turn it into a replica of the node promoted in its place), and waits
+#       until the setup is healthy: the three sentinels name the same master, not flagged down
+#       or failing over, which has one replica whose link is up and synchronised, seen healthy
+#       by every sentinel, each of which knows the two others and has its quorum. Does nothing
+#       else when the setup is so already.
 #
-# Both set repl-diskless-sync-delay to 0 at runtime on every node: a rejoining node needs a
+# All set repl-diskless-sync-delay to 0 at runtime on every data node: a rejoining node needs a
 # full resynchronisation, which a master otherwise delays 5 s (Redis' default) in case more
-# replicas ask. Every step is a line on stderr; stdout gets NAME=value lines for the caller
+# replicas ask. The sentinel commands also set the sentinels' INFO and hello periods short (1 s
+# and 0.5 s, SENTINEL DEBUG, as ci/start-redis-topologies.sh does; a sentinel forgets them when
+# it restarts). Every step is a line on stderr; stdout gets NAME=value lines for the caller
 # (what was killed or restored, and the seconds taken). Commands are serialized with each other
-# (flock). Fails loudly, naming the nodes and their logs, when the cluster is not healthy
-# within 60 s.
+# (flock). Fails loudly, naming the nodes and their logs, when the cluster or the Sentinel setup
+# is not healthy within 60 s.
 set -euo pipefail
 
 STATE_DIR=${SHEDLOCK_CI_STATE_DIR:-/var/tmp/shedlock-ci}/redis-topologies
 CLUSTER_PORTS=(7000 7001 7002 7003 7004 7005)
-COMMANDS="cluster-kill-master PORT [--on-stdin], cluster-restore"
+DATA_PORTS=(6390 6391)
+SENTINEL_PORTS=(26390 26391 26392)
+MASTER_NAME=shedlock
+COMMANDS="cluster-kill-master PORT [--on-stdin], cluster-restore, sentinel-kill-master, sentinel-restore"
 
 log() { printf '[redis-failover] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -47,6 +69,8 @@ alive() { local s; s=$(ps -o stat= -p "$1" 2>/dev/null) && [ -n "$s" ] && [[ $s 
 listener_pid() { { ss -Hltnp "sport = :$1" 2>/dev/null || true; } | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -n 1; }
 cmdline() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null || true; }
 cluster_dir() { echo "$STATE_DIR/cluster/$1"; }
+data_dir() { echo "$STATE_DIR/sentinel-data/$1"; }
+sentinel_dir() { echo "$STATE_DIR/sentinels/$1"; }
 
 # wait_for SECONDS COMMAND...: whether COMMAND succeeds within SECONDS (polled every 0.2 s).
 wait_for() {
@@ -192,6 +216,165 @@ restore() {
   report "restored=$(IFS=,; echo "${down[*]:-}")" "seconds=$(elapsed "$started")"
 }
 
+# --- Redis Sentinel -------------------------------------------------------------------------
+
+# pairs: `SENTINEL MASTER`-style name/value lines on stdin as NAME:value lines, one per field
+# (`SENTINEL REPLICAS` gives one block per replica, each starting with name:).
+pairs() { tr -d '\r' | paste -d: - -; }
+
+# The port of the master all three sentinels name (fails if one does not answer, names another
+# or another host).
+sentinel_master_port() {
+  local port addr master=""
+  for port in "${SENTINEL_PORTS[@]}"; do
+    addr=$(cli "$port" sentinel get-master-addr-by-name "$MASTER_NAME" | tr -d '\r' | paste -sd:) \
+      || return 1
+    [[ $addr =~ ^127\.0\.0\.1:[0-9]+$ ]] || return 1
+    if [ -z "$master" ]; then master=$addr; elif [ "$master" != "$addr" ]; then return 1; fi
+  done
+  echo "${master#*:}"
+}
+
+# Healthy: all three sentinels name the same master, flagged nothing but master (not down, not
+# failing over), know the two other sentinels and have their quorum, and know exactly one
+# replica, the other data node, flagged nothing but slave, its link ok. The master says so too
+# (one replica online), and the replica says its master is that one, its link up and no sync in
+# progress.
+sentinel_fully_healthy() {
+  local master port info replica
+  master=$(sentinel_master_port) || return 1
+  replica=""
+  for port in "${DATA_PORTS[@]}"; do [ "$port" = "$master" ] || replica=$port; done
+  [ -n "$replica" ] || return 1
+  for port in "${SENTINEL_PORTS[@]}"; do
+    info=$(cli "$port" sentinel master "$MASTER_NAME" | pairs) || return 1
+    [ "$(field flags <<<"$info")" = master ] || return 1
+    [ "$(field num-other-sentinels <<<"$info")" = 2 ] || return 1
+    [ "$(field num-slaves <<<"$info")" = 1 ] || return 1
+    info=$(cli "$port" sentinel replicas "$MASTER_NAME" | pairs) || return 1
+    [ "$(field name <<<"$info")" = "127.0.0.1:$replica" ] || return 1
+    [ "$(field flags <<<"$info")" = slave ] || return 1
+    [ "$(field master-link-status <<<"$info")" = ok ] || return 1
+    [ "$(field master-port <<<"$info")" = "$master" ] || return 1
+    cli "$port" sentinel ckquorum "$MASTER_NAME" | grep -q '^OK' || return 1
+  done
+  info=$(cli "$master" info replication | tr -d '\r') || return 1
+  [ "$(field role <<<"$info")" = master ] || return 1
+  [ "$(field connected_slaves <<<"$info")" = 1 ] || return 1
+  grep -q "^slave0:.*port=$replica,state=online" <<<"$info" || return 1
+  info=$(cli "$replica" info replication) || return 1
+  [ "$(field role <<<"$info")" = slave ] || return 1
+  [ "$(field master_port <<<"$info")" = "$master" ] || return 1
+  [ "$(field master_link_status <<<"$info")" = up ] || return 1
+  [ "$(field master_sync_in_progress <<<"$info")" = 0 ]
+}
+
+describe_sentinel() {
+  local port
+  for port in "${SENTINEL_PORTS[@]}"; do
+    log "sentinel $port: names $(cli "$port" sentinel get-master-addr-by-name "$MASTER_NAME" | tr -d '\r' | paste -sd:); master $(cli "$port" sentinel master "$MASTER_NAME" | pairs | grep -E '^(flags|num-slaves|num-other-sentinels):' | tr '\n' ' ')replicas $(cli "$port" sentinel replicas "$MASTER_NAME" | pairs | grep -E '^(name|flags|master-link-status):' | tr '\n' ' ')$(cli "$port" sentinel ckquorum "$MASTER_NAME" | tr -d '\r' | cut -c1-40)"
+  done
+  for port in "${DATA_PORTS[@]}"; do
+    log "data node $port: $(cli "$port" info replication | tr -d '\r' | grep -E '^(role|master_port|master_link_status|master_sync_in_progress|connected_slaves):' | tr '\n' ' ')"
+  done
+}
+
+# Short INFO and hello periods on every sentinel that runs, and no delay before a full
+# resynchronisation on every data node that runs (runtime settings).
+tune_sentinel_setup() {
+  local port
+  for port in "${SENTINEL_PORTS[@]}"; do
+    answers "$port" || continue
+    cli "$port" sentinel debug info-period 1000 publish-period 500 | grep -q OK \
+      || die "sentinel $port refused SENTINEL DEBUG info-period/publish-period (needs Redis 7; log: $(sentinel_dir "$port")/sentinel.log)"
+  done
+  for port in "${DATA_PORTS[@]}"; do
+    answers "$port" || continue
+    cli "$port" config set repl-diskless-sync-delay 0 | grep -q OK \
+      || die "Redis $port refused CONFIG SET repl-diskless-sync-delay (log: $(data_dir "$port")/redis.log)"
+  done
+}
+
+sentinel_setup_configured() {
+  local port
+  for port in "${DATA_PORTS[@]}"; do
+    [ -s "$(data_dir "$port")/redis.conf" ] \
+      || die "no configuration $(data_dir "$port")/redis.conf: run ci/start-redis-topologies.sh first"
+  done
+  for port in "${SENTINEL_PORTS[@]}"; do
+    [ -s "$(sentinel_dir "$port")/sentinel.conf" ] \
+      || die "no configuration $(sentinel_dir "$port")/sentinel.conf: run ci/start-redis-topologies.sh first"
+  done
+}
+
+sentinel_kill_master() {
+  local port replica pid pidfile started sigkill_at
+  sentinel_setup_configured
+  tune_sentinel_setup
+  sentinel_fully_healthy \
+    || { describe_sentinel; die "the Sentinel setup (master name $MASTER_NAME, 127.0.0.1:6390-6391, sentinels 26390-26392) is not fully healthy (run ci/redis-failover.sh sentinel-restore first)"; }
+  port=$(sentinel_master_port) || die "the sentinels stopped agreeing on a master"
+  for replica in "${DATA_PORTS[@]}"; do [ "$replica" = "$port" ] || break; done
+  pid=$(listener_pid "$port")
+  [ -n "$pid" ] || die "no process listens on 127.0.0.1:$port (is ss from iproute2 installed?)"
+  cmdline "$pid" | grep -Eq "^redis-server [^ ]*:$port( |$)" \
+    || die "the process listening on 127.0.0.1:$port (pid $pid: $(cmdline "$pid")) is not its redis-server"
+  pidfile=$(data_dir "$port")/redis.pid
+  if [ -s "$pidfile" ] && [ "$(cat "$pidfile")" != "$pid" ]; then
+    die "127.0.0.1:$port is served by pid $pid, but $pidfile says $(cat "$pidfile")"
+  fi
+  started=$(now)
+  # The moment of the signal, without a fork in between (bash 5's clock, in epoch seconds).
+  sigkill_at=$EPOCHREALTIME
+  kill -KILL "$pid"
+  for _ in $(seq 1 300); do
+    if ! alive "$pid" && ! port_open "$port"; then break; fi
+    sleep 0.01
+  done
+  alive "$pid" && die "the master 127.0.0.1:$port (pid $pid) still runs 3 s after SIGKILL"
+  port_open "$port" && die "127.0.0.1:$port still accepts connections 3 s after its master (pid $pid) was killed"
+  log "killed the sentinels' master 127.0.0.1:$port (pid $pid, replica 127.0.0.1:$replica) after $(elapsed "$started") s"
+  report "killed=127.0.0.1:$port" "replica=127.0.0.1:$replica" "pid=$pid" "sigkill_at=$sigkill_at"
+}
+
+# start_node NAME PORT CONF LOGFILE [--sentinel]: as ci/start-redis-topologies.sh starts it
+# (the same configuration, daemonized); returns once it answers.
+start_node() {
+  local name=$1 port=$2 conf=$3 logfile=$4; shift 4
+  port_open "$port" && die "$name: 127.0.0.1:$port is taken by something that is not Redis"
+  log "starting $name again (redis-server $conf${*:+ $*})"
+  # fd 9 (the flock) closed: the daemon must not hold the lock after this script ends.
+  redis-server "$conf" "$@" 9>&- || die "$name failed to start (log: $logfile)"
+  wait_for 20 answers "$port" \
+    || { [ -f "$logfile" ] && tail -n 30 "$logfile" >&2
+         die "$name did not answer on 127.0.0.1:$port within 20 s (log: $logfile)"; }
+}
+
+sentinel_restore() {
+  local started port down=()
+  started=$(now)
+  sentinel_setup_configured
+  for port in "${DATA_PORTS[@]}"; do
+    answers "$port" && continue
+    start_node "data node $port" "$port" "$(data_dir "$port")/redis.conf" "$(data_dir "$port")/redis.log"
+    down+=("127.0.0.1:$port")
+  done
+  for port in "${SENTINEL_PORTS[@]}"; do
+    answers "$port" && continue
+    start_node "sentinel $port" "$port" "$(sentinel_dir "$port")/sentinel.conf" \
+      "$(sentinel_dir "$port")/sentinel.log" --sentinel
+    down+=("127.0.0.1:$port")
+  done
+  tune_sentinel_setup
+  if ! wait_for 60 sentinel_fully_healthy; then
+    describe_sentinel
+    die "the Sentinel setup (master name $MASTER_NAME) was not fully healthy within 60 s (logs: $STATE_DIR/sentinel-data/<port>/redis.log, $STATE_DIR/sentinels/<port>/sentinel.log)"
+  fi
+  port=$(sentinel_master_port)
+  log "restored ${down[*]:-nothing (all nodes ran)}; master 127.0.0.1:$port with its replica, all sentinels agreeing, after $(elapsed "$started") s"
+  report "restored=$(IFS=,; echo "${down[*]:-}")" "master=127.0.0.1:$port" "seconds=$(elapsed "$started")"
+}
+
 case "${1:-}" in
   cluster-kill-master)
     if [ $# -lt 2 ] || [ $# -gt 3 ]; then die "usage: $0 cluster-kill-master PORT [--on-stdin]"; fi
@@ -204,6 +387,12 @@ case "${1:-}" in
   cluster-restore)
     [ $# -eq 1 ] || die "usage: $0 cluster-restore"
     lock; restore ;;
+  sentinel-kill-master)
+    [ $# -eq 1 ] || die "usage: $0 sentinel-kill-master"
+    lock; sentinel_kill_master ;;
+  sentinel-restore)
+    [ $# -eq 1 ] || die "usage: $0 sentinel-restore"
+    lock; sentinel_restore ;;
   -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2 ;;
   *) die "unknown command '${1:-}' (one of: $COMMANDS)" ;;
 esac

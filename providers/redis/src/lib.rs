@@ -123,6 +123,13 @@
 //! failover can lose its last increments too and hand out a token again; a resource that
 //! refuses tokens not above the highest it saw refuses that second holder as well.
 //!
+//! [`RedisLockProviderBuilder::wait_for_replicas`] narrows the window: each acquire (and
+//! extend) is followed by Redis' `WAIT` in the same round trip, and one that too few replicas
+//! acknowledged in time answers an error, so the task does not run. Tested with a replica that
+//! receives nothing while its master takes locks, then is promoted: without it every such lock
+//! was lost; with it no acquire answered "acquired", and a lock acknowledged before the lag
+//! survived the promotion. Not on a Redis Cluster URL yet.
+//!
 //! # TLS
 //!
 //! `rediss://` (or `valkeys://`) connects over TLS, with the `tls-rustls` feature (on by
@@ -186,6 +193,7 @@ pub struct RedisLockProviderBuilder {
     holder: String,
     operation_timeout: Duration,
     fencing: bool,
+    replica_wait: Option<(u32, Duration)>,
     #[cfg(feature = "tls")]
     tls_root_certificate: Option<Vec<u8>>,
 }
@@ -198,6 +206,7 @@ impl Default for RedisLockProviderBuilder {
             holder: shedlock_core::default_holder(),
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
             fencing: false,
+            replica_wait: None,
             #[cfg(feature = "tls")]
             tls_root_certificate: None,
         }
@@ -244,6 +253,29 @@ impl RedisLockProviderBuilder {
         self
     }
 
+    /// Answers "acquired" only once `replicas` replicas have acknowledged the lock, waiting at
+    /// most `timeout` for them (Redis' `WAIT`, sent behind the acquire in the same round trip);
+    /// an extend likewise. Off by default.
+    ///
+    /// Redis replicates asynchronously: without this, a lock written to a master that fails
+    /// before its replicas received it is lost in the failover, and another node can take it
+    /// while the first still runs its task (crate docs, "Failover and lost locks"). With it, an
+    /// acquire that the replicas did not acknowledge in time answers an error instead, so the
+    /// task does not run, and the lock is deleted again in the background. An extend they did
+    /// not acknowledge answers an error too (the master has the new expiry, a promoted replica
+    /// may not). The price is availability: while fewer replicas answer, every acquire fails.
+    ///
+    /// `WAIT` makes a lost lock much less likely, not impossible: a replica that acknowledged
+    /// may still not be the one promoted. `replicas` must be at least 1 and `timeout` shorter
+    /// than the operation timeout, so the acquire can tell what happened. Not available on a
+    /// Redis Cluster URL yet: the cluster client may send the `WAIT` to another node than the
+    /// key's master. A connection given to [`build`](Self::build) must send a pipeline to one
+    /// server, as a single server's or a sentinel master's connection does.
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replica_wait = Some((replicas, timeout));
+        self
+    }
+
     /// Trusts only this CA (PEM, one or more certificates) for a `rediss://` server, instead of
     /// the roots the crate's TLS feature brings: for a server whose certificate a private CA
     /// signed, such as a self-signed test server or a cloud provider's own CA.
@@ -283,6 +315,7 @@ impl RedisLockProviderBuilder {
         self.validate()?;
         let scheme = check_url_scheme(url)?;
         self.check_tls_settings(&endpoint, scheme)?;
+        self.check_replica_wait(scheme)?;
         let connection = match scheme.topology {
             Topology::Server => {
                 let (client, config) = self.client(url, &endpoint, scheme.tls)?;
@@ -321,6 +354,7 @@ impl RedisLockProviderBuilder {
         self.validate()?;
         let scheme = check_url_scheme(url)?;
         self.check_tls_settings(&endpoint, scheme)?;
+        self.check_replica_wait(scheme)?;
         let connection = match scheme.topology {
             Topology::Server => {
                 let (client, config) = self.client(url, &endpoint, scheme.tls)?;
@@ -590,6 +624,45 @@ impl RedisLockProviderBuilder {
                 "it must be greater than zero",
             ));
         }
+        if let Some((replicas, timeout)) = self.replica_wait {
+            if replicas == 0 {
+                return Err(invalid_setting(
+                    "number of replicas to wait for",
+                    "0",
+                    "it must be at least 1 (leave wait_for_replicas out to wait for none)",
+                ));
+            }
+            if timeout.is_zero() || timeout >= self.operation_timeout {
+                return Err(invalid_setting(
+                    "replica wait timeout",
+                    &format!("{timeout:?}"),
+                    &format!(
+                        "it must be greater than zero (Redis' WAIT 0 waits forever) and shorter \
+                         than the operation timeout ({:?}), so an acquire can tell what happened",
+                        self.operation_timeout
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses [`wait_for_replicas`](Self::wait_for_replicas) on a Redis Cluster URL, where the
+    /// cluster client routes a `WAIT` (which names no key) to a node of its choice.
+    fn check_replica_wait(&self, scheme: UrlScheme) -> Result<(), LockError> {
+        if self.replica_wait.is_some() && scheme.topology == Topology::Cluster {
+            return Err(LockError::backend_message(
+                PROVIDER,
+                Operation::Connect,
+                "",
+                format!(
+                    "wait_for_replicas is not available with a {}:// URL: the cluster client may \
+                     send Redis' WAIT to another node than the lock key's master, which would \
+                     confirm nothing; use a single server or a Sentinel URL, or leave it out",
+                    scheme.name
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -623,6 +696,12 @@ impl RedisLockProviderBuilder {
                 holder: self.holder,
                 operation_timeout: self.operation_timeout,
                 fencing: self.fencing,
+                replica_wait: self
+                    .replica_wait
+                    .map(|(replicas, timeout)| storage::ReplicaWait {
+                        replicas,
+                        timeout_ms: storage::ceil_millis(timeout).unwrap_or(storage::MAX_TTL_MS),
+                    }),
                 endpoint,
             }),
         }
@@ -817,6 +896,8 @@ struct Inner<C> {
     holder: String,
     operation_timeout: Duration,
     fencing: bool,
+    /// The replicas each acquire and extend waits for, if any.
+    replica_wait: Option<storage::ReplicaWait>,
     /// Where the connection goes, with any password masked.
     endpoint: String,
 }
@@ -831,6 +912,7 @@ impl<C> fmt::Debug for RedisLockProvider<C> {
             .field("holder", &inner.holder)
             .field("operation_timeout", &inner.operation_timeout)
             .field("fencing", &inner.fencing)
+            .field("replica_wait", &inner.replica_wait)
             .finish()
     }
 }
@@ -878,6 +960,22 @@ where
             return Err(LockError::invalid_name(PROVIDER, name, FENCING_BRACES_RULE));
         }
         Ok(())
+    }
+}
+
+impl<C> Inner<C> {
+    /// What was missing when fewer replicas acknowledged a write than
+    /// [`wait_for_replicas`](RedisLockProviderBuilder::wait_for_replicas) asks, as the
+    /// middle of an error message; `None` when enough did, or none was asked for.
+    fn unacknowledged(&self, acknowledged: Option<u32>) -> Option<String> {
+        let wait = self.replica_wait?;
+        let acknowledged = acknowledged.unwrap_or(0);
+        (acknowledged < wait.replicas).then(|| {
+            format!(
+                "only {acknowledged} of the {} replicas asked for acknowledged it within {} ms",
+                wait.replicas, wait.timeout_ms
+            )
+        })
     }
 }
 
@@ -986,17 +1084,33 @@ where
                     counter.as_deref(),
                     &value,
                     at_most_ms,
+                    inner.replica_wait,
                 ),
             )
             .await;
         let fencing_token = match reply {
-            Ok(storage::AcquireReply::Acquired(token)) => token,
+            Ok((storage::AcquireReply::Acquired(token), acknowledged)) => {
+                if let Some(short) = inner.unacknowledged(acknowledged) {
+                    self.clean_up_unknown_acquire(key, value);
+                    return Err(LockError::backend_message(
+                        PROVIDER,
+                        Operation::Acquire,
+                        name,
+                        format!(
+                            "Redis at {} took the lock, but {short}: a failover could lose it, \
+                             so the task must not run this time, and the lock is being freed",
+                            inner.endpoint
+                        ),
+                    ));
+                }
+                token
+            }
             // The value is unique to this attempt, so finding it means the acquire ran twice
             // and its first run took the lock: a cluster client resends a command whose
             // connection dropped before the answer came. That first answer, and with it the
             // fencing token, is lost, so the outcome is reported as unknown (the task does not
             // run) and the lock is freed at once rather than at lock_at_most_for.
-            Ok(storage::AcquireReply::Held { value: held_by, .. }) if held_by == value => {
+            Ok((storage::AcquireReply::Held { value: held_by, .. }, _)) if held_by == value => {
                 self.clean_up_unknown_acquire(key, value);
                 return Err(LockError::backend_message(
                     PROVIDER,
@@ -1010,10 +1124,13 @@ where
                     ),
                 ));
             }
-            Ok(storage::AcquireReply::Held {
-                value: held_by,
-                ttl_ms,
-            }) => {
+            Ok((
+                storage::AcquireReply::Held {
+                    value: held_by,
+                    ttl_ms,
+                },
+                _,
+            )) => {
                 // Redis gives the time left, not an instant: held_until is this node's clock
                 // plus it, off by the node's clock error and the reply's travel time.
                 let held_until =
@@ -1023,7 +1140,7 @@ where
                     held_until,
                 })));
             }
-            Ok(storage::AcquireReply::OtherType(kind)) => {
+            Ok((storage::AcquireReply::OtherType(kind), _)) => {
                 return Err(LockError::backend_message(
                     PROVIDER,
                     Operation::Acquire,
@@ -1038,7 +1155,7 @@ where
                     ),
                 ));
             }
-            Ok(storage::AcquireReply::BadCounter(found)) => {
+            Ok((storage::AcquireReply::BadCounter(found), _)) => {
                 return Err(LockError::backend_message(
                     PROVIDER,
                     Operation::Acquire,
@@ -1227,7 +1344,7 @@ where
         }
         let inner = &self.inner;
         let mut connection = inner.connection.clone();
-        let before = inner
+        let (before, acknowledged) = inner
             .call(
                 Operation::Extend,
                 &self.name,
@@ -1237,6 +1354,7 @@ where
                     &self.key,
                     &self.value,
                     new_ttl_ms,
+                    inner.replica_wait,
                 ),
             )
             .await?;
@@ -1248,6 +1366,20 @@ where
         let ran_ms = i64::try_from(state.last_ttl_ms.saturating_sub(before_ms)).unwrap_or(0);
         state.least_remaining_ms = state.least_remaining_ms.saturating_sub(ran_ms);
         state.last_ttl_ms = new_ttl_ms;
+        // The master has the new expiry either way (a release computes from it), but a
+        // promoted replica may still have the old one.
+        if let Some(short) = inner.unacknowledged(acknowledged) {
+            return Err(LockError::backend_message(
+                PROVIDER,
+                Operation::Extend,
+                &self.name,
+                format!(
+                    "Redis at {} extended the lock, but {short}: a failover could bring back \
+                     the previous expiry, so do not count on the extension",
+                    inner.endpoint
+                ),
+            ));
+        }
         Ok(true)
     }
 }

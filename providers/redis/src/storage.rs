@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
-use redis::Script;
 use redis::aio::ConnectionLike;
+use redis::{FromRedisValue, Script};
 
 /// The most milliseconds a duration may have here: Lua numbers are doubles, exact to 2^53, and
 /// Redis refuses expiries past the year 292 million. About 285 years.
@@ -159,6 +159,58 @@ impl Scripts {
     }
 }
 
+/// How many replicas must acknowledge a lock's write, and how long the master waits for them:
+/// Redis' `WAIT`, sent right behind the write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaWait {
+    pub(crate) replicas: u32,
+    pub(crate) timeout_ms: u64,
+}
+
+/// Runs `script` on `keys` and `args`. With `wait`, a `WAIT` follows in the same pipeline, so
+/// the two are one round trip on one connection and the `WAIT` covers the script's writes;
+/// the second value is then how many replicas acknowledged them.
+///
+/// A server that does not know the script yet answers `NOSCRIPT` without running it (nor
+/// anything after it that could matter: `WAIT` only waits), so the script is loaded and the
+/// pipeline sent again.
+async fn evaluate<C: ConnectionLike + Send, T: FromRedisValue>(
+    conn: &mut C,
+    script: &Script,
+    keys: &[&str],
+    args: &[String],
+    wait: Option<ReplicaWait>,
+) -> redis::RedisResult<(T, Option<u32>)> {
+    let Some(wait) = wait else {
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(*key);
+        }
+        for arg in args {
+            invocation.arg(arg);
+        }
+        return Ok((invocation.invoke_async(conn).await?, None));
+    };
+    let mut pipeline = redis::pipe();
+    pipeline
+        .cmd("EVALSHA")
+        .arg(script.get_hash())
+        .arg(keys.len())
+        .arg(keys)
+        .arg(args)
+        .cmd("WAIT")
+        .arg(wait.replicas)
+        .arg(wait.timeout_ms);
+    let (answer, acknowledged): (T, u32) = match pipeline.query_async(conn).await {
+        Err(error) if error.code() == Some("NOSCRIPT") => {
+            script.load_async(conn).await?;
+            pipeline.query_async(conn).await?
+        }
+        answered => answered?,
+    };
+    Ok((answer, Some(acknowledged)))
+}
+
 /// What [`ACQUIRE`] answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
@@ -175,7 +227,8 @@ pub(crate) enum AcquireReply {
     BadCounter(String),
 }
 
-/// [`ACQUIRE`], with `counter_key` when fencing is on.
+/// [`ACQUIRE`], with `counter_key` when fencing is on, and how many replicas acknowledged it
+/// when `wait` asks.
 pub(crate) async fn acquire<C: ConnectionLike + Send>(
     conn: &mut C,
     scripts: &Scripts,
@@ -183,16 +236,17 @@ pub(crate) async fn acquire<C: ConnectionLike + Send>(
     counter_key: Option<&str>,
     value: &str,
     at_most_ms: u64,
-) -> redis::RedisResult<AcquireReply> {
-    let mut invocation = scripts.acquire.key(key);
-    if let Some(counter_key) = counter_key {
-        invocation.key(counter_key);
-    }
-    let reply: Vec<redis::Value> = invocation
-        .arg(value)
-        .arg(at_most_ms)
-        .invoke_async(conn)
-        .await?;
+    wait: Option<ReplicaWait>,
+) -> redis::RedisResult<(AcquireReply, Option<u32>)> {
+    let keys: Vec<&str> = std::iter::once(key).chain(counter_key).collect();
+    let args = [value.to_owned(), at_most_ms.to_string()];
+    let (reply, acknowledged): (Vec<redis::Value>, _) =
+        evaluate(conn, &scripts.acquire, &keys, &args, wait).await?;
+    Ok((acquire_reply(reply, counter_key.is_some())?, acknowledged))
+}
+
+/// [`ACQUIRE`]'s answer, read.
+fn acquire_reply(reply: Vec<redis::Value>, fencing: bool) -> redis::RedisResult<AcquireReply> {
     let unexpected = || {
         redis::RedisError::from((
             redis::ErrorKind::UnexpectedReturnType,
@@ -205,7 +259,7 @@ pub(crate) async fn acquire<C: ConnectionLike + Send>(
     match (outcome, <[redis::Value; 1]>::try_from(fields)) {
         (1, Ok([token])) => {
             let token: u64 = redis::from_redis_value(token)?;
-            Ok(AcquireReply::Acquired(counter_key.map(|_| token)))
+            Ok(AcquireReply::Acquired(fencing.then_some(token)))
         }
         (2, Ok([kind])) => Ok(AcquireReply::OtherType(redis::from_redis_value(kind)?)),
         (3, Ok([kind])) => {
@@ -250,22 +304,20 @@ pub(crate) fn holder_of(value: &str) -> &str {
         .map_or(value, |(_, holder)| holder)
 }
 
-/// [`EXTEND`]: `Some(ms the previous TTL had left)` when extended, `None` when not ours.
+/// [`EXTEND`]: `Some(ms the previous TTL had left)` when extended, `None` when not ours; and
+/// how many replicas acknowledged it when `wait` asks.
 pub(crate) async fn extend<C: ConnectionLike + Send>(
     conn: &mut C,
     scripts: &Scripts,
     key: &str,
     value: &str,
     new_ttl_ms: u64,
-) -> redis::RedisResult<Option<u64>> {
-    let before: i64 = scripts
-        .extend
-        .key(key)
-        .arg(value)
-        .arg(new_ttl_ms)
-        .invoke_async(conn)
-        .await?;
-    Ok(u64::try_from(before).ok())
+    wait: Option<ReplicaWait>,
+) -> redis::RedisResult<(Option<u64>, Option<u32>)> {
+    let args = [value.to_owned(), new_ttl_ms.to_string()];
+    let (before, acknowledged): (i64, _) =
+        evaluate(conn, &scripts.extend, &[key], &args, wait).await?;
+    Ok((u64::try_from(before).ok(), acknowledged))
 }
 
 /// [`RELEASE`]: `true` when the lock was ours and is now released.

@@ -1,21 +1,42 @@
-//! A failover of the sentinels' master (`SENTINEL FAILOVER`), and a provider connected by a
-//! `redis+sentinel://` URL that follows it to the new master instead of staying bound to the
-//! old one, now a replica. Against the Sentinel setup of `ci/start-redis-topologies.sh`
-//! (`SHEDLOCK_TEST_REDIS_SENTINEL_URL`); alone in its test target, since it moves the master
-//! under everything else that uses the setup.
+//! Failovers of the sentinels' master, and a provider connected by a `redis+sentinel://` URL
+//! that follows them to the new master instead of staying bound to the old one: one ordered
+//! (`SENTINEL FAILOVER`, the old master demoted to a replica), one forced (the master
+//! SIGKILLed, its replica promoted by the sentinels once they find it down). Against the
+//! Sentinel setup of `ci/start-redis-topologies.sh` (`SHEDLOCK_TEST_REDIS_SENTINEL_URL`), the
+//! master killed and the setup restored by `ci/redis-failover.sh` (`SHEDLOCK_TEST_REDIS_FAILOVER`,
+//! its path); a missing variable fails the test. Alone in
+//! its test target, since it moves the master under everything else that uses the setup, and
+//! the two tests take turns (each moves the master the other expects in place).
 
 #[path = "shared/topologies.rs"]
 mod topologies;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::time::Duration;
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::AsyncCommands;
-use shedlock_core::{Acquisition, LockConfiguration, LockProvider};
+use shedlock_core::{Acquisition, LockConfiguration, LockError, LockProvider};
 use shedlock_redis::RedisLockProvider;
 use tokio::time::Instant;
 use topologies::{current_master, hosts, master_name, sentinel_url};
+
+/// The path of `ci/redis-failover.sh`.
+const FAILOVER_VAR: &str = "SHEDLOCK_TEST_REDIS_FAILOVER";
+
+/// Both tests move the master: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// `SHEDLOCK_TEST_REDIS_FAILOVER`: a missing variable fails the test, never skips it.
+fn failover_script() -> String {
+    match std::env::var(FAILOVER_VAR) {
+        Ok(path) if !path.trim().is_empty() => path.trim().to_owned(),
+        _ => panic!(
+            "{FAILOVER_VAR} is not set: point it at ci/redis-failover.sh (ci/test.sh sets it)"
+        ),
+    }
+}
 
 /// Polls `check` every 100 ms until it holds, or fails naming `what` after `limit`.
 async fn wait_for<F, Fut>(what: &str, limit: Duration, mut check: F)
@@ -38,9 +59,13 @@ where
     }
 }
 
+/// A connection of the test's own to one server.
 async fn connection(address: &str) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(1)))
+        .set_response_timeout(Some(Duration::from_secs(2)));
     redis::Client::open(format!("redis://{address}"))?
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&config)
         .await
 }
 
@@ -97,6 +122,7 @@ async fn ready_to_fail_over(url: &str) -> Result<bool, String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_provider_follows_the_master_to_the_replica_promoted_by_a_failover() {
+    let _serial = SERIAL.lock().await;
     let url = sentinel_url();
     let name = master_name(&url);
     let test = async {
@@ -219,4 +245,293 @@ async fn the_provider_follows_the_master_to_the_replica_promoted_by_a_failover()
     tokio::time::timeout(Duration::from_secs(30), test)
         .await
         .expect("the failover test finishes within 30 s");
+}
+
+/// Each operation's own bound while the master is down.
+const OPERATION_TIMEOUT: Duration = Duration::from_secs(2);
+/// What an operation may take beyond its timeout: the scheduling of a loaded machine.
+const TIMEOUT_SLACK: Duration = Duration::from_secs(1);
+/// From the kill until the replica is promoted and the provider answers again: the sentinels'
+/// down-after-milliseconds (5 s) and an election, with room for a loaded machine.
+const RECOVERY_LIMIT: Duration = Duration::from_secs(20);
+const LOCK_AT_MOST_FOR: Duration = Duration::from_secs(120);
+const HOLDER_A: &str = "sentinel-kill-a";
+const HOLDER_B: &str = "sentinel-kill-b";
+
+/// The `NAME=value` lines of a script's stdout.
+fn fields(lines: &str) -> HashMap<String, String> {
+    lines
+        .lines()
+        .filter_map(|line| line.trim().split_once('='))
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect()
+}
+
+/// Runs `ci/redis-failover.sh <args>` (its log goes to stderr), failing the test if it fails.
+fn run_script(script: &str, args: &[&str]) -> HashMap<String, String> {
+    let output = tokio::task::block_in_place(|| {
+        Command::new(script)
+            .args(args)
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+    })
+    .unwrap_or_else(|error| panic!("could not run {script}: {error}"));
+    assert!(
+        output.status.success(),
+        "{script} {} failed: {}",
+        args.join(" "),
+        output.status
+    );
+    fields(&String::from_utf8_lossy(&output.stdout))
+}
+
+/// Brings the Sentinel setup back to a master with its replica if the test fails half-way (a
+/// master killed and not restarted would fail the sentinel tests of the other test targets).
+struct RestoreOnPanic(String);
+
+impl Drop for RestoreOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("redis sentinel failover: the test failed; restoring the Sentinel setup");
+            let _ = Command::new(&self.0)
+                .arg("sentinel-restore")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// Repeats `operation` until it answers, each time within its timeout, failing the test once
+/// `RECOVERY_LIMIT` has passed since `killed`; the errors met on the way, with their time.
+async fn until_answered<T, F, Fut>(
+    what: &str,
+    killed: Instant,
+    mut operation: F,
+) -> (T, Vec<String>)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, LockError>>,
+{
+    let mut errors = Vec::new();
+    loop {
+        let started = Instant::now();
+        let outcome = operation().await;
+        let took = started.elapsed();
+        assert!(
+            took <= OPERATION_TIMEOUT + TIMEOUT_SLACK,
+            "{what} took {took:?}, beyond its timeout of {OPERATION_TIMEOUT:?} ({outcome:?})",
+            outcome = outcome.as_ref().err()
+        );
+        match outcome {
+            Ok(answer) => return (answer, errors),
+            Err(error) => {
+                assert!(
+                    matches!(error, LockError::Backend { .. } | LockError::Timeout { .. }),
+                    "{what}: {error:?}"
+                );
+                errors.push(format!("{:.1} s: {error}", killed.elapsed().as_secs_f64()));
+                assert!(
+                    killed.elapsed() < RECOVERY_LIMIT,
+                    "{what} still failed {RECOVERY_LIMIT:?} after the master's kill: {errors:#?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// How long after `killed` the replica says it is a master.
+async fn wait_until_promoted(replica: String, killed: Instant) -> Duration {
+    loop {
+        if let Ok(info) = replication(&replica).await
+            && info.get("role").map(String::as_str) == Some("master")
+        {
+            return killed.elapsed();
+        }
+        assert!(
+            killed.elapsed() < RECOVERY_LIMIT,
+            "the replica {replica} was not promoted within {RECOVERY_LIMIT:?} of its master's kill"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The master dies (SIGKILL) while a lock it holds is held, and the sentinels promote the
+/// replica, which had received the lock. The provider fails closed meanwhile (errors, never
+/// "not acquired" for a free lock), answers again by itself within a bound, and the lock is
+/// still held on the new master: another node is refused, the holder releases it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_survives_the_sigkill_of_the_master_and_the_provider_follows_the_promotion() {
+    let _serial = SERIAL.lock().await;
+    let script = failover_script();
+    let url = sentinel_url();
+    // Dropped before `_serial`: the setup is whole again before the other test goes on.
+    let _restore = RestoreOnPanic(script.clone());
+    let test = async {
+        // Whole before the kill (a previous run or the other test may have left it rejoining).
+        run_script(&script, &["sentinel-restore"]);
+        let env = format!("sentinel-kill-{}", uuid::Uuid::new_v4().simple());
+        let settings = RedisLockProvider::builder()
+            .env(env)
+            .operation_timeout(OPERATION_TIMEOUT);
+        let a = settings
+            .clone()
+            .holder(HOLDER_A)
+            .connect(&url)
+            .await
+            .unwrap();
+        let b = settings.holder(HOLDER_B).connect(&url).await.unwrap();
+        let name = "held-across-the-kill";
+        let config = LockConfiguration::new(name, LOCK_AT_MOST_FOR, Duration::ZERO).unwrap();
+        let key = a.lock_key(name).unwrap();
+
+        let master = current_master(&url).await.unwrap();
+        let held = match a.try_lock(&config).await.unwrap() {
+            Acquisition::Acquired(handle) => handle,
+            other => panic!("{name} is free, but try_lock answered {other:?}"),
+        };
+        // WAIT counts the replicas that acknowledged this connection's last write, so the test
+        // writes one of its own after the provider's acquire: the replication stream is in
+        // order, and a replica that acknowledged it had the lock before.
+        let mut on_master = connection(&master).await.unwrap();
+        let marker = format!("{key}:replicated");
+        let () = on_master.set_ex(&marker, "1", 60).await.unwrap();
+        let acknowledged: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(1000)
+            .query_async(&mut on_master)
+            .await
+            .unwrap();
+        assert!(
+            acknowledged >= 1,
+            "no replica of {master} acknowledged within 1 s"
+        );
+        let info = replication(&master).await.unwrap();
+        let replica = replica_of(&info).unwrap_or_else(|| panic!("{master} names no replica"));
+        let on_replica: Option<String> =
+            connection(&replica).await.unwrap().get(&key).await.unwrap();
+        assert!(
+            on_replica
+                .as_deref()
+                .is_some_and(|value| value.contains(HOLDER_A)),
+            "{key} on the replica {replica}: {on_replica:?}"
+        );
+        drop(on_master);
+
+        let report = run_script(&script, &["sentinel-kill-master"]);
+        assert_eq!(report.get("killed"), Some(&master), "{report:?}");
+        assert_eq!(report.get("replica"), Some(&replica), "{report:?}");
+        // The kill's moment on the test's clock, from the wall clock both share.
+        let sigkill_at: f64 = report["sigkill_at"].replace(',', ".").parse().unwrap();
+        let since_kill = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+            - sigkill_at;
+        let killed = Instant::now() - Duration::from_secs_f64(since_kill.max(0.0));
+        let promotion = tokio::spawn(wait_until_promoted(replica.clone(), killed));
+
+        // Acquires of locks nobody holds, each a fresh name: errors until the provider reaches
+        // the promoted replica, never "not acquired".
+        let mut attempt = 0;
+        let (free, mut errors) = until_answered("an acquire of a free lock", killed, || {
+            attempt += 1;
+            let free = LockConfiguration::new(
+                format!("free-{attempt}"),
+                Duration::from_secs(60),
+                Duration::ZERO,
+            )
+            .unwrap();
+            let a = &a;
+            async move {
+                match a.try_lock(&free).await? {
+                    Acquisition::Acquired(handle) => Ok(handle),
+                    other => panic!("free-{attempt} is free, yet try_lock answered {other:?}"),
+                }
+            }
+        })
+        .await;
+        let answered_after = killed.elapsed();
+        let polling_errors = errors.len();
+        let promoted_after = promotion.await.unwrap();
+        assert!(free.unlock().await.unwrap(), "released on the new master");
+        let now_master = current_master(&url).await.unwrap();
+        assert_eq!(now_master, replica, "the sentinels promoted the replica");
+
+        // The lock the replica had is still held: another node is refused, naming the holder.
+        let (refused, more) =
+            until_answered("another node's try_lock", killed, || b.try_lock(&config)).await;
+        errors.extend(more);
+        match refused {
+            Acquisition::NotAcquired(holder) => {
+                let by = holder.and_then(|holder| holder.locked_by);
+                assert!(
+                    by.as_deref().is_some_and(|by| by.starts_with(HOLDER_A)),
+                    "{name} refused to node B, held by {by:?}"
+                );
+            }
+            Acquisition::Acquired(_) => panic!(
+                "{name}: the replica {replica} had the lock before its master {master} died, \
+                 yet another node acquired it after the promotion"
+            ),
+        }
+        // And its holder releases it there.
+        let (released, more) =
+            until_answered("the holder's unlock", killed, || held.unlock()).await;
+        errors.extend(more);
+        assert!(
+            released,
+            "{name} released by its holder on the new master ({errors:#?})"
+        );
+        let mut on_new_master = connection(&replica).await.unwrap();
+        let exists: bool = on_new_master.exists(&key).await.unwrap();
+        assert!(!exists, "{key} deleted from {replica}");
+        let _: () = on_new_master.del(&marker).await.unwrap();
+
+        // Node A polled every 100 ms until the new master answered; node B, idle meanwhile,
+        // meets its connection to the dead master on its first operation.
+        eprintln!(
+            "redis sentinel failover: SIGKILL to the master {master}; replica {replica} promoted \
+             after {:.1} s, provider answered again after {:.1} s; errors meanwhile: {} of node \
+             A's acquires (every 100 ms), {} of node B's operations after ({})",
+            promoted_after.as_secs_f64(),
+            answered_after.as_secs_f64(),
+            polling_errors,
+            errors.len() - polling_errors,
+            summary(&errors),
+        );
+
+        let restoring = Instant::now();
+        let restored = run_script(&script, &["sentinel-restore"]);
+        eprintln!(
+            "redis sentinel failover: {master} back as a replica of {replica}, setup whole \
+             again {:.1} s after the restart ({restored:?})",
+            restoring.elapsed().as_secs_f64()
+        );
+    };
+    tokio::time::timeout(Duration::from_secs(120), test)
+        .await
+        .expect("the SIGKILL failover test finishes within 120 s");
+}
+
+/// The `host:port` of the first replica a master's `INFO REPLICATION` lists.
+fn replica_of(info: &HashMap<String, String>) -> Option<String> {
+    // slave0:ip=127.0.0.1,port=6391,state=online,offset=...,lag=0
+    let fields: HashMap<&str, &str> = info
+        .get("slave0")?
+        .split(',')
+        .filter_map(|pair| pair.split_once('='))
+        .collect();
+    Some(format!("{}:{}", fields.get("ip")?, fields.get("port")?))
+}
+
+/// The first and last of `errors`, for a one-line report.
+fn summary(errors: &[String]) -> String {
+    match errors {
+        [] => "none".to_owned(),
+        [only] => only.clone(),
+        [first, .., last] => format!("first {first}; last {last}"),
+    }
 }
