@@ -92,16 +92,6 @@ pub async fn check_admin_concurrent_force_unlock<H: ConformanceHarness>(
     names: &NameSpace,
 ) -> Result<Verdict, CheckFailure> {
     let trace = Trace::new("admin_concurrent_force_unlock");
-    // With client time each call judges "still held" by its own node's clock, read when it was
-    // sent, so a force-unlock or extend sent a moment before another compares with an earlier
-    // time than the other wrote. Not yet solved for client time: this check holds server-time
-    // providers to the rule.
-    if harness_time_source(harness, &trace).await? == shedlock_core::TimeSource::Client {
-        return Ok(Verdict::NotApplicable(
-            "client time: concurrent force-unlocks judge by each node's clock (not yet checked)"
-                .to_owned(),
-        ));
-    }
     let a = node(harness, &trace, "A").await?;
     let b = node(harness, &trace, "B").await?;
     let mut operators = Vec::new();
@@ -221,14 +211,6 @@ fn trues(answers: Vec<Result<Timed<bool>, CheckFailure>>) -> Result<usize, Check
     answers
         .into_iter()
         .try_fold(0, |count, answer| Ok(count + usize::from(answer?.value)))
-}
-
-/// The time source a node of `harness` declares.
-async fn harness_time_source<H: ConformanceHarness>(
-    harness: &H,
-    trace: &Trace,
-) -> Result<shedlock_core::TimeSource, CheckFailure> {
-    Ok(node(harness, trace, "A").await?.capabilities().time_source)
 }
 
 /// The acquisition an operator sees holding `name`, which a node has just taken.

@@ -174,9 +174,9 @@ impl AdminStatements {
             .param(Param::Limit)
             .finish();
         let mut unlock = Writer::new(time_source)
-            .sql(&format!("UPDATE {t} SET {until} = "))
+            .sql(&format!("UPDATE {t} SET {until} = LEAST("))
             .now()
-            .sql(&format!(" WHERE {name} = "))
+            .sql(&format!(", {at}) WHERE {name} = "))
             .param(Param::Name)
             .sql(&format!(" AND {by} = "))
             .param(Param::LockedBy)
@@ -187,7 +187,10 @@ impl AdminStatements {
                 .sql(&format!(" AND {fence} <=> "))
                 .param(Param::FencingToken);
         }
-        let force_unlock = unlock.sql(&format!(" AND {until} > ")).read_time().finish();
+        let force_unlock = unlock
+            .sql(&format!(" AND {until} > {at} AND {until} > "))
+            .read_time()
+            .finish();
         Self {
             inspect,
             first_page,

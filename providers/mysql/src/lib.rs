@@ -87,9 +87,11 @@
 //! UPDATE shedlock SET lock_until = GREATEST(UTC_TIMESTAMP(3),
 //!     TIMESTAMPADD(MICROSECOND, ?, locked_at))
 //!   WHERE name = ? AND locked_by = ? AND lock_until > UTC_TIMESTAMP(3)
+//!     AND lock_until > locked_at
 //! -- extend:
 //! UPDATE shedlock SET lock_until = TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))
 //!   WHERE name = ? AND locked_by = ? AND lock_until > UTC_TIMESTAMP(3)
+//!     AND lock_until > locked_at
 //! ```
 //!
 //! `locked_by` is `<holder>#<random>`, unique per acquisition, so a node whose lock expired and
@@ -149,14 +151,19 @@
 //!   counter:
 //!
 //! ```sql
-//! UPDATE shedlock SET lock_until = UTC_TIMESTAMP(3)
+//! UPDATE shedlock SET lock_until = LEAST(UTC_TIMESTAMP(3), locked_at)
 //!   WHERE name = ? AND locked_by = ? AND locked_at = ?
 //!     AND fencing_token <=> ?                       -- with the fencing column
-//!     AND lock_until > UTC_TIMESTAMP(3)
+//!     AND lock_until > locked_at AND lock_until > UTC_TIMESTAMP(3)
 //! ```
 //!
 //! It answers true only if that acquisition still held the lock; the lock is then free for
 //! any node at once, and the old holder's release and extend answer false.
+//! A freed acquisition's `lock_until` is set no later than its `locked_at`, which no held lock
+//! has, and every release, extend and force-unlock asks for `lock_until > locked_at` as well as
+//! for a `lock_until` still ahead: a call of that acquisition that comes after it (a second
+//! operator's force-unlock, the holder's extend) therefore finds it freed whatever clock it
+//! compares with, the node's own under client time included.
 //!
 //! Each call is one round trip on the provider's own connections, bounded by the operation
 //! timeout (on a pool of yours, sqlx's pings add theirs).

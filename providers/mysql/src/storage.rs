@@ -263,7 +263,7 @@ fn prepare_statements(
         .param(Param::Name)
         .sql(&format!(" AND {by} = "))
         .param(Param::LockedBy)
-        .sql(&format!(" AND {until} > "))
+        .sql(&format!(" AND {until} > {at} AND {until} > "))
         .read_time();
     let release = w.finish();
 
@@ -273,7 +273,7 @@ fn prepare_statements(
         .param(Param::Name)
         .sql(&format!(" AND {by} = "))
         .param(Param::LockedBy)
-        .sql(&format!(" AND {until} > "))
+        .sql(&format!(" AND {until} > {at} AND {until} > "))
         .read_time();
     let extend = w.finish();
 

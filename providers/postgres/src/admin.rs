@@ -94,8 +94,9 @@ impl AdminStatements {
             )
             .into(),
             force_unlock: format!(
-                "UPDATE {t} SET {until} = {unlock_now} WHERE {name} = $1 AND {by} = $2 \
-                 AND {at} = $3{fence_matches} AND {until} > {live_at}"
+                "UPDATE {t} SET {until} = LEAST({unlock_now}, {at}) WHERE {name} = $1 \
+                 AND {by} = $2 AND {at} = $3{fence_matches} AND {until} > {live_at} \
+                 AND {until} > {at}"
             )
             .into(),
             time_source,

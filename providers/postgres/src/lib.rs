@@ -51,10 +51,10 @@
 //! SELECT (SELECT * FROM taken), EXISTS (SELECT 1 FROM current)
 //! -- release ($3 = lock_at_least_for):
 //! UPDATE shedlock SET lock_until = GREATEST(now, locked_at + make_interval(secs => $3))
-//!   WHERE name = $1 AND locked_by = $2 AND lock_until > now
+//!   WHERE name = $1 AND locked_by = $2 AND lock_until > now AND lock_until > locked_at
 //! -- extend ($3 = the new lock_at_most_for):
 //! UPDATE shedlock SET lock_until = now + make_interval(secs => $3)
-//!   WHERE name = $1 AND locked_by = $2 AND lock_until > now
+//!   WHERE name = $1 AND locked_by = $2 AND lock_until > now AND lock_until > locked_at
 //! ```
 //!
 //! An acquire never waits for another transaction:
@@ -149,14 +149,19 @@
 //!   counter:
 //!
 //! ```sql
-//! UPDATE shedlock SET lock_until = now
+//! UPDATE shedlock SET lock_until = LEAST(now, locked_at)
 //!   WHERE name = $1 AND locked_by = $2 AND locked_at = $3
 //!     AND fencing_token IS NOT DISTINCT FROM $4      -- with the fencing column
-//!     AND lock_until > now
+//!     AND lock_until > now AND lock_until > locked_at
 //! ```
 //!
 //! It answers true only if that acquisition still held the lock; the lock is then free for
 //! any node at once, and the old holder's release and extend answer false.
+//! A freed acquisition's `lock_until` is set no later than its `locked_at`, which no held lock
+//! has, and every release, extend and force-unlock asks for `lock_until > locked_at` as well as
+//! for a `lock_until` still ahead: a call of that acquisition that comes after it (a second
+//! operator's force-unlock, the holder's extend) therefore finds it freed whatever clock it
+//! compares with, the node's own under client time included.
 //!
 //! Each call is one round trip on the provider's own connections, bounded by the operation
 //! timeout (on a pool of yours, sqlx's pings add theirs).

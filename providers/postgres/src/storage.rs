@@ -158,11 +158,11 @@ fn prepare_statements(
     );
     let release = format!(
         "UPDATE {t} SET {until} = GREATEST({now}, {at} + make_interval(secs => $3)) \
-         WHERE {name} = $1 AND {by} = $2 AND {until} > {live_at}"
+         WHERE {name} = $1 AND {by} = $2 AND {until} > {live_at} AND {until} > {at}"
     );
     let extend = format!(
         "UPDATE {t} SET {until} = {now} + make_interval(secs => $3) \
-         WHERE {name} = $1 AND {by} = $2 AND {until} > {live_at}"
+         WHERE {name} = $1 AND {by} = $2 AND {until} > {live_at} AND {until} > {at}"
     );
     LockStatements {
         insert: insert.into(),

@@ -89,8 +89,8 @@ impl AdminStatements {
             )
             .into(),
             force_unlock: format!(
-                "UPDATE {t} SET {until} = {now} WHERE {name} = ?1 AND {by} = ?2 AND {at} = ?3\
-                 {fence_matches} AND {until} > {now}"
+                "UPDATE {t} SET {until} = min({now}, {at}) WHERE {name} = ?1 AND {by} = ?2 \
+                 AND {at} = ?3{fence_matches} AND {until} > {now} AND {until} > {at}"
             )
             .into(),
             time_source,

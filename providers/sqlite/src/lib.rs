@@ -53,9 +53,11 @@
 //! UPDATE shedlock SET lock_until = max(strftime('%Y-%m-%d %H:%M:%f', ?4),
 //!     strftime('%Y-%m-%d %H:%M:%f', locked_at, ?3))
 //!   WHERE name = ?1 AND locked_by = ?2 AND lock_until > strftime('%Y-%m-%d %H:%M:%f', ?4)
+//!     AND lock_until > locked_at
 //! -- extend (?3 = the new lock_at_most_for):
 //! UPDATE shedlock SET lock_until = strftime('%Y-%m-%d %H:%M:%f', ?4, ?3)
 //!   WHERE name = ?1 AND locked_by = ?2 AND lock_until > strftime('%Y-%m-%d %H:%M:%f', ?4)
+//!     AND lock_until > locked_at
 //! ```
 //!
 //! `locked_by` is `<holder>#<random>`, unique per acquisition, so a node whose lock expired and
@@ -102,15 +104,20 @@
 //!   counter:
 //!
 //! ```sql
-//! UPDATE shedlock SET lock_until = strftime('%Y-%m-%d %H:%M:%f', ?4)
+//! UPDATE shedlock SET lock_until = min(strftime('%Y-%m-%d %H:%M:%f', ?4), locked_at)
 //!   WHERE name = ?1 AND locked_by = ?2 AND locked_at = ?3
 //!     AND fencing_token IS ?5                       -- with the fencing column
-//!     AND lock_until > strftime('%Y-%m-%d %H:%M:%f', ?4)
+//!     AND lock_until > strftime('%Y-%m-%d %H:%M:%f', ?4) AND lock_until > locked_at
 //! ```
 //!
 //! It answers true only if that acquisition still held the lock; the lock is then free for
 //! any process at once, and the old holder's release and extend answer false. Each call is one
 //! statement, bounded by the operation timeout (the busy timeout).
+//! A freed acquisition's `lock_until` is set no later than its `locked_at`, which no held lock
+//! has, and every release, extend and force-unlock asks for `lock_until > locked_at` as well as
+//! for a `lock_until` still ahead: a call of that acquisition that comes after it (a second
+//! operator's force-unlock, the holder's extend) therefore finds it freed whatever clock it
+//! compares with, the node's own under client time included.
 //!
 //! [`Capabilities::max_name_chars`]: shedlock_core::Capabilities::max_name_chars
 //! [`LockAdmin`]: shedlock_core::LockAdmin

@@ -95,11 +95,12 @@ fn prepare_statements(table: &LockTable, schema: &TableSchema) -> LockStatements
         insert: format!("{values} ON CONFLICT ({name}) DO NOTHING RETURNING {returning}").into(),
         release: format!(
             "UPDATE {t} SET {until} = max({now}, strftime({FORMAT}, {at}, ?3)) \
-             WHERE {name} = ?1 AND {by} = ?2 AND {until} > {now}"
+             WHERE {name} = ?1 AND {by} = ?2 AND {until} > {now} AND {until} > {at}"
         )
         .into(),
         extend: format!(
-            "UPDATE {t} SET {until} = {now_plus} WHERE {name} = ?1 AND {by} = ?2 AND {until} > {now}"
+            "UPDATE {t} SET {until} = {now_plus} WHERE {name} = ?1 AND {by} = ?2 \
+             AND {until} > {now} AND {until} > {at}"
         )
         .into(),
     }
