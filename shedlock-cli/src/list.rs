@@ -6,7 +6,7 @@ use std::io::{self, BufWriter, IsTerminal, Write};
 use clap::Args;
 use futures_util::StreamExt;
 use shedlock::json::LockJson;
-use shedlock::{DEFAULT_PAGE_SIZE, LockInfo, list_all_locks};
+use shedlock::{AnyLockProvider, DEFAULT_PAGE_SIZE, LockInfo, list_all_locks};
 
 use crate::backend::BackendArgs;
 use crate::progress::Progress;
@@ -56,9 +56,15 @@ const HEADER: [&str; COLUMNS] = [
 ];
 const COLUMNS: usize = 8;
 
-/// Reads and prints the listing.
+/// Reads and prints the listing, then shuts the provider down.
 pub async fn run(args: ListArgs) -> Result<(), Failure> {
     let admin = args.backend.connect().await?;
+    let listed = list(&args, &admin).await;
+    admin.shutdown().await;
+    listed
+}
+
+async fn list(args: &ListArgs, admin: &AnyLockProvider) -> Result<(), Failure> {
     let mut output = match args.json {
         true => Output::Json,
         false => Output::Table(Table::default()),
@@ -68,7 +74,7 @@ pub async fn run(args: ListArgs) -> Result<(), Failure> {
     let line_by_line = io::stdout().is_terminal();
     let mut stdout = BufWriter::new(io::stdout().lock());
     let progress = Progress::start("reading locks");
-    let mut locks = std::pin::pin!(list_all_locks(&admin, &args.prefix, DEFAULT_PAGE_SIZE));
+    let mut locks = std::pin::pin!(list_all_locks(admin, &args.prefix, DEFAULT_PAGE_SIZE));
     let mut count = 0_u64;
     while let Some(lock) = locks.next().await {
         let lock = lock.map_err(|error| Failure::from_error("", &error))?;

@@ -200,11 +200,13 @@ fn main() -> ExitCode {
 
 /// Runs one command on a runtime of its own, then drops the runtime quietly.
 ///
-/// Dropping the runtime cancels the clients' background tasks mid-flight, and the MongoDB
-/// driver (3.9) panics in one of them when its connection pool is gone first (`SendError` in
-/// `connection_requester.rs`), printing a backtrace under the command's answer. The command's
-/// outcome is decided by then, so a panic past that point is not printed; any panic before it
-/// is, as always.
+/// `list` and `unlock` shut their provider down before they return
+/// (`AnyLockProvider::shutdown`), which ends the MongoDB driver's tasks in order. A command
+/// that did not (the benchmark's and the demo's many nodes) leaves them to the runtime's drop,
+/// and the driver (3.9) then panics now and then in one of them when its connection pool is
+/// gone first (`SendError` in `connection_requester.rs`), printing a backtrace under the
+/// command's answer. The command's outcome is decided by then, so a panic past that point is
+/// not printed; any panic before it is, as always.
 fn run_command(command: impl Future<Output = Result<(), Failure>>) -> Result<(), Failure> {
     let runtime = runtime()?;
     let outcome = runtime.block_on(command);

@@ -4,7 +4,7 @@
 use std::io::{self, BufRead, IsTerminal, Write};
 
 use clap::Args;
-use shedlock::{AcquisitionId, LockAdmin, LockInfo, LockState};
+use shedlock::{AcquisitionId, AnyLockProvider, LockAdmin, LockInfo, LockState};
 
 use crate::backend::BackendArgs;
 use crate::progress::Progress;
@@ -50,9 +50,15 @@ pub struct UnlockArgs {
     acquisition: Option<String>,
 }
 
-/// Reads, shows, asks and frees.
+/// Reads, shows, asks and frees, then shuts the provider down.
 pub async fn run(args: UnlockArgs) -> Result<(), Failure> {
     let admin = args.backend.connect().await?;
+    let outcome = unlock(&args, &admin).await;
+    admin.shutdown().await;
+    outcome
+}
+
+async fn unlock(args: &UnlockArgs, admin: &AnyLockProvider) -> Result<(), Failure> {
     let name = args.name.as_str();
     let shown_url = args.backend.shown_url();
 

@@ -80,6 +80,26 @@ macro_rules! with_provider {
     };
 }
 
+impl AnyLockProvider {
+    /// Ends what the provider keeps open that needs an orderly end before the async runtime
+    /// ends; call it once the application is done with locks (after the scheduler stopped).
+    ///
+    /// Today that is MongoDB's client only: see
+    /// [`MongoLockProvider::shutdown`](shedlock_mongo::MongoLockProvider::shutdown), whose
+    /// answer this returns (without it, the `mongodb` driver may print a panic's backtrace as
+    /// the process exits). Every other backend's connections close when the provider is
+    /// dropped, and this answers `true` at once. After it, every operation of a shut-down
+    /// provider fails with an error, never a wrong answer.
+    pub async fn shutdown(&self) -> bool {
+        match self {
+            #[cfg(feature = "mongo")]
+            AnyLockProvider::Mongo(provider) => provider.shutdown().await,
+            #[allow(unreachable_patterns)]
+            _ => true,
+        }
+    }
+}
+
 impl LockProvider for AnyLockProvider {
     // Written out as `async_trait` expands it, to hand back the provider's own boxed future
     // rather than box a second future around it: no allocation added per acquisition.

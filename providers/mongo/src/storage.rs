@@ -39,6 +39,9 @@ pub(crate) struct MongoStorage {
     pub(crate) operation_timeout: Duration,
     /// Where the client goes (hosts, database and collection), with any password masked.
     pub(crate) target: String,
+    /// Whether the provider created the client (`connect`, `connect_lazy`), and so may shut it
+    /// down; a client the application passed to `build` is the application's.
+    pub(crate) owns_client: bool,
 }
 
 impl fmt::Debug for MongoStorage {
@@ -198,9 +201,9 @@ impl MongoStorage {
         )
     }
 
-    /// The driver's error, with what it means for the lock: a command the server refused
-    /// wrote nothing; anything else (no server, a broken connection, an unconfirmed write
-    /// concern) leaves the outcome unknown.
+    /// The driver's error, with what it means for the lock: a command the server refused, or
+    /// one a shut-down client never sent, wrote nothing; anything else (no server, a broken
+    /// connection, an unconfirmed write concern) leaves the outcome unknown.
     pub(crate) fn driver_error(
         &self,
         operation: Operation,
@@ -222,6 +225,14 @@ impl MongoStorage {
             ErrorKind::Authentication { .. } => {
                 (format!("authentication at {target} failed"), true)
             }
+            // The driver answers so before selecting a server: nothing reached the server.
+            ErrorKind::Shutdown => (
+                format!(
+                    "the MongoDB client of {target} was shut down (MongoLockProvider::shutdown \
+                     or Client::shutdown), so nothing was sent"
+                ),
+                true,
+            ),
             ErrorKind::Command(command) => (
                 format!(
                     "{target} refused the command: {} ({}): {}",
