@@ -4,7 +4,7 @@
 use std::io::{self, BufRead, IsTerminal, Write};
 
 use clap::Args;
-use shedlock::{AcquisitionId, AnyLockProvider, LockAdmin, LockInfo, LockState};
+use shedlock::{AcquisitionId, AnyLockProvider, LockAdmin, LockError, LockInfo, LockState};
 
 use crate::backend::BackendArgs;
 use crate::progress::Progress;
@@ -78,6 +78,18 @@ async fn unlock(args: &UnlockArgs, admin: &AnyLockProvider) -> Result<(), Failur
     if let Some(expected) = &args.acquisition
         && lock.acquisition.as_str() != expected
     {
+        // Malformed, or an acquisition that no longer holds the lock? Only the backend can
+        // tell: its compare-and-free refuses a malformed id before sending anything, and frees
+        // nothing for any other (acquisitions never come back).
+        if let Err(error @ LockError::InvalidRequest { .. }) = admin
+            .force_unlock(name, &AcquisitionId::new(expected))
+            .await
+        {
+            return Err(Failure::from_error(
+                "--acquisition is not an acquisition id this backend gives: ",
+                &error,
+            ));
+        }
         return Err(Failure::NotFreed(format!(
             "lock {name:?} changed hands since acquisition {} was seen: it is now {} \
              ({}); nothing changed",

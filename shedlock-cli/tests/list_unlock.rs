@@ -330,6 +330,22 @@ fn lists_and_frees_only_the_acquisition_it_showed(backend: &Backend) {
     assert!(error.contains("changed hands"), "{}", stale.shown());
     assert_still_held_by(&runtime, &b, &b_info);
 
+    // An id no backend gives is bad input (exit 1), not a lock that changed hands.
+    let malformed = run(&mut backend.cli(&[
+        "unlock",
+        &second.name,
+        "--acquisition",
+        "not-an-id",
+        "--yes",
+    ]));
+    let error = malformed.one_line_error(1);
+    assert!(
+        error.contains("--acquisition is not an acquisition id this backend gives"),
+        "{}",
+        malformed.shown()
+    );
+    assert_still_held_by(&runtime, &b, &b_info);
+
     // The acquisition it holds now is freed.
     let current = run(&mut backend.cli(&[
         "unlock",
