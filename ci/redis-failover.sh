@@ -89,6 +89,22 @@ lock() {
   flock -w 60 9 || die "another ci/redis-failover.sh command still runs after 60 s (or holds $STATE_DIR/redis-failover.lock)"
 }
 
+# sigkill PORT PID: SIGKILLs the redis-server PID listening on 127.0.0.1:PORT and waits (3 s at
+# most) until it is gone; sets `started` and `sigkill_at` (the moment of the signal, without a
+# fork in between: bash 5's clock, in epoch seconds).
+sigkill() {
+  local port=$1 pid=$2
+  started=$(now)
+  sigkill_at=$EPOCHREALTIME
+  kill -KILL "$pid"
+  for _ in $(seq 1 300); do
+    if ! alive "$pid" && ! port_open "$port"; then break; fi
+    sleep 0.01
+  done
+  alive "$pid" && die "the master 127.0.0.1:$port (pid $pid) still runs 3 s after SIGKILL"
+  return 0
+}
+
 is_cluster_port() {
   local port
   for port in "${CLUSTER_PORTS[@]}"; do [ "$port" = "$1" ] && return 0; done
@@ -176,15 +192,7 @@ kill_master() {
       exit 3
     fi
   fi
-  started=$(now)
-  # The moment of the signal, without a fork in between (bash 5's clock, in epoch seconds).
-  sigkill_at=$EPOCHREALTIME
-  kill -KILL "$pid"
-  for _ in $(seq 1 300); do
-    if ! alive "$pid" && ! port_open "$port"; then break; fi
-    sleep 0.01
-  done
-  alive "$pid" && die "the master 127.0.0.1:$port (pid $pid) still runs 3 s after SIGKILL"
+  sigkill "$port" "$pid"
   log "killed the master 127.0.0.1:$port (pid $pid, replica 127.0.0.1:$replica) after $(elapsed "$started") s"
   report "killed=127.0.0.1:$port" "replica=127.0.0.1:$replica" "pid=$pid" "sigkill_at=$sigkill_at"
 }
@@ -323,15 +331,7 @@ sentinel_kill_master() {
   if [ -s "$pidfile" ] && [ "$(cat "$pidfile")" != "$pid" ]; then
     die "127.0.0.1:$port is served by pid $pid, but $pidfile says $(cat "$pidfile")"
   fi
-  started=$(now)
-  # The moment of the signal, without a fork in between (bash 5's clock, in epoch seconds).
-  sigkill_at=$EPOCHREALTIME
-  kill -KILL "$pid"
-  for _ in $(seq 1 300); do
-    if ! alive "$pid" && ! port_open "$port"; then break; fi
-    sleep 0.01
-  done
-  alive "$pid" && die "the master 127.0.0.1:$port (pid $pid) still runs 3 s after SIGKILL"
+  sigkill "$port" "$pid"
   port_open "$port" && die "127.0.0.1:$port still accepts connections 3 s after its master (pid $pid) was killed"
   log "killed the sentinels' master 127.0.0.1:$port (pid $pid, replica 127.0.0.1:$replica) after $(elapsed "$started") s"
   report "killed=127.0.0.1:$port" "replica=127.0.0.1:$replica" "pid=$pid" "sigkill_at=$sigkill_at"

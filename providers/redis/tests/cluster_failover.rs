@@ -21,6 +21,8 @@
 //! replica nearly always has the write on its way. A host crash, a network partition or a
 //! lagging replica loses more; this test measures the process kill only.
 
+#[path = "shared/failover_script.rs"]
+mod failover_script;
 #[path = "shared/topologies.rs"]
 mod topologies;
 
@@ -30,6 +32,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use failover_script::{RestoreOnPanic, failover_script, fields, run_script};
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use shedlock_core::{Acquisition, LockConfiguration, LockError, LockHandle, LockProvider};
@@ -37,8 +40,6 @@ use shedlock_redis::RedisLockProvider;
 use tokio::time::Instant;
 use topologies::{cluster_admin, cluster_url, hosts};
 
-/// The path of `ci/redis-failover.sh`.
-const FAILOVER_VAR: &str = "SHEDLOCK_TEST_REDIS_FAILOVER";
 /// Kills right after the acquire returned; each costs a promotion (about 4 s with the
 /// cluster-node-timeout of 2 s) and a rejoin (under a second).
 const UNREPLICATED_TRIALS: usize = 4;
@@ -50,61 +51,6 @@ const RECOVERY_LIMIT: Duration = Duration::from_secs(30);
 const LOCK_AT_MOST_FOR: Duration = Duration::from_secs(120);
 const HOLDER_A: &str = "cluster-failover-a";
 const HOLDER_B: &str = "cluster-failover-b";
-
-fn failover_script() -> String {
-    match std::env::var(FAILOVER_VAR) {
-        Ok(path) if !path.trim().is_empty() => path.trim().to_owned(),
-        _ => panic!(
-            "{FAILOVER_VAR} is not set: this test needs the path of ci/redis-failover.sh, e.g. \
-             {FAILOVER_VAR}=$PWD/ci/redis-failover.sh (ci/test.sh sets it)"
-        ),
-    }
-}
-
-/// The `NAME=value` lines of a script's stdout.
-fn fields(lines: &str) -> HashMap<String, String> {
-    lines
-        .lines()
-        .filter_map(|line| line.trim().split_once('='))
-        .map(|(name, value)| (name.to_owned(), value.to_owned()))
-        .collect()
-}
-
-/// Runs `ci/redis-failover.sh <args>` (its log goes to stderr), failing the test if it fails.
-fn run_script(script: &str, args: &[&str]) -> HashMap<String, String> {
-    let output = tokio::task::block_in_place(|| {
-        Command::new(script)
-            .args(args)
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit())
-            .output()
-    })
-    .unwrap_or_else(|error| panic!("could not run {script}: {error}"));
-    assert!(
-        output.status.success(),
-        "{script} {} failed: {}",
-        args.join(" "),
-        output.status
-    );
-    fields(&String::from_utf8_lossy(&output.stdout))
-}
-
-/// Brings the cluster back to six healthy nodes if the test fails half-way (a master killed
-/// and not restarted would fail the cluster tests of the other test targets).
-struct RestoreOnPanic(String);
-
-impl Drop for RestoreOnPanic {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("redis cluster failover: the test failed; restoring the cluster");
-            let _ = Command::new(&self.0)
-                .arg("cluster-restore")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .status();
-        }
-    }
-}
 
 /// `ci/redis-failover.sh cluster-kill-master PORT --on-stdin`, armed: it has found and checked
 /// the master's process and kills it at the word, a pipe write away.
@@ -522,7 +468,10 @@ fn range(trials: &[Trial], of: impl Fn(&Trial) -> Duration) -> String {
 async fn a_lock_whose_master_dies_survives_if_replicated_and_the_provider_follows_the_promotion() {
     let script = failover_script();
     let url = cluster_url();
-    let _restore = RestoreOnPanic(script.clone());
+    let _restore = RestoreOnPanic {
+        script: script.clone(),
+        restore: "cluster-restore",
+    };
     let test = async {
         let started = Instant::now();
         // Whole before the first kill (a previous run may have left it rejoining).

@@ -8,35 +8,24 @@
 //! its test target, since it moves the master under everything else that uses the setup, and
 //! the two tests take turns (each moves the master the other expects in place).
 
+#[path = "shared/failover_script.rs"]
+mod failover_script;
 #[path = "shared/topologies.rs"]
 mod topologies;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use failover_script::{RestoreOnPanic, failover_script, run_script};
 use redis::AsyncCommands;
 use shedlock_core::{Acquisition, LockConfiguration, LockError, LockProvider};
 use shedlock_redis::RedisLockProvider;
 use tokio::time::Instant;
 use topologies::{current_master, hosts, master_name, sentinel_url};
 
-/// The path of `ci/redis-failover.sh`.
-const FAILOVER_VAR: &str = "SHEDLOCK_TEST_REDIS_FAILOVER";
-
 /// Both tests move the master: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// `SHEDLOCK_TEST_REDIS_FAILOVER`: a missing variable fails the test, never skips it.
-fn failover_script() -> String {
-    match std::env::var(FAILOVER_VAR) {
-        Ok(path) if !path.trim().is_empty() => path.trim().to_owned(),
-        _ => panic!(
-            "{FAILOVER_VAR} is not set: point it at ci/redis-failover.sh (ci/test.sh sets it)"
-        ),
-    }
-}
 
 /// Polls `check` every 100 ms until it holds, or fails naming `what` after `limit`.
 async fn wait_for<F, Fut>(what: &str, limit: Duration, mut check: F)
@@ -258,51 +247,6 @@ const LOCK_AT_MOST_FOR: Duration = Duration::from_secs(120);
 const HOLDER_A: &str = "sentinel-kill-a";
 const HOLDER_B: &str = "sentinel-kill-b";
 
-/// The `NAME=value` lines of a script's stdout.
-fn fields(lines: &str) -> HashMap<String, String> {
-    lines
-        .lines()
-        .filter_map(|line| line.trim().split_once('='))
-        .map(|(name, value)| (name.to_owned(), value.to_owned()))
-        .collect()
-}
-
-/// Runs `ci/redis-failover.sh <args>` (its log goes to stderr), failing the test if it fails.
-fn run_script(script: &str, args: &[&str]) -> HashMap<String, String> {
-    let output = tokio::task::block_in_place(|| {
-        Command::new(script)
-            .args(args)
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit())
-            .output()
-    })
-    .unwrap_or_else(|error| panic!("could not run {script}: {error}"));
-    assert!(
-        output.status.success(),
-        "{script} {} failed: {}",
-        args.join(" "),
-        output.status
-    );
-    fields(&String::from_utf8_lossy(&output.stdout))
-}
-
-/// Brings the Sentinel setup back to a master with its replica if the test fails half-way (a
-/// master killed and not restarted would fail the sentinel tests of the other test targets).
-struct RestoreOnPanic(String);
-
-impl Drop for RestoreOnPanic {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("redis sentinel failover: the test failed; restoring the Sentinel setup");
-            let _ = Command::new(&self.0)
-                .arg("sentinel-restore")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .status();
-        }
-    }
-}
-
 /// Repeats `operation` until it answers, each time within its timeout, failing the test once
 /// `RECOVERY_LIMIT` has passed since `killed`; the errors met on the way, with their time.
 async fn until_answered<T, F, Fut>(
@@ -368,7 +312,10 @@ async fn a_lock_survives_the_sigkill_of_the_master_and_the_provider_follows_the_
     let script = failover_script();
     let url = sentinel_url();
     // Dropped before `_serial`: the setup is whole again before the other test goes on.
-    let _restore = RestoreOnPanic(script.clone());
+    let _restore = RestoreOnPanic {
+        script: script.clone(),
+        restore: "sentinel-restore",
+    };
     let test = async {
         // Whole before the kill (a previous run or the other test may have left it rejoining).
         run_script(&script, &["sentinel-restore"]);
