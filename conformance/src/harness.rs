@@ -118,6 +118,23 @@ pub trait ConformanceHarness: Send + Sync + 'static {
         ))
     }
 
+    /// Cuts `node` off from its backend from now on, as a network partition or a stopped server
+    /// would: every request the node sends afterwards fails (a closed connection, a refused or
+    /// timed-out connect), while other nodes keep their backend. For the check that a node
+    /// which has been working answers errors, never "not acquired" or `false`, once its backend
+    /// fails under it.
+    ///
+    /// A provider that reaches its backend over TCP gets the same proof from the fault suite
+    /// ([`crate::faults`]), which puts a proxy in front of the server; this hook is for the
+    /// providers the kit cannot put a proxy in front of (an in-process backend, a client
+    /// library with its own transport).
+    async fn cut_off(&self, node: &Self::Node) -> Result<Support<()>, SetupError> {
+        let _ = node;
+        Ok(Support::not_applicable(
+            "the harness provides no cut_off() hook, so the kit cannot fail a working node's backend under it (the fault suite does, for a backend reached over TCP)",
+        ))
+    }
+
     /// Clears `node`'s cache of lock names known to exist (storage-based providers).
     fn clear_name_cache(&self, node: &Self::Node) -> Support<()> {
         let _ = node;

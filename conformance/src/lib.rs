@@ -49,16 +49,17 @@ mod wire;
 
 pub use async_trait::async_trait;
 pub use checks::{
-    CASES_VARIABLE, EDGE_CASE_NAMES, ModelSettings, SEED_VARIABLE, UNREACHABLE_LIMIT,
+    CASES_VARIABLE, DEEP_VARIABLE, EDGE_CASE_NAMES, ModelSettings, SEED_VARIABLE, UNREACHABLE_LIMIT,
 };
 pub use checks::{
     Check, check_acquire_skip_release, check_admin_concurrent_force_unlock,
     check_admin_force_unlock, check_admin_listing, check_at_least_hold, check_at_most_expiry,
-    check_backend_unreachable, check_clock_skew, check_concurrent_release, check_extend,
-    check_extend_refused_when_not_declared, check_fencing_tokens_increase, check_model,
-    check_model_with, check_mutual_exclusion, check_name_cache_cleared_midway,
-    check_name_edge_cases, check_name_length_limit, check_ownership_after_expiry,
-    check_shedlock_record_takeover, check_stale_handle_answers,
+    check_backend_lost, check_backend_unreachable, check_clock_skew, check_concurrent_release,
+    check_extend, check_extend_refused_when_not_declared, check_fencing_tokens_increase,
+    check_generated_names, check_long_durations_and_counts, check_model, check_model_with,
+    check_mutual_exclusion, check_name_cache_cleared_midway, check_name_edge_cases,
+    check_name_length_limit, check_ownership_after_expiry, check_shedlock_record_takeover,
+    check_stale_call_at_expiry, check_stale_handle_answers,
 };
 pub use failure::{CheckFailure, Event, Rule, Verdict};
 pub use first_use::{FIRST_USE_NODES, check_first_use};

@@ -25,15 +25,20 @@ const PROBE_LEAD: Duration = Duration::from_millis(20);
 ///
 /// The kit never asserts exact times. A request sent at `t0` and answered at `t1` puts the
 /// backend's moment of decision in `[t0, t1]`; an expiry is then known within
-/// `[t0 + d - tolerance, t1 + d + tolerance]`, and only outcomes impossible under every moment
-/// in those windows count as failures.
+/// `[t0 + d - early, t1 + d + tolerance]`, and only outcomes impossible under every moment in
+/// those windows count as failures. The two sides differ on purpose: a declared precision
+/// excuses a lock that frees itself late (a timer's lag, a duration rounded up), never one
+/// that frees itself early, which would let a second node in while the first still runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timing {
     /// The time unit of every lock duration in the kit.
     pub unit: Duration,
-    /// How far the backend's idea of an expiry may be from the kit's: the declared precision
+    /// How much later than the kit's bound the backend may free a lock: the declared precision
     /// plus 25 ms.
     pub tolerance: Duration,
+    /// How much earlier than the kit's bound the backend may free a lock: 25 ms of scheduling
+    /// jitter and clock rates on one machine, whatever the precision.
+    pub early: Duration,
 }
 
 impl Timing {
@@ -56,6 +61,7 @@ impl Timing {
         Self {
             unit,
             tolerance: precision + SLACK,
+            early: SLACK,
         }
     }
 
@@ -65,9 +71,16 @@ impl Timing {
     }
 
     /// Until when a lock that `request` took or extended for `duration` is held under every
-    /// moment the backend may have decided at: the earliest end of its window, minus tolerance.
+    /// moment the backend may have decided at: the earliest end of its window, minus the early
+    /// slack (never the precision: see [`Timing`]).
     pub(crate) fn surely_held_until<T>(&self, request: &Timed<T>, duration: Duration) -> Instant {
-        request.sent + duration - self.tolerance
+        request.sent + duration - self.early
+    }
+
+    /// `n` units and a fraction of one more: a duration off the unit's grid, so a provider that
+    /// rounds durations or times down to its precision frees the lock early and shows.
+    pub fn off_grid(&self, n: u32) -> Duration {
+        self.unit * n + self.unit * 3 / 8
     }
 
     /// When to send a probe that must be answered by `deadline`, as late as that allows: a few
@@ -109,6 +122,8 @@ mod tests {
         let timing = Timing::for_precision(Duration::from_secs(1));
         assert_eq!(timing.unit, Duration::from_secs(1));
         assert_eq!(timing.tolerance, Duration::from_millis(1025));
+        assert_eq!(timing.early, Duration::from_millis(25));
+        assert_eq!(timing.off_grid(2), Duration::from_millis(2375));
         assert_eq!(
             Timing::for_precision(Duration::from_millis(60)).unit,
             Duration::from_millis(120)

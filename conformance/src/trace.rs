@@ -54,6 +54,8 @@ pub(crate) struct Trace {
     check: &'static str,
     start: Instant,
     events: Mutex<Vec<Event>>,
+    /// The longest any recorded request took to answer, for a failure that blames lateness.
+    slowest: Mutex<Duration>,
 }
 
 /// How an acquisition reads on the timeline.
@@ -64,9 +66,21 @@ pub(crate) fn describe_acquisition(result: &Result<Acquisition, LockError>) -> S
             None => "acquired".to_owned(),
         },
         Ok(Acquisition::NotAcquired(holder)) => {
-            match holder.as_ref().and_then(|h| h.locked_by.as_deref()) {
-                Some(by) => format!("not acquired (held by {by})"),
-                None => "not acquired".to_owned(),
+            // The holder's held-until as the backend answered it: a refusal that keeps
+            // pushing it out (an acquire that extends the holder's lock) shows here.
+            let until = holder.as_ref().and_then(|h| h.held_until).map(|until| {
+                let now = std::time::SystemTime::now();
+                let left = match until.duration_since(now) {
+                    Ok(left) => format!("in {:.1} ms", left.as_secs_f64() * 1000.0),
+                    Err(past) => format!("{:.1} ms ago", past.duration().as_secs_f64() * 1000.0),
+                };
+                format!("until {} ({left})", shedlock_core::Rfc3339::micros(until))
+            });
+            match (holder.as_ref().and_then(|h| h.locked_by.as_deref()), until) {
+                (Some(by), Some(until)) => format!("not acquired (held by {by} {until})"),
+                (Some(by), None) => format!("not acquired (held by {by})"),
+                (None, Some(until)) => format!("not acquired (held {until})"),
+                (None, None) => "not acquired".to_owned(),
             }
         }
         Err(error) => format!("error: {error}"),
@@ -87,7 +101,13 @@ impl Trace {
             check,
             start: Instant::now(),
             events: Mutex::new(Vec::new()),
+            slowest: Mutex::new(Duration::ZERO),
         }
+    }
+
+    /// The longest any recorded request of this check took to answer so far.
+    pub fn slowest(&self) -> Duration {
+        *self.slowest.lock().unwrap()
     }
 
     /// `instant` as an offset from the check's start.
@@ -108,6 +128,10 @@ impl Trace {
         answered: Instant,
         outcome: String,
     ) {
+        {
+            let mut slowest = self.slowest.lock().unwrap();
+            *slowest = (*slowest).max(answered.saturating_duration_since(sent));
+        }
         let event = Event {
             sent: self.offset(sent),
             answered: self.offset(answered),
@@ -250,6 +274,36 @@ impl Trace {
             }
         }
         self.answered_without_error(node, &format!("try_lock {:?}", config.name()), timed)
+    }
+
+    /// `try_lock` on a reachable backend, as [`acquire`](Self::acquire), but kept off the
+    /// timeline: for checks that send thousands of requests, which would drown it.
+    pub async fn acquire_unrecorded(
+        &self,
+        node: &str,
+        provider: &dyn LockProvider,
+        config: &LockConfiguration,
+    ) -> Result<Timed<Acquisition>, CheckFailure> {
+        let operation = format!("try_lock {:?}", config.name());
+        let sent = Instant::now();
+        let value = tokio::time::timeout(OPERATION_LIMIT, provider.try_lock(config))
+            .await
+            .map_err(|_| {
+                self.failure(
+                    Rule::BOUNDED_TIME,
+                    format!("node {node}: {operation} gave no answer within {OPERATION_LIMIT:?}"),
+                )
+            })?;
+        let answered = Instant::now();
+        self.answered_without_error(
+            node,
+            &operation,
+            Timed {
+                value,
+                sent,
+                answered,
+            },
+        )
     }
 
     /// `try_lock` that must take the lock under `rule`; gives the handle.

@@ -237,12 +237,55 @@ impl LockError {
             rule: rule.into(),
         }
     }
+
+    /// No answer within `after`: the request may or may not have taken effect.
+    pub fn timeout(
+        provider: &'static str,
+        operation: Operation,
+        name: impl Into<String>,
+        after: Duration,
+    ) -> Self {
+        LockError::Timeout {
+            provider,
+            operation,
+            name: name.into(),
+            after,
+        }
+    }
+
+    /// An operation this provider does not offer (extend where
+    /// [`Capabilities::extend`](crate::Capabilities::extend) is `false`).
+    pub fn unsupported(
+        provider: &'static str,
+        operation: Operation,
+        name: impl Into<String>,
+    ) -> Self {
+        LockError::Unsupported {
+            provider,
+            operation,
+            name: name.into(),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::LockConfiguration;
+
+    #[test]
+    fn every_kind_an_author_returns_has_a_constructor() {
+        let timeout = LockError::timeout("p", Operation::Release, "job", Duration::from_secs(2));
+        assert_eq!(
+            timeout.to_string(),
+            "p: release of lock \"job\" got no answer within 2s; its outcome is unknown"
+        );
+        let unsupported = LockError::unsupported("p", Operation::Extend, "job");
+        assert!(matches!(
+            unsupported,
+            LockError::Unsupported { provider: "p", operation: Operation::Extend, ref name } if name == "job"
+        ));
+    }
 
     /// Each message of `error`'s chain, outermost first.
     fn chain(error: &(dyn StdError + 'static)) -> Vec<String> {

@@ -60,6 +60,43 @@ impl AcquisitionIds {
     }
 }
 
+/// A new `locked_by` for one acquisition: `<holder>#<id>`, where the id (32 lowercase hex
+/// digits) is unique to this acquisition across processes and hosts.
+///
+/// For providers that implement [`LockProvider`](crate::LockProvider) directly: release and
+/// extend compare the whole value, so two acquisitions by one holder (one host, one process,
+/// even one node) never act on each other's lock, and a Java ShedLock record, whose `locked_by`
+/// is the bare host name, is never mistaken for this node's. (`StorageBasedLockProvider` makes
+/// it for you.)
+pub fn new_locked_by(holder: &str) -> String {
+    AcquisitionIds::process().locked_by(holder)
+}
+
+/// The holder part of a `locked_by`: what precedes `#<id>` when the value ends as
+/// [`new_locked_by`] writes it, or the whole value otherwise (Java ShedLock writes the bare host
+/// name, and a holder may itself contain `#`).
+pub fn holder_of(locked_by: &str) -> &str {
+    locked_by
+        .rsplit_once('#')
+        .filter(|(_, id)| is_acquisition_id(id))
+        .map_or(locked_by, |(holder, _)| holder)
+}
+
+/// Whether `locked_by` ends as [`new_locked_by`] writes it: `#` and 32 lowercase hex digits
+/// after the holder.
+pub fn is_acquisition_locked_by(locked_by: &str) -> bool {
+    locked_by
+        .rsplit_once('#')
+        .is_some_and(|(_, id)| is_acquisition_id(id))
+}
+
+fn is_acquisition_id(id: &str) -> bool {
+    id.len() == ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 /// `bytes` as lowercase hex digits, without going through `fmt`: this runs on every
 /// acquisition.
 fn hex_id(bytes: [u8; ID_LEN / 2]) -> [u8; ID_LEN] {
@@ -77,6 +114,23 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
+
+    #[test]
+    fn the_holder_part_is_what_precedes_an_acquisition_id() {
+        let locked_by = new_locked_by("host#7");
+        assert!(is_acquisition_locked_by(&locked_by));
+        assert_eq!(holder_of(&locked_by), "host#7");
+        // Java ShedLock's bare host name, and values that only look alike, are all holder.
+        for plain in [
+            "host",
+            "host#7",
+            "host#0123",
+            &format!("host#{}", "A".repeat(32)),
+        ] {
+            assert!(!is_acquisition_locked_by(plain), "{plain}");
+            assert_eq!(holder_of(plain), plain);
+        }
+    }
 
     fn id(locked_by: &str) -> &str {
         let (_, id) = locked_by.rsplit_once('#').unwrap();

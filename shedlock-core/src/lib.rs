@@ -52,6 +52,7 @@ pub use error::{BoxError, LockError, Operation};
 pub use executor::{
     LockingTaskExecutor, TaskOutcome, active_fencing_token, assert_locked, extend_active_lock,
 };
+pub use identity::{holder_of, is_acquisition_locked_by, new_locked_by};
 pub use log_fields::Rfc3339;
 pub use provider::{Acquisition, Capabilities, LockHandle, LockHolder, LockProvider, TimeSource};
 pub use storage::{

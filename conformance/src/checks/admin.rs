@@ -259,6 +259,7 @@ pub async fn check_admin_listing<H: ConformanceHarness>(
 /// Force-unlock frees exactly the acquisition it names: the lock is free for another node at
 /// once, the former holder's release then answers `false` and leaves the new holder alone, and
 /// the same acquisition id no longer frees anything, nor does one for a free or unknown lock.
+/// With fencing, the acquisition after a force-unlock has a greater token than the one freed.
 ///
 /// Applies when the harness provides [`admin`](ConformanceHarness::admin).
 pub async fn check_admin_force_unlock<H: ConformanceHarness>(
@@ -306,6 +307,17 @@ pub async fn check_admin_force_unlock<H: ConformanceHarness>(
         )
         .await?
         .value;
+    if a.capabilities().fencing
+        && let (Some(before), Some(after)) = (held.fencing_token(), taken.fencing_token())
+        && after <= before
+    {
+        return Err(trace.failure(
+            Rule::ADMIN,
+            format!(
+                "node B's acquisition after the force-unlock has fencing token {after}, not greater than node A's {before}: a force-unlock frees the lock but keeps the record, so the counter never goes back ([fencing])"
+            ),
+        ));
+    }
     trace
         .must_unlock_with(
             "A",

@@ -16,6 +16,13 @@ use crate::trace::{OPERATION_LIMIT, Trace, config, describe_acquisition};
 
 use super::{node, timing_of};
 
+/// Who hammers: `tasks_per_node` tasks on each of `nodes`, and a `witness` that takes no part.
+struct Contenders<N> {
+    nodes: Vec<Arc<N>>,
+    tasks_per_node: usize,
+    witness: Arc<N>,
+}
+
 /// The shared state of one contended lock: who is inside, and what they did there.
 #[derive(Debug, Default)]
 struct CriticalSection {
@@ -36,12 +43,24 @@ struct Hammered {
     attempts_per_name: u64,
 }
 
-/// Runs `nodes` tasks concurrently, each trying every name `attempts` times; a task that gets
-/// a lock enters the name's critical section, stays about a millisecond, and releases.
+/// Runs the contenders' tasks concurrently (tasks of one node share its
+/// provider instance, as a scheduler's jobs do), each trying every name `attempts` times; a task
+/// that gets a lock enters the name's critical section, stays a millisecond or a bare yield
+/// (alternately), and releases. Each attempt also takes, at the same instant, a name of the task's own that
+/// nobody else uses (`private` names under `private_prefix`): it must be acquired every time, however
+/// busy the node is with the contended names, and its release must answer `true` after the
+/// critical section, whatever other tasks of the node released meanwhile. `witness`, a node
+/// that takes no part, tells a refusal of a free own name from one the backend made
+/// ([`diagnose_refusal`](super::diagnose_refusal)).
 async fn hammer<N: LockProvider + 'static>(
     trace: &Arc<Trace>,
-    nodes: Vec<Arc<N>>,
+    Contenders {
+        nodes,
+        tasks_per_node,
+        witness,
+    }: Contenders<N>,
     names: &[String],
+    private_prefix: &str,
     attempts: usize,
     at_most: Duration,
 ) -> Result<Hammered, CheckFailure> {
@@ -50,7 +69,11 @@ async fn hammer<N: LockProvider + 'static>(
         .map(|_| Arc::new(CriticalSection::default()))
         .collect();
     let mut tasks = Vec::new();
-    for (index, provider) in nodes.iter().enumerate() {
+    for (index, provider) in nodes
+        .iter()
+        .flat_map(|node| std::iter::repeat_n(node, tasks_per_node))
+        .enumerate()
+    {
         let provider = provider.clone();
         let capabilities = provider.capabilities();
         let trace = trace.clone();
@@ -59,15 +82,48 @@ async fn hammer<N: LockProvider + 'static>(
             .iter()
             .map(|name| config(name, at_most, Duration::ZERO))
             .collect();
+        let private = config(&format!("{private_prefix}{index}"), at_most, Duration::ZERO);
+        let witness = witness.clone();
         tasks.push(tokio::spawn(async move {
-            let label = format!("node {index}");
+            let label = format!(
+                "node {} task {}",
+                index / tasks_per_node,
+                index % tasks_per_node
+            );
             for attempt in 0..attempts * configs.len() {
                 let which = (attempt + index) % configs.len();
                 let lock = &configs[which];
                 let section = &sections[which];
                 let sent = Instant::now();
-                let result = tokio::time::timeout(OPERATION_LIMIT, provider.try_lock(lock)).await;
+                let (result, own) = futures_util::future::join(
+                    tokio::time::timeout(OPERATION_LIMIT, provider.try_lock(lock)),
+                    tokio::time::timeout(OPERATION_LIMIT, provider.try_lock(&private)),
+                )
+                .await;
                 let answered = Instant::now();
+                let own = match own {
+                    Ok(Ok(Acquisition::Acquired(handle))) => handle,
+                    Ok(Ok(Acquisition::NotAcquired(holder))) if attempt > 0 => {
+                        // Released with zero at-least last time: free for everyone at once,
+                        // unless the backend kept it (at-least) or this node refused by itself.
+                        let refused = describe_acquisition(&Ok(Acquisition::NotAcquired(holder)));
+                        trace.record(&label, format!("try_lock {:?}", private.name()), sent, answered, refused);
+                        let failure = trace.failure(
+                            Rule::AT_LEAST,
+                            format!("{label}: lock {:?}, which only this task uses, was refused, though the task released it with lock_at_least_for = 0 last time (so it was free at once) while the node's other tasks were trying other names", private.name()),
+                        );
+                        return Err(super::diagnose_refusal(&trace, failure, Rule::AT_LEAST, ("witness", &*witness), &private).await);
+                    }
+                    other => {
+                        let rule = if matches!(other, Ok(Err(_))) { Rule::THREE_OUTCOMES } else { Rule::FREE_LOCK_IS_TAKEN };
+                        let other = other.map(|result| describe_acquisition(&result));
+                        trace.record(&label, format!("try_lock {:?}", private.name()), sent, answered, format!("{other:?}"));
+                        return Err(trace.failure(
+                            rule,
+                            format!("{label}: lock {:?}, which only this task uses and nobody ever held, was not acquired ({other:?}) while the node's other tasks were trying other names", private.name()),
+                        ));
+                    }
+                };
                 let result = result.map_err(|_| {
                     trace.failure(
                         Rule::BOUNDED_TIME,
@@ -89,7 +145,15 @@ async fn hammer<N: LockProvider + 'static>(
                         section.entries.fetch_add(1, Ordering::SeqCst);
                         section.tokens.lock().unwrap().push(handle.fencing_token());
                         let seen = section.counter.load(Ordering::SeqCst);
-                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        // Holds of two lengths: a millisecond lets racers pile up behind the
+                        // holder; a bare yield lets a whole acquire-release cycle fit inside
+                        // another task's single request, so a provider whose acquisition is two
+                        // requests (a counter, then the lock) shows its race.
+                        if attempt % 2 == 0 {
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        } else {
+                            tokio::task::yield_now().await;
+                        }
                         section.counter.store(seen + 1, Ordering::SeqCst);
                         section.inside.fetch_sub(1, Ordering::SeqCst);
                         let sent = Instant::now();
@@ -141,6 +205,15 @@ async fn hammer<N: LockProvider + 'static>(
                         ));
                     }
                 }
+                let sent = Instant::now();
+                let released = tokio::time::timeout(OPERATION_LIMIT, own.unlock()).await;
+                if !matches!(released, Ok(Ok(true))) {
+                    trace.record(&label, format!("unlock {:?}", private.name()), sent, Instant::now(), format!("{released:?}"));
+                    return Err(trace.failure(
+                        Rule::OWNERSHIP,
+                        format!("{label}: unlock {:?}, which only this task holds, answered {released:?}: did another task's release on this node free it? Every successful try_lock is its own acquisition", private.name()),
+                    ));
+                }
                 tokio::task::yield_now().await;
             }
             Ok(())
@@ -183,21 +256,60 @@ async fn hammer<N: LockProvider + 'static>(
         Some(failure) => Err(failure),
         None => Ok(Hammered {
             sections,
-            attempts_per_name: (nodes.len() * attempts) as u64,
+            attempts_per_name: (nodes.len() * tasks_per_node * attempts) as u64,
         }),
     }
 }
 
-/// Mutual exclusion under concurrency: eight independent nodes hammer two names (ShedLock's
-/// fuzz test, with overlap detection). No two holders are ever inside one name's critical
-/// section together, no update of the shared counter is lost, every acquisition is released
-/// with `true`, and every attempt is accounted for as acquired or refused.
+/// Checks that the tokens of a contended lock's holders, in the order they entered, strictly
+/// increase from `last`; gives the last one.
+fn increasing_in_entry_order(
+    trace: &Trace,
+    name: &str,
+    tokens: &[Option<u64>],
+    last: Option<u64>,
+) -> Result<Option<u64>, CheckFailure> {
+    let mut previous = last;
+    for (order, token) in tokens.iter().enumerate() {
+        match (*token, previous) {
+            (None, _) => {
+                return Err(trace.failure(
+                    Rule::FENCING,
+                    format!(
+                        "lock {name:?}: contended acquisition #{} carries no fencing token",
+                        order + 1
+                    ),
+                ));
+            }
+            (Some(token), Some(before)) if token <= before => {
+                return Err(trace.failure(
+                    Rule::FENCING,
+                    format!(
+                        "lock {name:?}: contended acquisition #{} got token {token}, not above the previous holder's {before} (tokens in entry order: {tokens:?})",
+                        order + 1
+                    ),
+                ));
+            }
+            (Some(token), _) => previous = Some(token),
+        }
+    }
+    Ok(previous)
+}
+
+/// Mutual exclusion under concurrency: four independent nodes, each with four tasks sharing
+/// its provider instance, hammer two names (ShedLock's fuzz test, with overlap detection),
+/// each attempt beside a name of the task's own. No two holders, of one node or of two, are
+/// ever inside one name's critical section together, no update of the shared counter is lost,
+/// every acquisition is released with `true`, every attempt is accounted for as acquired or
+/// refused, and every task's own name is taken each time and released with `true`. With
+/// fencing declared, the holders' tokens strictly increase in the order they entered.
 pub async fn check_mutual_exclusion<H: ConformanceHarness>(
     harness: &H,
     names: &NameSpace,
 ) -> Result<Verdict, CheckFailure> {
-    const NODES: usize = 8;
-    const ATTEMPTS: usize = 20;
+    const NODES: usize = 4;
+    const TASKS_PER_NODE: usize = 4;
+    const ATTEMPTS: usize = 10;
     let trace = Arc::new(Trace::new("mutual_exclusion"));
     let mut nodes = Vec::new();
     for index in 0..NODES {
@@ -205,9 +317,23 @@ pub async fn check_mutual_exclusion<H: ConformanceHarness>(
             node(harness, &trace, &format!("node {index}")).await?,
         ));
     }
-    let timing = timing_of(&nodes[0].capabilities());
+    let capabilities = nodes[0].capabilities();
+    let timing = timing_of(&capabilities);
     let lock_names = [names.name("first"), names.name("second")];
-    let hammered = hammer(&trace, nodes, &lock_names, ATTEMPTS, timing.units(100)).await?;
+    let witness = Arc::new(node(harness, &trace, "W").await?);
+    let hammered = hammer(
+        &trace,
+        Contenders {
+            nodes,
+            tasks_per_node: TASKS_PER_NODE,
+            witness,
+        },
+        &lock_names,
+        &names.name("own"),
+        ATTEMPTS,
+        timing.units(100),
+    )
+    .await?;
     let mut notes = Vec::new();
     for (name, section) in lock_names.iter().zip(&hammered.sections) {
         let entries = section.entries.load(Ordering::SeqCst);
@@ -239,6 +365,10 @@ pub async fn check_mutual_exclusion<H: ConformanceHarness>(
                 ),
             ));
         }
+        if capabilities.fencing {
+            let tokens = section.tokens.lock().unwrap().clone();
+            increasing_in_entry_order(&trace, name, &tokens, None)?;
+        }
         notes.push(format!(
             "{name}: {entries} acquired, {refusals} refused, 0 overlaps"
         ));
@@ -247,7 +377,8 @@ pub async fn check_mutual_exclusion<H: ConformanceHarness>(
 }
 
 /// Fencing tokens strictly increase in acquisition order: across release, across expiry and
-/// takeover, and under contention (tokens read inside the critical section, in entry order).
+/// takeover, and under contention of four nodes with four tasks each, 20 attempts per task (tokens read inside the
+/// critical section, in entry order).
 ///
 /// Applies when the provider declares [`shedlock_core::Capabilities::fencing`].
 pub async fn check_fencing_tokens_increase<H: ConformanceHarness>(
@@ -316,39 +447,22 @@ pub async fn check_fencing_tokens_increase<H: ConformanceHarness>(
             node(harness, &trace, &format!("node {index}")).await?,
         ));
     }
+    let witness = Arc::new(node(harness, &trace, "W").await?);
     let hammered = hammer(
         &trace,
-        nodes,
+        Contenders {
+            nodes,
+            tasks_per_node: 4,
+            witness,
+        },
         std::slice::from_ref(&name),
-        12,
+        &names.name("own"),
+        20,
         timing.units(100),
     )
     .await?;
     let tokens = hammered.sections[0].tokens.lock().unwrap().clone();
-    let mut previous = last;
-    for (order, token) in tokens.iter().enumerate() {
-        match (*token, previous) {
-            (None, _) => {
-                return Err(trace.failure(
-                    Rule::FENCING,
-                    format!(
-                        "contended acquisition #{} carries no fencing token",
-                        order + 1
-                    ),
-                ));
-            }
-            (Some(token), Some(before)) if token <= before => {
-                return Err(trace.failure(
-                    Rule::FENCING,
-                    format!(
-                        "contended acquisition #{} got token {token}, not above the previous holder's {before} (tokens in entry order: {tokens:?})",
-                        order + 1
-                    ),
-                ));
-            }
-            (Some(token), _) => previous = Some(token),
-        }
-    }
+    let previous = increasing_in_entry_order(&trace, &name, &tokens, last)?;
     Ok(Verdict::Passed {
         notes: vec![format!(
             "{} tokens in strictly increasing order, last {}",

@@ -17,8 +17,10 @@ use super::{Attempt, node, probe_at, timing_of, until_conclusive};
 /// expiry, counted from the extend with the extend's own duration, probed right after the
 /// original at-most and just before the new one; right after the new one the lock is free.
 /// Extend then release with `lock_at_least_for`: free at `acquired_at + lock_at_least_for` (an
-/// extend does not move `acquired_at`). Extending an expired lock answers `false` and does not
-/// revive it. (Extending a released lock is [`check_stale_handle_answers`](crate::check_stale_handle_answers)'s.)
+/// extend does not move `acquired_at`). An extend may shorten the lock too: held until the new,
+/// shorter at-most and free right after it. A release after the at-least window frees an
+/// extended lock at once. Durations and moments are off the unit's grid, so rounding shows.
+/// Extending an expired lock answers `false` and does not revive it. (Extending a released lock is [`check_stale_handle_answers`](crate::check_stale_handle_answers)'s.)
 ///
 /// Applies when the provider declares [`shedlock_core::Capabilities::extend`].
 pub async fn check_extend<H: ConformanceHarness>(
@@ -148,7 +150,7 @@ pub async fn check_extend<H: ConformanceHarness>(
                     "B",
                     &b,
                     &lock,
-                    Rule::AT_LEAST,
+                    Rule::EXTEND,
                     &format!(
                         "the release keeps the lock until acquired_at + lock_at_least_for, {} at the latest: an extend moves held-until, not acquired_at, and a release does not keep the extended at-most",
                         trace.at(surely_free)
@@ -156,6 +158,39 @@ pub async fn check_extend<H: ConformanceHarness>(
                 )
                 .await?;
             Ok(Attempt::Proven)
+        },
+    )
+    .await?;
+
+    until_conclusive(
+        &trace,
+        Rule::EXTEND,
+        "a shortened lock freed at its new at-most",
+        async |attempt| {
+            shorten(
+                &trace,
+                &timing,
+                &a,
+                &b,
+                &names.name(&format!("short{attempt}")),
+            )
+            .await
+        },
+    )
+    .await?;
+    until_conclusive(
+        &trace,
+        Rule::AT_LEAST,
+        "an extended lock released after its at-least",
+        async |attempt| {
+            release_after_at_least(
+                &trace,
+                &timing,
+                &a,
+                &b,
+                &names.name(&format!("after{attempt}")),
+            )
+            .await
         },
     )
     .await?;
@@ -186,6 +221,119 @@ pub async fn check_extend<H: ConformanceHarness>(
         .await?;
 
     Ok(Verdict::passed())
+}
+
+/// Node A takes the lock for 10 units and, a unit later, shortens it to 2 units and a
+/// fraction: B is refused just before the new at-most and takes the lock right after it, long
+/// before the original at-most.
+async fn shorten(
+    trace: &Trace,
+    timing: &Timing,
+    a: &dyn LockProvider,
+    b: &dyn LockProvider,
+    name: &str,
+) -> Result<Attempt, CheckFailure> {
+    let at_most = timing.units(10);
+    let shortened_to = timing.off_grid(2);
+    let lock = config(name, at_most, Duration::ZERO);
+    let taken = trace.must_acquire_free("A", a, &lock).await?;
+    trace.sleep_until(taken.answered + timing.unit).await;
+    let Some(extend) = extend_held(trace, timing, &taken, at_most, shortened_to).await? else {
+        return Ok(Attempt::Inconclusive(
+            "the extend came too late to prove anything",
+        ));
+    };
+    let surely_held_until = timing.surely_held_until(&extend, shortened_to);
+    let why = format!(
+        "node A shortened its lock at {} to {shortened_to:?}, so it is held until {} at the earliest",
+        trace.at(extend.sent),
+        trace.at(extend.sent + shortened_to)
+    );
+    let held = HeldLock {
+        lock: &lock,
+        surely_held_until,
+        rule: Rule::EXTEND,
+        why: &why,
+    };
+    let probe_time = timing.late_probe_at(surely_held_until, &extend);
+    if let late @ Attempt::Inconclusive(_) = probe_at(trace, "B", b, &held, [probe_time]).await? {
+        return Ok(late);
+    }
+    let original_until = timing.surely_held_until(&taken, at_most);
+    drop(taken.value);
+    trace.note("node A vanishes: its handle is dropped without unlock");
+    let surely_free = timing.surely_over_by(&extend, shortened_to);
+    trace.sleep_until(surely_free).await;
+    if surely_free >= original_until {
+        return Ok(Attempt::Inconclusive(
+            "the probe after the shortened at-most came so late that the original had passed too",
+        ));
+    }
+    trace
+        .must_acquire_and_release(
+            "B",
+            b,
+            &lock,
+            Rule::EXTEND,
+            &format!(
+                "node A's extend (answered {}) shortened the lock to {shortened_to:?}, so it expired by {} at the latest; an extend honours a shorter lock_at_most_for as well as a longer one (the original held it until {})",
+                trace.at(extend.answered),
+                trace.at(surely_free),
+                trace.at(original_until)
+            ),
+        )
+        .await?;
+    Ok(Attempt::Proven)
+}
+
+/// Node A takes the lock for at most 10 units and at least 1 and a fraction, extends it to 8
+/// units after half a unit, and releases it once the at-least has surely passed: the release
+/// frees the lock at once, not at the extended at-most.
+async fn release_after_at_least(
+    trace: &Trace,
+    timing: &Timing,
+    a: &dyn LockProvider,
+    b: &dyn LockProvider,
+    name: &str,
+) -> Result<Attempt, CheckFailure> {
+    let at_most = timing.units(10);
+    let at_least = timing.off_grid(1);
+    let lock = config(name, at_most, at_least);
+    let taken = trace.must_acquire_free("A", a, &lock).await?;
+    trace.sleep_until(taken.answered + timing.unit / 2).await;
+    if extend_held(trace, timing, &taken, at_most, timing.units(8))
+        .await?
+        .is_none()
+    {
+        return Ok(Attempt::Inconclusive(
+            "the extend came too late to prove anything",
+        ));
+    }
+    let surely_past = timing.surely_over_by(&taken, at_least);
+    trace.sleep_until(surely_past).await;
+    let released = trace
+        .must_unlock_with(
+            "A",
+            &*taken.value,
+            true,
+            Rule::EXTEND,
+            "node A extended its lock and still holds it",
+        )
+        .await?;
+    trace
+        .must_acquire_and_release(
+            "B",
+            b,
+            &lock,
+            Rule::AT_LEAST,
+            &format!(
+                "node A released its extended lock at {}, after acquired_at + lock_at_least_for ({} at the latest): a release frees the lock at max(now, acquired_at + lock_at_least_for), whatever an extend set",
+                trace.at(released.answered),
+                trace.at(surely_past)
+            ),
+        )
+        .await?;
+    Ok(Attempt::Proven)
 }
 
 /// Node A extends the lock it `taken` for `at_most` to `duration`: `Some` with the timed

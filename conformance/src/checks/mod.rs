@@ -8,6 +8,7 @@ mod extend;
 mod model;
 mod names;
 mod races;
+mod scale;
 mod skew;
 mod storage;
 mod time_bounds;
@@ -30,15 +31,20 @@ pub use basics::check_acquire_skip_release;
 pub use concurrency::{check_fencing_tokens_increase, check_mutual_exclusion};
 pub use extend::{check_extend, check_extend_refused_when_not_declared};
 pub use model::{CASES_VARIABLE, ModelSettings, SEED_VARIABLE, check_model, check_model_with};
-pub use names::{EDGE_CASE_NAMES, check_name_edge_cases, check_name_length_limit};
-pub use races::{check_admin_concurrent_force_unlock, check_concurrent_release};
+pub use names::{
+    EDGE_CASE_NAMES, check_generated_names, check_name_edge_cases, check_name_length_limit,
+};
+pub use races::{
+    check_admin_concurrent_force_unlock, check_concurrent_release, check_stale_call_at_expiry,
+};
+pub use scale::{DEEP_VARIABLE, check_long_durations_and_counts};
 pub use skew::check_clock_skew;
 pub use storage::{check_name_cache_cleared_midway, check_shedlock_record_takeover};
 pub use time_bounds::{
     check_at_least_hold, check_at_most_expiry, check_ownership_after_expiry,
     check_stale_handle_answers,
 };
-pub use unreachable::{UNREACHABLE_LIMIT, check_backend_unreachable};
+pub use unreachable::{UNREACHABLE_LIMIT, check_backend_lost, check_backend_unreachable};
 
 /// One check of the kit, by name; [`Check::ALL`] is the whole kit in the order it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -66,10 +72,18 @@ pub enum Check {
     ClockSkew,
     /// [`check_backend_unreachable`]
     BackendUnreachable,
+    /// [`check_backend_lost`]
+    BackendLost,
     /// [`check_name_length_limit`]
     NameLengthLimit,
     /// [`check_name_edge_cases`]
     NameEdgeCases,
+    /// [`check_generated_names`]
+    GeneratedNames,
+    /// [`check_long_durations_and_counts`]
+    LongDurationsAndCounts,
+    /// [`check_stale_call_at_expiry`]
+    StaleCallAtExpiry,
     /// [`check_model`]
     Model,
     /// [`check_name_cache_cleared_midway`]
@@ -89,7 +103,7 @@ pub enum Check {
 impl Check {
     /// Every check, in the order the runner lists them. The long-running ones come first so
     /// that parallel test threads finish together.
-    pub const ALL: [Check; 20] = [
+    pub const ALL: [Check; 24] = [
         Check::Model,
         Check::MutualExclusion,
         Check::ConcurrentRelease,
@@ -101,11 +115,15 @@ impl Check {
         Check::ExtendRefusedWhenNotDeclared,
         Check::OwnershipAfterExpiry,
         Check::StaleHandleAnswers,
+        Check::StaleCallAtExpiry,
+        Check::LongDurationsAndCounts,
         Check::FencingTokensIncrease,
         Check::ClockSkew,
         Check::BackendUnreachable,
+        Check::BackendLost,
         Check::NameLengthLimit,
         Check::NameEdgeCases,
+        Check::GeneratedNames,
         Check::NameCacheClearedMidway,
         Check::ShedlockRecordTakeover,
         Check::AdminListing,
@@ -126,8 +144,12 @@ impl Check {
             Check::FencingTokensIncrease => "fencing_tokens_increase",
             Check::ClockSkew => "clock_skew",
             Check::BackendUnreachable => "backend_unreachable",
+            Check::BackendLost => "backend_lost",
             Check::NameLengthLimit => "name_length_limit",
             Check::NameEdgeCases => "name_edge_cases",
+            Check::GeneratedNames => "generated_names",
+            Check::LongDurationsAndCounts => "long_durations_and_counts",
+            Check::StaleCallAtExpiry => "stale_call_at_expiry",
             Check::Model => "model",
             Check::NameCacheClearedMidway => "name_cache_cleared_midway",
             Check::ShedlockRecordTakeover => "shedlock_record_takeover",
@@ -152,8 +174,12 @@ impl Check {
             Check::FencingTokensIncrease => "ft",
             Check::ClockSkew => "cs",
             Check::BackendUnreachable => "bu",
+            Check::BackendLost => "bl",
             Check::NameLengthLimit => "nl",
             Check::NameEdgeCases => "ne",
+            Check::GeneratedNames => "gn",
+            Check::LongDurationsAndCounts => "lc",
+            Check::StaleCallAtExpiry => "se",
             Check::Model => "md",
             Check::NameCacheClearedMidway => "nc",
             Check::ShedlockRecordTakeover => "sr",
@@ -194,8 +220,12 @@ impl Check {
             Check::FencingTokensIncrease => check_fencing_tokens_increase(harness, names).await,
             Check::ClockSkew => check_clock_skew(harness, names).await,
             Check::BackendUnreachable => check_backend_unreachable(harness, names).await,
+            Check::BackendLost => check_backend_lost(harness, names).await,
             Check::NameLengthLimit => check_name_length_limit(harness, names).await,
             Check::NameEdgeCases => check_name_edge_cases(harness, names).await,
+            Check::GeneratedNames => check_generated_names(harness, names).await,
+            Check::LongDurationsAndCounts => check_long_durations_and_counts(harness, names).await,
+            Check::StaleCallAtExpiry => check_stale_call_at_expiry(harness, names).await,
             Check::Model => check_model(harness, names).await,
             Check::NameCacheClearedMidway => check_name_cache_cleared_midway(harness, names).await,
             Check::ShedlockRecordTakeover => check_shedlock_record_takeover(harness, names).await,
@@ -212,6 +242,10 @@ impl Check {
 /// The time unit from which a provider counts as coarse-grained (whole-second leases): its
 /// checks mostly wait, so waiting side by side costs nothing.
 pub(crate) const COARSE_UNIT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// A request answered this late points at the provider, not the machine: no backend on one
+/// machine takes a quarter of a second for one lock operation unless something waits.
+const SLOW_ANSWER: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// How many times a timing-sensitive scenario is retried when the machine stalled so long
 /// that an observation proved nothing either way.
@@ -242,6 +276,41 @@ async fn node_with_clock<H: ConformanceHarness>(
             ),
         )
     })
+}
+
+/// Names the rule a refusal of a lock that should be free broke. `failure` is the refusal
+/// under `rule` (the hold the lock should no longer have: at-least after a release, at-most
+/// after an expiry); `witness`, another node that has not asked for this lock before (so it
+/// has no view of it to be stale), then asks for it at once. If it gets it,
+/// the backend had the lock free and the refusal came from the refusing node itself (a cache, a
+/// stale view): [free-lock-is-taken]. Otherwise the backend still holds it, and `rule` stands.
+/// A failure under another rule (an error) is returned as it is.
+async fn diagnose_refusal(
+    trace: &Trace,
+    failure: CheckFailure,
+    rule: Rule,
+    witness: (&str, &dyn LockProvider),
+    lock: &shedlock_core::LockConfiguration,
+) -> CheckFailure {
+    if failure.rule != rule {
+        return failure;
+    }
+    let (label, node) = witness;
+    let Ok(probe) = trace.acquire(label, node, lock).await else {
+        return failure;
+    };
+    let Some(handle) = probe.value.into_handle() else {
+        return failure;
+    };
+    let _ = trace.unlock(label, &*handle).await;
+    CheckFailure {
+        rule: Rule::FREE_LOCK_IS_TAKEN,
+        observed: format!(
+            "{}; node {label} asked right after and got it, so the backend had it free: the refusal came from the refusing node's own state (a cache, a stale view), not from the lock",
+            failure.observed
+        ),
+        ..trace.failure(Rule::FREE_LOCK_IS_TAKEN, String::new())
+    }
 }
 
 /// The capabilities a node declares, and the kit's durations for them.
@@ -306,10 +375,28 @@ async fn until_conclusive(
             }
         }
     }
+    // A provider that waits before answering (a retry loop, a sleep, a queue behind a lock of
+    // its own) makes every probe late: that is its own [bounded-time] matter, not the machine's.
+    let slowest = trace.slowest();
+    let (rule, why) = if slowest >= SLOW_ANSWER {
+        (
+            Rule::BOUNDED_TIME,
+            format!(
+                "the slowest request of this check took {slowest:?} to answer: a provider that waits before it answers (a retry, a sleep, a queue behind its own lock) makes every probe late, and the wait is the provider's to remove"
+            ),
+        )
+    } else {
+        (
+            rule,
+            format!(
+                "single requests answered within {slowest:?}, so the time went between them: is the machine or the backend overloaded?"
+            ),
+        )
+    };
     Err(trace.failure(
         rule,
         format!(
-            "could not observe {what}: in {ATTEMPTS} attempts every probe was answered too late to prove anything (is the machine or the backend overloaded?)"
+            "could not observe {what}: in {ATTEMPTS} attempts every probe was answered too late to prove anything; {why}"
         ),
     ))
 }

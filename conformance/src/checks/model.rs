@@ -233,10 +233,11 @@ struct LockModel {
 }
 
 impl LockModel {
-    /// Whether the lock may be free at some moment no later than `at`.
-    fn possibly_free(&self, at: Instant, tolerance: Duration) -> bool {
+    /// Whether the lock may be free at some moment no later than `at`, freeing itself at most
+    /// `early` before its bound.
+    fn possibly_free(&self, at: Instant, early: Duration) -> bool {
         self.current
-            .is_none_or(|holding| at + tolerance >= holding.expiry_earliest)
+            .is_none_or(|holding| at + early >= holding.expiry_earliest)
     }
 
     /// Whether the lock may be held at some moment no earlier than `at`.
@@ -377,6 +378,13 @@ impl<N: LockProvider> Case<'_, N> {
                 ),
             )),
             (Some(holding), true) if timed.sent > holding.expiry_latest + tolerance => {
+                // After an extend, the likelier break is the extend's own duration not taking
+                // effect (a shortening ignored) than the answer.
+                let rule = if matches!(holding.bound, Bound::Extend) {
+                    Rule::EXTEND
+                } else {
+                    rule
+                };
                 Err(self.broken(
                     rule,
                     index,
@@ -391,7 +399,7 @@ impl<N: LockProvider> Case<'_, N> {
             }
             (Some(holding), false)
                 if holding.released.is_none()
-                    && timed.answered + tolerance < holding.expiry_earliest =>
+                    && timed.answered + self.timing.early < holding.expiry_earliest =>
             {
                 Err(self.broken(
                     rule,
@@ -447,7 +455,7 @@ impl<N: LockProvider> Case<'_, N> {
                 let model = &self.locks[lock];
                 match timed.value {
                     Acquisition::Acquired(handle) => {
-                        if !model.possibly_free(timed.answered, tolerance) {
+                        if !model.possibly_free(timed.answered, self.timing.early) {
                             let holding = model.current.expect("a lock that is surely held");
                             return Err(self.broken(
                                 holding.taken_early_rule(),
@@ -664,6 +672,24 @@ fn describe_sequence(ops: &[ModelOp], idle: &[bool]) -> String {
 
 /// The number in environment variable `name`, if it is set. Anything else there fails the
 /// check rather than being ignored: a typo would quietly run another search than the one asked.
+/// The random seed of a run: [`SEED_VARIABLE`] when set, else a fresh one.
+pub(super) fn seed_from_env(trace: &Trace) -> Result<u64, CheckFailure> {
+    Ok(from_env(
+        trace,
+        SEED_VARIABLE,
+        "a seed (a whole number from 0 to 18446744073709551615)",
+    )?
+    .unwrap_or_else(|| uuid::Uuid::new_v4().as_u64_pair().0))
+}
+
+/// A proptest generator drawing from `seed`, so a failure replays.
+pub(super) fn generator(seed: u64) -> TestRunner {
+    let mut seed_bytes = [0u8; 32];
+    seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes);
+    TestRunner::new_with_rng(Config::default(), rng)
+}
+
 fn from_env<T: FromStr>(
     trace: &Trace,
     name: &str,
@@ -745,12 +771,7 @@ pub async fn check_model_with<H: ConformanceHarness>(
     };
     let seed = match settings.seed {
         Some(seed) => seed,
-        None => from_env(
-            &setup,
-            SEED_VARIABLE,
-            "a seed (a whole number from 0 to 18446744073709551615)",
-        )?
-        .unwrap_or_else(|| uuid::Uuid::new_v4().as_u64_pair().0),
+        None => seed_from_env(&setup)?,
     };
     let mut nodes = Vec::new();
     for index in 0..NODES {
@@ -759,12 +780,9 @@ pub async fn check_model_with<H: ConformanceHarness>(
     let capabilities = nodes[0].capabilities();
     let timing = timing_of(&capabilities);
     let cases = cases.unwrap_or_else(|| default_cases(timing.unit));
-    let mut seed_bytes = [0u8; 32];
-    seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes);
     // Only the generator is used: the sequences are run, counted and shrunk here, not by
     // proptest's runner, so its case count and failure persistence do not apply.
-    let mut runner = TestRunner::new_with_rng(Config::default(), rng);
+    let mut runner = generator(seed);
     let strategy = proptest::collection::vec(op_strategy(capabilities.extend), 1..=MAX_OPS);
     for case in 1..=cases {
         let mut tree = strategy.new_tree(&mut runner).map_err(|reason| {

@@ -59,18 +59,38 @@ pub async fn check_name_length_limit<H: ConformanceHarness>(
     let mut held: Vec<Box<dyn LockHandle>> = Vec::new();
     for name in &full_length {
         let lock = config(name, long, Duration::ZERO);
-        let handle = trace
-            .must_acquire(
-                "A",
-                &a,
-                &lock,
-                Rule::NAME_LENGTH,
-                &format!(
-                    "a {length}-character name is within the limit and distinct from the other long names already held"
-                ),
-            )
-            .await?
-            .value;
+        let declared = capabilities.max_name_chars.map_or_else(
+            || format!("no name limit ({length} characters are tried)"),
+            |max| format!("a limit of {max} characters"),
+        );
+        let handle = match trace.try_lock("A", &a, &lock).await?.value {
+            Ok(Acquisition::Acquired(handle)) => handle,
+            Ok(Acquisition::NotAcquired(_)) => {
+                return Err(trace.failure(
+                    Rule::NAME_LENGTH,
+                    format!(
+                        "a {length}-character name was refused though nobody holds it: it shares a lock with one of the long names already held (truncated, or limited by bytes?)"
+                    ),
+                ));
+            }
+            Err(error @ LockError::InvalidName { .. }) => {
+                return Err(trace.failure(
+                    Rule::NAME_LENGTH,
+                    format!(
+                        "a {length}-character name was refused though the provider declares {declared}: {error}"
+                    ),
+                ));
+            }
+            // The backend cannot hold what the provider declared it accepts.
+            Err(error) => {
+                return Err(trace.failure(
+                    Rule::HONEST_CAPABILITIES,
+                    format!(
+                        "the provider declares {declared}, but a {length}-character name failed: {error}; declare the limit the backend really has (max_name_chars)"
+                    ),
+                ));
+            }
+        };
         held.push(handle);
     }
     for name in &full_length {
@@ -134,10 +154,10 @@ pub async fn check_name_length_limit<H: ConformanceHarness>(
 /// Names with characters that break careless providers: separators of keys and paths, SQL
 /// quoting, escapes, unicode, spaces, case. Spellings that a careless escaping, a collation
 /// (case-, accent- or width-insensitive, trailing spaces ignored) or a Unicode normalization
-/// would merge are listed together: `a/b`, `a:b`, `a%2Fb`, `a_b`; `Report`, `report`,
+/// would merge are listed together: `a/b`, `a//b`, `a/./b`, `a/b/`, `a:b`, `a%2Fb`, `a_b`; `Report`, `report`,
 /// `REPORT`, full-width `ＲＥＰＯＲＴ`; `trailing `, `trailing`; `café` (NFC), `cafe` with a
 /// combining accent (NFD), `cafe`; `résumé`, `resume`; `straße`, `strasse`; the `ﬁ` ligature
-/// and `fi`; a zero-width space.
+/// and `fi`; a zero-width space; `🔒` (U+1F512) and U+F512, the same character cut to 16 bits.
 pub const EDGE_CASE_NAMES: &[&str] = &[
     "plain",
     "with space",
@@ -145,6 +165,9 @@ pub const EDGE_CASE_NAMES: &[&str] = &[
     "trailing ",
     " leading",
     "a/b",
+    "a//b",
+    "a/./b",
+    "a/b/",
     "a:b",
     "a%2Fb",
     "a%3Ab",
@@ -181,6 +204,7 @@ pub const EDGE_CASE_NAMES: &[&str] = &[
     "tab here",
     "锁-ロック",
     "emoji-🔒",
+    "emoji-\u{F512}",
 ];
 
 /// Edge-case names: every name in [`EDGE_CASE_NAMES`] is either a lock of its own (all held at
@@ -282,4 +306,155 @@ pub async fn check_name_edge_cases<H: ConformanceHarness>(
         ));
     }
     Ok(Verdict::Passed { notes })
+}
+
+/// The pieces generated names are made of: spellings that a backend could normalise, escape,
+/// fold, truncate or match as a pattern into one another. `🔒` (U+1F512) and U+F512 are the
+/// same character cut to 16 bits; so are `𝐀` (U+1D400) and U+D400; `é` and `e` with a
+/// combining accent are one character after Unicode normalisation; `=F512` is what a
+/// hex escape could write for either.
+const NAME_PIECES: &[&str] = &[
+    "a",
+    "A",
+    "b",
+    "/",
+    "//",
+    "./",
+    ".",
+    "..",
+    "_",
+    "%",
+    "*",
+    "?",
+    "\\",
+    ":",
+    "=",
+    "=F512",
+    "\u{1F512}",
+    "\u{F512}",
+    "\u{1D400}",
+    "\u{D400}",
+    "é",
+    "e\u{301}",
+    " ",
+    "-",
+];
+
+/// How many names [`check_generated_names`] generates.
+const GENERATED_NAMES: usize = 160;
+
+/// Generated names: 160 names drawn at random (a proptest strategy, seeded by
+/// `SHEDLOCK_CONFORMANCE_SEED`) from pieces that look alike to a careless backend (path
+/// separators doubled or dotted, pattern characters, astral characters and their 16-bit
+/// truncations, composed and decomposed accents, escape-like text). Every distinct name is held
+/// at once by one node, so two names merged into one lock show as a refusal; the other node is
+/// refused each, each release answers `true`, and the other node can then take each. A name may
+/// be refused with [`LockError::InvalidName`], never with anything else.
+pub async fn check_generated_names<H: ConformanceHarness>(
+    harness: &H,
+    names: &NameSpace,
+) -> Result<Verdict, CheckFailure> {
+    use proptest::strategy::{Strategy, ValueTree};
+
+    let trace = Trace::new("generated_names");
+    let a = node(harness, &trace, "A").await?;
+    let b = node(harness, &trace, "B").await?;
+    let capabilities = a.capabilities();
+    let long = timing_of(&capabilities).units(100);
+    let seed = super::model::seed_from_env(&trace)?;
+    let mut runner = super::model::generator(seed);
+    let strategy = proptest::collection::vec(
+        proptest::collection::vec(proptest::sample::select(NAME_PIECES), 1..=5)
+            .prop_map(|pieces| pieces.concat()),
+        GENERATED_NAMES,
+    );
+    let mut generated = strategy
+        .new_tree(&mut runner)
+        .map_err(|why| trace.failure(Rule::HARNESS, format!("generating names: {why}")))?
+        .current();
+    generated.sort();
+    generated.dedup();
+    trace.note(format!(
+        "{} distinct names generated (seed {seed}; {} replays them)",
+        generated.len(),
+        super::SEED_VARIABLE
+    ));
+    let mut held: Vec<(shedlock_core::LockConfiguration, Box<dyn LockHandle>)> = Vec::new();
+    let mut refused = 0;
+    for local in &generated {
+        let name = names.name(local);
+        if capabilities
+            .max_name_chars
+            .is_some_and(|max| name.chars().count() > max)
+        {
+            continue;
+        }
+        let lock = config(&name, long, Duration::ZERO);
+        match trace.try_lock("A", &a, &lock).await?.value {
+            Ok(Acquisition::Acquired(handle)) => held.push((lock, handle)),
+            Ok(Acquisition::NotAcquired(_)) => {
+                let held_names: Vec<&str> = held
+                    .iter()
+                    .map(|(held_lock, _)| &held_lock.name()[names.prefix().len()..])
+                    .collect();
+                return Err(trace.failure(
+                    Rule::NAMES_ARE_DATA,
+                    format!(
+                        "lock {local:?} (after the prefix {:?}) was refused though nobody holds it: it was merged with one of the {} names node A already holds: {held_names:?} (seed {seed}; {}={seed} replays it)",
+                        names.prefix(),
+                        held_names.len(),
+                        super::SEED_VARIABLE
+                    ),
+                ));
+            }
+            Err(LockError::InvalidName { .. }) => refused += 1,
+            Err(error) => {
+                return Err(trace.failure(
+                    Rule::NAMES_ARE_DATA,
+                    format!(
+                        "lock {name:?} failed with an error other than a clear LockError::InvalidName: {error}"
+                    ),
+                ));
+            }
+        }
+    }
+    for (lock, _) in &held {
+        trace
+            .must_not_acquire(
+                "B",
+                &b,
+                lock,
+                Rule::NAMES_ARE_DATA,
+                "node A holds the lock of exactly this name",
+            )
+            .await?;
+    }
+    for (_, handle) in &held {
+        trace
+            .must_unlock_with(
+                "A",
+                &**handle,
+                true,
+                Rule::NAMES_ARE_DATA,
+                "node A holds the lock of exactly this name",
+            )
+            .await?;
+    }
+    for (lock, _) in &held {
+        trace
+            .must_acquire_and_release(
+                "B",
+                &b,
+                lock,
+                Rule::NAMES_ARE_DATA,
+                "node A released the lock of exactly this name",
+            )
+            .await?;
+    }
+    Ok(Verdict::Passed {
+        notes: vec![format!(
+            "{} generated names held as distinct locks, {refused} refused with InvalidName (seed {seed})",
+            held.len()
+        )],
+    })
 }

@@ -16,7 +16,7 @@ use crate::names::NameSpace;
 use crate::trace::{Timed, Trace, config};
 
 use super::admin::admin_of;
-use super::{node, timing_of};
+use super::{diagnose_refusal, node, timing_of};
 
 /// Rounds of each race.
 const ROUNDS: usize = 40;
@@ -54,7 +54,7 @@ pub async fn check_concurrent_release<H: ConformanceHarness>(
             ));
         }
         if at_least.is_zero() {
-            trace
+            if let Err(failure) = trace
                 .must_acquire_and_release(
                     "B",
                     &b,
@@ -62,7 +62,18 @@ pub async fn check_concurrent_release<H: ConformanceHarness>(
                     Rule::RELEASE_RESULT,
                     "node A released it, with no lock_at_least_for",
                 )
-                .await?;
+                .await
+            {
+                let witness: (&str, &dyn LockProvider) = ("A", &a);
+                return Err(diagnose_refusal(
+                    &trace,
+                    failure,
+                    Rule::RELEASE_RESULT,
+                    witness,
+                    &lock,
+                )
+                .await);
+            }
         } else {
             trace
                 .must_not_acquire(
@@ -164,12 +175,15 @@ pub async fn check_admin_concurrent_force_unlock<H: ConformanceHarness>(
         let (extended, freed) = (extended?.value, freed?.value);
         match (extended, freed) {
             (_, true) => {
+                // An extend that answered true and left the lock held after the operator was
+                // told it was freed acted on a freed acquisition: the extend's own break.
+                let rule = if extended { Rule::EXTEND } else { Rule::ADMIN };
                 trace
                     .must_acquire_and_release(
                         "B",
                         &b,
                         &lock,
-                        Rule::ADMIN,
+                        rule,
                         &format!(
                             "round {round}: the operator was told node A's acquisition was freed \
                              (its extend, sent at the same moment, answered {extended}); an \
@@ -226,4 +240,167 @@ async fn inspected(
             format!("node A holds lock {name:?}, but inspecting it shows none"),
         )),
     }
+}
+
+/// Trials of [`check_stale_call_at_expiry`], and how many run side by side.
+const EXPIRY_TRIALS: usize = 80;
+const EXPIRY_TRIALS_AT_ONCE: usize = 16;
+
+/// A stale holder's release or extend sent at the very instant its lock expires, while another
+/// node takes the lock as soon as it can: whichever way they interleave on the backend, the new
+/// holder's lock is untouched ([ownership], [extend]).
+///
+/// Each of 80 trials (16 side by side, on names of their own) has node A take a lock for one
+/// unit, and node B try it again and again from a few milliseconds before its expiry until it
+/// gets it. Node A sends its release (or, alternately where extend is declared, an extend)
+/// at an offset swept in steps of 25 µs from 1.5 ms before the expiry to 0.5 ms after it (the
+/// last millisecond waited for by yielding, as a timer is not that fine), so a provider whose
+/// release or extend is a read and a later write gets its read in before the expiry and its
+/// write past it in some trials. Once
+/// both are done: an extend answered `true` and an acquisition by B must not both have
+/// happened (two holders); a lock node B took must still refuse node C, and node B's release
+/// must answer `true`. The pause point is wherever the provider's own requests put it: the kit
+/// does not need to know the protocol.
+pub async fn check_stale_call_at_expiry<H: ConformanceHarness>(
+    harness: &H,
+    names: &NameSpace,
+) -> Result<Verdict, CheckFailure> {
+    let trace = Trace::new("stale_call_at_expiry");
+    let a = node(harness, &trace, "A").await?;
+    let b = node(harness, &trace, "B").await?;
+    let c = node(harness, &trace, "C").await?;
+    let capabilities = a.capabilities();
+    let timing = timing_of(&capabilities);
+    let mut taken_by_b = 0;
+    for batch in 0..EXPIRY_TRIALS / EXPIRY_TRIALS_AT_ONCE {
+        let trials = (0..EXPIRY_TRIALS_AT_ONCE).map(|slot| {
+            let trial = batch * EXPIRY_TRIALS_AT_ONCE + slot;
+            let extend = capabilities.extend && trial % 2 == 1;
+            expiry_trial(&trace, &timing, [&a, &b, &c], names, trial, extend)
+        });
+        for outcome in join_all(trials).await {
+            if outcome? {
+                taken_by_b += 1;
+            }
+        }
+    }
+    if taken_by_b == 0 {
+        return Err(trace.failure(
+            Rule::AT_MOST,
+            format!(
+                "in {EXPIRY_TRIALS} trials node B never took a lock whose holder stopped at its expiry"
+            ),
+        ));
+    }
+    Ok(Verdict::Passed {
+        notes: vec![format!(
+            "{EXPIRY_TRIALS} stale calls at the expiry instant; node B took the lock in {taken_by_b}, and kept it"
+        )],
+    })
+}
+
+/// One trial of [`check_stale_call_at_expiry`]: whether node B took the lock.
+async fn expiry_trial(
+    trace: &Trace,
+    timing: &crate::timing::Timing,
+    [a, b, c]: [&dyn LockProvider; 3],
+    names: &NameSpace,
+    trial: usize,
+    extend: bool,
+) -> Result<bool, CheckFailure> {
+    use tokio::time::Instant;
+
+    let long = timing.units(100);
+    let name = names.name(&format!("t{trial}"));
+    let short = config(&name, timing.unit, Duration::ZERO);
+    let lock = config(&name, long, Duration::ZERO);
+    let taken = trace.must_acquire_free("A", a, &short).await?;
+    let expiry = taken.sent + timing.unit;
+    let stale_at = expiry - Duration::from_micros(1500) + Duration::from_micros(25 * trial as u64);
+    let give_up = timing.surely_over_by(&taken, timing.unit) + timing.unit;
+    let taker = async {
+        trace.sleep_until(expiry - Duration::from_millis(3)).await;
+        loop {
+            let probe = trace.acquire_unrecorded("B", b, &lock).await?;
+            if let shedlock_core::Acquisition::Acquired(handle) = probe.value {
+                trace.record(
+                    "B",
+                    format!("try_lock {name:?} (the first of its tries to succeed)"),
+                    probe.sent,
+                    probe.answered,
+                    "acquired".to_owned(),
+                );
+                return Ok::<_, CheckFailure>(Some(Timed {
+                    sent: probe.sent,
+                    answered: probe.answered,
+                    value: handle,
+                }));
+            }
+            if Instant::now() > give_up {
+                return Ok(None);
+            }
+        }
+    };
+    let stale = async {
+        trace.sleep_until(stale_at - Duration::from_millis(2)).await;
+        while Instant::now() < stale_at {
+            tokio::task::yield_now().await;
+        }
+        if extend {
+            trace
+                .try_extend("A", &*taken.value, long)
+                .await
+                .map(|timed| matches!(timed.value, Ok(true)))
+        } else {
+            trace.try_unlock("A", &*taken.value).await.map(|_| false)
+        }
+    };
+    let (taker, extended) = futures_util::future::join(taker, stale).await;
+    let (taker, extended) = (taker?, extended?);
+    let Some(held) = taker else {
+        if extended {
+            trace.must_release("A", &*taken.value).await?;
+        }
+        return Ok(false);
+    };
+    // A stale extend that acts is the extend's own break ("otherwise it answers false and
+    // changes nothing"); a stale release that acts is the owner check's.
+    let (what, rule) = if extend {
+        ("extend", Rule::EXTEND)
+    } else {
+        ("release", Rule::OWNERSHIP)
+    };
+    if extended {
+        return Err(trace.failure(
+            Rule::EXTEND,
+            format!(
+                "node A's stale extend of {name:?}, sent at its expiry ({}), answered true, and node B acquired it (at {}): two holders at once",
+                trace.at(stale_at),
+                trace.at(held.answered)
+            ),
+        ));
+    }
+    trace
+        .must_not_acquire(
+            "C",
+            c,
+            &lock,
+            rule,
+            &format!(
+                "node B took {name:?} at {} after node A's lock expired; node A's stale {what}, sent at the expiry instant ({}), must not have touched node B's lock",
+                trace.at(held.answered),
+                trace.at(stale_at)
+            ),
+        )
+        .await?;
+    trace
+        .must_unlock_with(
+            "B",
+            &*held.value,
+            true,
+            rule,
+            &format!("node B holds {name:?}; node A's stale {what} must not have touched it"),
+        )
+        .await?;
+    Ok(true)
 }

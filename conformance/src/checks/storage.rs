@@ -83,7 +83,9 @@ pub async fn check_name_cache_cleared_midway<H: ConformanceHarness>(
 }
 
 /// ShedLock-format records: an expired record as Java ShedLock leaves it is taken over, and a
-/// record a Java node holds keeps Rust nodes out.
+/// record a Java node holds keeps Rust nodes out. A Java node on this very host (its
+/// `locked_by` the host part of the Rust node's own) takes a name after the Rust node's
+/// acquisition expired: the Rust node's stale extend and release leave that record alone.
 ///
 /// Applies when the harness provides [`write_record`](ConformanceHarness::write_record).
 pub async fn check_shedlock_record_takeover<H: ConformanceHarness>(
@@ -130,7 +132,7 @@ pub async fn check_shedlock_record_takeover<H: ConformanceHarness>(
         )
         .await?;
 
-    let held = plant(names.name("held"), now + hour, now);
+    let mut held = plant(names.name("held"), now + hour, now);
     if let Err(error) = harness.write_record(&held).await {
         return Err(trace.failure(Rule::HARNESS, format!("write_record failed: {error}")));
     }
@@ -144,5 +146,79 @@ pub async fn check_shedlock_record_takeover<H: ConformanceHarness>(
             "a Java node holds the record for another hour",
         )
         .await?;
+
+    // A Java node on this very host writes the bare host name, which is the host part of the
+    // Rust node's own `locked_by`: the record is still not the Rust node's.
+    let b = node(harness, &trace, "B").await?;
+    let short = timing.units(2);
+    held.name = names.name("own-host");
+    let stale = trace
+        .must_acquire_free("A", &a, &config(&held.name, short, Duration::ZERO))
+        .await?;
+    let refused = trace.acquire("B", &b, &lock_of(&held.name, timing)).await?;
+    let reported = match &refused.value {
+        shedlock_core::Acquisition::NotAcquired(Some(holder)) => holder.locked_by.clone(),
+        _ => None,
+    };
+    drop(refused);
+    held.locked_by = reported
+        .as_deref()
+        .map(shedlock_core::holder_of)
+        .filter(|host| !host.is_empty())
+        .map_or_else(this_host, str::to_owned);
+    trace
+        .sleep_until(timing.surely_over_by(&stale, short))
+        .await;
+    let now = SystemTime::now();
+    held.lock_until = now + hour;
+    held.locked_at = now;
+    trace.note(format!(
+        "node A's lock expired; a Java node on this host plants {:?} locked by {:?}, lock_until in an hour",
+        held.name, held.locked_by
+    ));
+    if let Err(error) = harness.write_record(&held).await {
+        return Err(trace.failure(Rule::HARNESS, format!("write_record failed: {error}")));
+    }
+    let why = format!(
+        "node A's acquisition expired, and a Java node on the same host ({:?}) holds the record now: the same host name is not the same acquisition",
+        held.locked_by
+    );
+    if a.capabilities().extend {
+        let extended = trace.extend("A", &*stale.value, timing.units(100)).await?;
+        if extended.value {
+            return Err(trace.failure(
+                Rule::SHEDLOCK_RECORDS,
+                format!("node A's stale handle extended the record: {why}"),
+            ));
+        }
+    }
+    trace
+        .must_unlock_with("A", &*stale.value, false, Rule::SHEDLOCK_RECORDS, &why)
+        .await?;
+    trace
+        .must_not_acquire(
+            "B",
+            &b,
+            &lock_of(&held.name, timing),
+            Rule::SHEDLOCK_RECORDS,
+            &format!("the Java node's record must still hold: {why}"),
+        )
+        .await?;
     Ok(Verdict::passed())
+}
+
+/// A probe of `name` for a long hold.
+fn lock_of(name: &str, timing: crate::timing::Timing) -> shedlock_core::LockConfiguration {
+    config(name, timing.units(100), Duration::ZERO)
+}
+
+/// This machine's host name, as Java ShedLock would write it, for a provider whose refusals do
+/// not name the holder.
+fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|host| host.trim().to_owned())
+        .filter(|host| !host.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
 }

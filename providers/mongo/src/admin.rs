@@ -39,10 +39,6 @@ const NOW: &str = "now";
 /// How an acquisition id marks a field the document does not hold (as a date or integer).
 const ABSENT: &str = "-";
 
-/// The length of the id this provider's acquisitions append to `lockedBy` (`#` and 32 hex
-/// digits; see shedlock-core's acquisition identity).
-const ACQUISITION_ID_DIGITS: usize = 32;
-
 #[async_trait]
 impl LockAdmin for MongoLockProvider {
     /// One `aggregate`, in `_id` order (UTF-8 byte order, the simple collation, whatever the
@@ -262,7 +258,7 @@ impl MongoLockProvider {
             // A Java node's acquisition leaves the counter as the last acquisition of this
             // provider set it, so only a document this provider's acquire wrote shows it.
             if let Some(token) = fencing_token.and_then(|token| u64::try_from(token).ok())
-                && written_by_this_provider(locked_by)
+                && shedlock_core::is_acquisition_locked_by(locked_by)
             {
                 info = info.with_fencing_token(token);
             }
@@ -291,17 +287,6 @@ fn with_server_now() -> Document {
         FENCING_TOKEN: 1,
         NOW: "$$NOW",
     } }
-}
-
-/// Whether `locked_by` ends as this provider's acquisitions write it: `#` and 32 lowercase hex
-/// digits after the holder.
-fn written_by_this_provider(locked_by: &str) -> bool {
-    locked_by.rsplit_once('#').is_some_and(|(_, id)| {
-        id.len() == ACQUISITION_ID_DIGITS
-            && id
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
 }
 
 /// The smallest string after every string that starts with `prefix`, in UTF-8 byte order
@@ -390,17 +375,5 @@ mod tests {
         for bad in ["", "1/2", "x/2/h", "1/y/h", "7@123/host"] {
             assert_eq!(Acquisition::parse(bad), None, "{bad:?}");
         }
-    }
-
-    #[test]
-    fn only_this_providers_holders_carry_an_acquisition_id() {
-        assert!(written_by_this_provider(
-            "host#0123456789abcdef0123456789abcdef"
-        ));
-        assert!(!written_by_this_provider("java-host"));
-        assert!(!written_by_this_provider(
-            "host#0123456789ABCDEF0123456789ABCDEF"
-        ));
-        assert!(!written_by_this_provider("host#0123"));
     }
 }

@@ -478,6 +478,11 @@ impl ConformanceHarness for SqlHarness {
         ))
     }
 
+    async fn cut_off(&self, node: &SqlNode) -> Result<Support<()>, SetupError> {
+        node.0.conn.net.cut();
+        Ok(Support::Supported(()))
+    }
+
     async fn unreachable_node(&self) -> Result<Support<SqlNode>, SetupError> {
         Ok(Support::Supported(SqlNode::new(
             SqlConn {

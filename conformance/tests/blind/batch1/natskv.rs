@@ -280,6 +280,11 @@ impl ConformanceHarness for NatsHarness {
         ))
     }
 
+    async fn cut_off(&self, node: &NatsNode) -> Result<Support<()>, SetupError> {
+        node.0.conn.net.cut();
+        Ok(Support::Supported(()))
+    }
+
     async fn unreachable_node(&self) -> Result<Support<NatsNode>, SetupError> {
         Ok(Support::Supported(NatsNode::new(
             NatsConn {

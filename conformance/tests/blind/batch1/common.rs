@@ -1,7 +1,7 @@
 //! Pieces every simulated backend shares: a server clock of its own, a simulated network
 //! (latency, an unreachable address), and small time helpers.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A backend's own wall clock: anchored to the system clock once, shifted by a fixed offset
@@ -61,7 +61,7 @@ impl std::error::Error for NetError {}
 /// One client's path to the server: a little latency each way, or a closed port.
 #[derive(Debug)]
 pub struct Net {
-    reachable: bool,
+    reachable: AtomicBool,
     connect_timeout: Duration,
     jitter: AtomicU64,
 }
@@ -70,7 +70,7 @@ impl Net {
     /// A working connection with a 2 s connect timeout.
     pub fn up() -> Self {
         Self {
-            reachable: true,
+            reachable: AtomicBool::new(true),
             connect_timeout: Duration::from_secs(2),
             jitter: AtomicU64::new(0x9e37_79b9),
         }
@@ -79,15 +79,21 @@ impl Net {
     /// A connection to a closed port: every request fails after the connect timeout.
     pub fn down(connect_timeout: Duration) -> Self {
         Self {
-            reachable: false,
+            reachable: AtomicBool::new(false),
             connect_timeout,
             jitter: AtomicU64::new(1),
         }
     }
 
+    /// The path breaks from now on, as in a network partition: every request fails as if
+    /// the port were closed (the harness's `cut_off` hook).
+    pub fn cut(&self) {
+        self.reachable.store(false, Ordering::SeqCst);
+    }
+
     /// The request travels to the server (or never arrives).
     pub async fn send(&self) -> Result<(), NetError> {
-        if !self.reachable {
+        if !self.reachable.load(Ordering::SeqCst) {
             tokio::time::sleep(self.connect_timeout).await;
             return Err(NetError::ConnectTimeout(self.connect_timeout));
         }

@@ -367,6 +367,11 @@ impl ConformanceHarness for MemKvHarness {
         ))
     }
 
+    async fn cut_off(&self, node: &MemKvNode) -> Result<Support<()>, SetupError> {
+        node.0.conn.net.cut();
+        Ok(Support::Supported(()))
+    }
+
     async fn unreachable_node(&self) -> Result<Support<MemKvNode>, SetupError> {
         Ok(Support::Supported(MemKvNode::new(
             MemKvConn::new(self.server.clone(), Net::down(Duration::from_secs(2))),

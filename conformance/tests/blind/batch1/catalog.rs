@@ -17,12 +17,6 @@ pub struct Entry {
     pub launch: Box<dyn Fn(Arguments) -> ExitCode>,
 }
 
-impl Entry {
-    pub fn broken(&self) -> bool {
-        self.rule.is_some()
-    }
-}
-
 fn memkv(name: &str, rule: Option<&'static str>, bug: Option<MemBug>) -> Entry {
     let n = name.to_owned();
     Entry {

@@ -1,0 +1,230 @@
+//! Long durations and large counts: a lock of a month or a year is held for that long, many
+//! locks held at once all stay held, and fencing tokens keep increasing past what a small
+//! counter holds. The counts grow in deep mode ([`DEEP_VARIABLE`]).
+
+use std::time::{Duration, SystemTime};
+
+use shedlock_core::{Acquisition, LockError, LockHandle, LockProvider};
+
+use crate::failure::{CheckFailure, Rule, Verdict};
+use crate::harness::ConformanceHarness;
+use crate::names::NameSpace;
+use crate::trace::{Trace, config};
+
+use super::admin::admin_of;
+use super::{node, timing_of};
+
+/// Set to `1` to run [`check_long_durations_and_counts`] at full size: 10,000 names held at
+/// once and 65,600 acquisitions of one name (past a 16-bit counter) instead of 200 and none.
+pub const DEEP_VARIABLE: &str = "SHEDLOCK_CONFORMANCE_DEEP";
+
+/// Whether deep mode is on, or a failure naming a value that is neither `0` nor `1`.
+fn deep(trace: &Trace) -> Result<bool, CheckFailure> {
+    match std::env::var(DEEP_VARIABLE).as_deref() {
+        Err(_) | Ok("") | Ok("0") => Ok(false),
+        Ok("1") => Ok(true),
+        Ok(other) => Err(trace.failure(
+            Rule::HARNESS,
+            format!(
+                "the environment variable {DEEP_VARIABLE} is {other:?}, not 1 (deep) or 0 (normal); correct it or unset it"
+            ),
+        )),
+    }
+}
+
+/// Month- and year-long locks, in days.
+const LONG_DAYS: [u64; 2] = [30, 365];
+
+/// How many names are held at once: normally, and in deep mode.
+const MANY_NAMES: (usize, usize) = (200, 10_000);
+
+/// How many acquisitions of one name deep mode makes: past 65,535, the largest 16-bit count.
+const DEEP_ACQUISITIONS: u64 = 65_600;
+
+/// Long durations and large counts ([at-most], [fencing], [names-are-data]).
+///
+/// - A `lock_at_most_for` of 30 and of 365 days is either refused up front with a clear error
+///   ([`LockError::Configuration`] or [`LockError::InvalidRequest`]) or held: another node is
+///   refused at once and again two units later (a duration stored as something short, wrapped
+///   or read as an absolute time shows), and the operator view, where the harness provides one,
+///   shows it held until no earlier than the duration asks.
+/// - In deep mode, with fencing declared, 65,600 acquisitions of one name get strictly
+///   increasing tokens (a counter of 16 bits wraps in there).
+/// - 200 names (10,000 in deep mode) held at once by one node all stay held: another node is
+///   refused every one of them after all were taken (none evicted, none merged), and every
+///   release answers `true`.
+pub async fn check_long_durations_and_counts<H: ConformanceHarness>(
+    harness: &H,
+    names: &NameSpace,
+) -> Result<Verdict, CheckFailure> {
+    let trace = Trace::new("long_durations_and_counts");
+    let deep = deep(&trace)?;
+    let a = node(harness, &trace, "A").await?;
+    let b = node(harness, &trace, "B").await?;
+    let capabilities = a.capabilities();
+    let timing = timing_of(&capabilities);
+    let admin = admin_of(harness, &b).ok();
+    let mut notes = Vec::new();
+
+    for days in LONG_DAYS {
+        let at_most = Duration::from_secs(days * 24 * 3600);
+        let lock = config(&names.name(&format!("days{days}")), at_most, Duration::ZERO);
+        let asked_at = SystemTime::now();
+        let handle = match trace.try_lock("A", &a, &lock).await?.value {
+            Ok(Acquisition::Acquired(handle)) => handle,
+            Err(LockError::Configuration(_) | LockError::InvalidRequest { .. }) => {
+                notes.push(format!("{days} days: refused up front"));
+                continue;
+            }
+            other => {
+                return Err(trace.failure(
+                    Rule::AT_MOST,
+                    format!(
+                        "a free lock asked for {days} days answered {:?}: it must be held, or refused up front with LockError::Configuration or LockError::InvalidRequest naming the limit",
+                        other.map(|acquisition| crate::trace::describe_acquisition(&Ok(acquisition)))
+                    ),
+                ));
+            }
+        };
+        let why = format!(
+            "node A holds it for {days} days: a duration is never stored as something shorter (a wrapped integer, a TTL read as a date)"
+        );
+        trace
+            .must_not_acquire("B", &b, &lock, Rule::AT_MOST, &why)
+            .await?;
+        trace
+            .sleep_until(tokio::time::Instant::now() + timing.units(2))
+            .await;
+        trace
+            .must_not_acquire("B", &b, &lock, Rule::AT_MOST, &why)
+            .await?;
+        if let Some(admin) = admin
+            && let Some(seen) = trace.inspect_lock("B", admin, lock.name()).await?
+            && let Some(held_until) = seen.held_until
+        {
+            let earliest = asked_at + at_most - Duration::from_secs(60);
+            if held_until < earliest {
+                return Err(trace.failure(
+                    Rule::AT_MOST,
+                    format!(
+                        "node A took {:?} for {days} days, but the operator view shows it held only until {} ({} days from now)",
+                        lock.name(),
+                        shedlock_core::Rfc3339::micros(held_until),
+                        held_until
+                            .duration_since(SystemTime::now())
+                            .map_or(0, |left| left.as_secs() / 86_400)
+                    ),
+                ));
+            }
+        }
+        trace
+            .must_unlock_with("A", &*handle, true, Rule::RELEASE_RESULT, &why)
+            .await?;
+        notes.push(format!("{days} days: held"));
+    }
+
+    let long = timing.units(100);
+    if deep && capabilities.fencing {
+        let lock = config(&names.name("tokens"), long, Duration::ZERO);
+        let mut previous: Option<u64> = None;
+        for count in 1..=DEEP_ACQUISITIONS {
+            let handle = quiet_acquire(&trace, &a, &lock).await?;
+            let token = handle.fencing_token();
+            match (token, previous) {
+                (None, _) => {
+                    return Err(trace.failure(
+                        Rule::FENCING,
+                        format!(
+                            "acquisition {count} of {:?} carries no fencing token",
+                            lock.name()
+                        ),
+                    ));
+                }
+                (Some(token), Some(before)) if token <= before => {
+                    return Err(trace.failure(
+                        Rule::FENCING,
+                        format!(
+                            "acquisition {count} of {:?} got token {token}, not above the previous {before}: tokens must keep increasing however many acquisitions a name sees",
+                            lock.name()
+                        ),
+                    ));
+                }
+                (token, _) => previous = token,
+            }
+            if !matches!(handle.unlock().await, Ok(true)) {
+                return Err(trace.failure(
+                    Rule::RELEASE_RESULT,
+                    format!(
+                        "acquisition {count} of {:?} was not released with true",
+                        lock.name()
+                    ),
+                ));
+            }
+        }
+        notes.push(format!(
+            "{DEEP_ACQUISITIONS} acquisitions of one name, tokens increasing to {}",
+            previous.unwrap_or_default()
+        ));
+    }
+    let count = if deep { MANY_NAMES.1 } else { MANY_NAMES.0 };
+    let many: Vec<_> = (0..count)
+        .map(|index| config(&names.name(&format!("n{index}")), long, Duration::ZERO))
+        .collect();
+    let mut held: Vec<Box<dyn LockHandle>> = Vec::with_capacity(count);
+    for lock in &many {
+        let taken = quiet_acquire(&trace, &a, lock).await?;
+        held.push(taken);
+    }
+    trace.note(format!("node A holds {count} names at once"));
+    for lock in &many {
+        if let Acquisition::Acquired(_) = trace.acquire_unrecorded("B", &b, lock).await?.value {
+            return Err(trace.failure(
+                Rule::MUTUAL_EXCLUSION,
+                format!(
+                    "node B acquired {:?}, one of {count} names node A took and still holds: was it evicted, or merged with another?",
+                    lock.name()
+                ),
+            ));
+        }
+    }
+    for (lock, handle) in many.iter().zip(&held) {
+        match tokio::time::timeout(crate::trace::OPERATION_LIMIT, handle.unlock()).await {
+            Ok(Ok(true)) => {}
+            other => {
+                return Err(trace.failure(
+                    Rule::RELEASE_RESULT,
+                    format!(
+                        "node A's release of {:?}, one of {count} names it holds, answered {other:?}",
+                        lock.name()
+                    ),
+                ));
+            }
+        }
+    }
+    notes.push(format!("{count} names held at once"));
+
+    if !deep {
+        notes.push(format!(
+            "set {DEEP_VARIABLE}=1 for 10,000 names and {DEEP_ACQUISITIONS} acquisitions of one name"
+        ));
+    }
+    Ok(Verdict::Passed { notes })
+}
+
+/// Node A takes `lock`, which nobody holds, outside the timeline.
+async fn quiet_acquire(
+    trace: &Trace,
+    provider: &dyn LockProvider,
+    lock: &shedlock_core::LockConfiguration,
+) -> Result<Box<dyn LockHandle>, CheckFailure> {
+    match trace.acquire_unrecorded("A", provider, lock).await?.value {
+        Acquisition::Acquired(handle) => Ok(handle),
+        Acquisition::NotAcquired(holder) => Err(trace.failure(
+            Rule::FREE_LOCK_IS_TAKEN,
+            format!(
+                "node A was refused {:?}, which nobody holds (it holds other names, and released this one if it held it before): {holder:?}",
+                lock.name()
+            ),
+        )),
+    }
+}
