@@ -3,14 +3,17 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use futures_util::{StreamExt, TryStreamExt};
 use shedlock_core::{
     Acquisition, AcquisitionId, LockAdmin, LockConfiguration, LockError, LockHandle, LockInfo,
-    LockProvider, list_all_locks,
+    LockProvider, PageRequest,
 };
 use tokio::time::Instant;
 
 use crate::failure::{CheckFailure, Event, Rule};
+
+/// A `try_lock` that took this long and then got a lock it must not have got waited for the
+/// holder: no backend on one machine takes a second to answer one request.
+const WAITED_FOR_HOLDER: Duration = Duration::from_secs(1);
 
 /// The most locks a check's listing may return: the checks hold a handful under each prefix.
 const LISTING_LIMIT: usize = 1_000;
@@ -430,6 +433,18 @@ impl Trace {
         rule: Rule,
         why: &str,
     ) -> CheckFailure {
+        let took = timed.answered.saturating_duration_since(timed.sent);
+        if took >= WAITED_FOR_HOLDER {
+            // Not a lock freed early: a try_lock that waited until the holder was gone.
+            return self.failure(
+                Rule::THREE_OUTCOMES,
+                format!(
+                    "node {node}'s try_lock {:?} was sent at {} and answered \"acquired\" {took:?} later: try_lock never waits for a holder, it answers \"not acquired\" at once ({why})",
+                    config.name(),
+                    self.at(timed.sent)
+                ),
+            );
+        }
         self.failure(
             rule,
             format!(
@@ -544,18 +559,43 @@ impl Trace {
         page_size: usize,
     ) -> Result<Vec<LockInfo>, CheckFailure> {
         let action = format!("list locks under {prefix:?}, {page_size} per page");
-        // A cursor that never moves makes a listing endless, and one with no await to yield at
-        // would never let the time limit fire: the listing stops at a bound no check reaches.
-        let bounded = list_all_locks(admin, prefix, page_size)
-            .take(LISTING_LIMIT + 1)
-            .try_collect::<Vec<_>>();
+        // Page by page, so a page over the limit shows; a cursor that never moves makes a
+        // listing endless, so the listing stops at a bound no check reaches.
+        let pages = async {
+            let mut locks = Vec::new();
+            let mut request = PageRequest::first(prefix).with_limit(page_size);
+            loop {
+                let page = admin.list_locks(&request).await?;
+                if page.locks.len() > page_size {
+                    return Ok(Err(page.locks.len()));
+                }
+                locks.extend(page.locks);
+                match page.next {
+                    Some(cursor) if locks.len() <= LISTING_LIMIT => {
+                        request.after = Some(cursor);
+                    }
+                    _ => return Ok(Ok(locks)),
+                }
+            }
+        };
         let timed = self
-            .request(node, action.clone(), bounded, |result| match result {
-                Ok(locks) => format!("{} locks", locks.len()),
+            .request(node, action.clone(), pages, |result| match result {
+                Ok(Ok(locks)) => format!("{} locks", locks.len()),
+                Ok(Err(page)) => format!("a page of {page} locks"),
                 Err(error) => format!("error: {error}"),
             })
             .await?;
-        let locks = self.answered_without_error(node, &action, timed)?.value;
+        let locks = match self.answered_without_error(node, &action, timed)?.value {
+            Ok(locks) => locks,
+            Err(page) => {
+                return Err(self.failure(
+                    Rule::ADMIN,
+                    format!(
+                        "node {node}: {action} returned a page of {page} locks: a page holds at most the limit asked for"
+                    ),
+                ));
+            }
+        };
         if locks.len() > LISTING_LIMIT {
             return Err(self.failure(
                 Rule::ADMIN,

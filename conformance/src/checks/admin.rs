@@ -107,7 +107,9 @@ pub async fn check_admin_listing<H: ConformanceHarness>(
     let timing = timing_of(&capabilities);
     let long = timing.units(100);
     let prefix = names.name("l-");
-    let held_names: Vec<String> = ["a", "b", "c"]
+    // Names that a case-folding sort, or a range end built from a byte or a Latin-1
+    // character, would put out of order or leave out; two pages of two hold them.
+    let held_names: Vec<String> = ["a", "B", "c", "A", "b", "锁", "\u{1F512}"]
         .iter()
         .map(|local| format!("{prefix}{local}"))
         .collect();
@@ -400,5 +402,51 @@ pub async fn check_admin_force_unlock<H: ConformanceHarness>(
         )
         .await?;
     trace.must_release("B", &*taken).await?;
+
+    // Acquisitions in quick succession: freed and taken again within a millisecond or two, the
+    // old and the new acquisition still differ in identity, so the old one's release frees
+    // nothing (an identity made of a timestamp does not tell them apart).
+    for round in 0..RAPID_ROUNDS {
+        let lock = config(&names.name(&format!("rapid{round}")), long, Duration::ZERO);
+        let old = trace.must_acquire_free("A", &a, &lock).await?.value;
+        let Some(seen) = trace.inspect_lock("O", admin, lock.name()).await? else {
+            return Err(trace.failure(
+                Rule::ADMIN,
+                format!(
+                    "node A holds lock {:?}, but inspecting it shows none",
+                    lock.name()
+                ),
+            ));
+        };
+        trace
+            .must_force_unlock_with(
+                "O",
+                admin,
+                lock.name(),
+                &seen.acquisition,
+                true,
+                "node A holds it",
+            )
+            .await?;
+        let new = trace
+            .must_acquire("B", &b, &lock, Rule::ADMIN, "the lock was force-unlocked")
+            .await?
+            .value;
+        let why = format!(
+            "round {round}: node A's acquisition was force-unlocked and node B took the lock right after; every acquisition has an identity of its own, however close in time"
+        );
+        trace
+            .must_unlock_with("A", &*old, false, Rule::OWNERSHIP, &why)
+            .await?;
+        trace
+            .must_not_acquire("A", &a, &lock, Rule::OWNERSHIP, &why)
+            .await?;
+        trace
+            .must_unlock_with("B", &*new, true, Rule::OWNERSHIP, &why)
+            .await?;
+    }
     Ok(Verdict::passed())
 }
+
+/// Rounds of force-unlock and retake in quick succession.
+const RAPID_ROUNDS: usize = 10;

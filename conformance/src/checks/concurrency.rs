@@ -112,7 +112,7 @@ async fn hammer<N: LockProvider + 'static>(
                             Rule::AT_LEAST,
                             format!("{label}: lock {:?}, which only this task uses, was refused, though the task released it with lock_at_least_for = 0 last time (so it was free at once) while the node's other tasks were trying other names", private.name()),
                         );
-                        return Err(super::diagnose_refusal(&trace, failure, Rule::AT_LEAST, ("witness", &*witness), &private).await);
+                        return Err(super::diagnose_refusal(&trace, failure, Rule::AT_LEAST, ("witness", &*witness), None, &private).await);
                     }
                     other => {
                         let rule = if matches!(other, Ok(Err(_))) { Rule::THREE_OUTCOMES } else { Rule::FREE_LOCK_IS_TAKEN };
@@ -261,6 +261,20 @@ async fn hammer<N: LockProvider + 'static>(
     }
 }
 
+/// A contending node whose clock runs `index` × 5 ms ahead: nodes of a fleet never agree to the
+/// millisecond, and a client-time provider's check-then-write races show only when they do not
+/// (well inside the skew such a provider documents; a server-time provider ignores it).
+async fn contender<H: ConformanceHarness>(
+    harness: &H,
+    trace: &Trace,
+    label: &str,
+    index: usize,
+) -> Result<H::Node, CheckFailure> {
+    let ahead = Duration::from_millis(5) * u32::try_from(index).unwrap_or(0);
+    let clock = shedlock_core::SkewedClock::ahead(Arc::new(shedlock_core::SystemClock), ahead);
+    super::node_with_clock(harness, trace, label, Arc::new(clock)).await
+}
+
 /// Checks that the tokens of a contended lock's holders, in the order they entered, strictly
 /// increase from `last`; gives the last one.
 fn increasing_in_entry_order(
@@ -314,7 +328,7 @@ pub async fn check_mutual_exclusion<H: ConformanceHarness>(
     let mut nodes = Vec::new();
     for index in 0..NODES {
         nodes.push(Arc::new(
-            node(harness, &trace, &format!("node {index}")).await?,
+            contender(harness, &trace, &format!("node {index}"), index).await?,
         ));
     }
     let capabilities = nodes[0].capabilities();
@@ -444,7 +458,7 @@ pub async fn check_fencing_tokens_increase<H: ConformanceHarness>(
     let mut nodes = vec![Arc::new(a), Arc::new(b)];
     for index in 2..4 {
         nodes.push(Arc::new(
-            node(harness, &trace, &format!("node {index}")).await?,
+            contender(harness, &trace, &format!("node {index}"), index).await?,
         ));
     }
     let witness = Arc::new(node(harness, &trace, "W").await?);

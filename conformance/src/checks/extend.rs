@@ -18,8 +18,9 @@ use super::{Attempt, node, probe_at, timing_of, until_conclusive};
 /// original at-most and just before the new one; right after the new one the lock is free.
 /// Extend then release with `lock_at_least_for`: free at `acquired_at + lock_at_least_for` (an
 /// extend does not move `acquired_at`). An extend may shorten the lock too: held until the new,
-/// shorter at-most and free right after it. A release after the at-least window frees an
-/// extended lock at once. Durations and moments are off the unit's grid, so rounding shows.
+/// shorter at-most and free right after it; shortened and then released inside the at-least, it
+/// is held until the at-least ends. A release after the at-least window frees an extended lock
+/// at once. Durations and moments are off the unit's grid, so rounding shows.
 /// Extending an expired lock answers `false` and does not revive it. (Extending a released lock is [`check_stale_handle_answers`](crate::check_stale_handle_answers)'s.)
 ///
 /// Applies when the provider declares [`shedlock_core::Capabilities::extend`].
@@ -181,6 +182,22 @@ pub async fn check_extend<H: ConformanceHarness>(
     until_conclusive(
         &trace,
         Rule::AT_LEAST,
+        "a shortened and released lock held until its at-least",
+        async |attempt| {
+            shorten_then_release(
+                &trace,
+                &timing,
+                &a,
+                &b,
+                &names.name(&format!("cut{attempt}")),
+            )
+            .await
+        },
+    )
+    .await?;
+    until_conclusive(
+        &trace,
+        Rule::AT_LEAST,
         "an extended lock released after its at-least",
         async |attempt| {
             release_after_at_least(
@@ -280,6 +297,71 @@ async fn shorten(
                 trace.at(extend.answered),
                 trace.at(surely_free),
                 trace.at(original_until)
+            ),
+        )
+        .await?;
+    Ok(Attempt::Proven)
+}
+
+/// Node A takes the lock for at most 10 units and at least 3 and a fraction, shortens it to one
+/// unit after half a unit, and releases it at once: the release keeps the lock until
+/// `acquired_at + lock_at_least_for`, past the shortened at-most (a release sets held-until to
+/// max(now, acquired_at + at-least), whatever an extend set before).
+async fn shorten_then_release(
+    trace: &Trace,
+    timing: &Timing,
+    a: &dyn LockProvider,
+    b: &dyn LockProvider,
+    name: &str,
+) -> Result<Attempt, CheckFailure> {
+    let at_most = timing.units(10);
+    let at_least = timing.off_grid(3);
+    let lock = config(name, at_most, at_least);
+    let taken = trace.must_acquire_free("A", a, &lock).await?;
+    trace.sleep_until(taken.answered + timing.unit / 2).await;
+    if extend_held(trace, timing, &taken, at_most, timing.unit)
+        .await?
+        .is_none()
+    {
+        return Ok(Attempt::Inconclusive(
+            "the extend came too late to prove anything",
+        ));
+    }
+    let released = trace
+        .must_unlock_with(
+            "A",
+            &*taken.value,
+            true,
+            Rule::EXTEND,
+            "node A shortened its lock and still holds it",
+        )
+        .await?;
+    let surely_held_until = timing.surely_held_until(&taken, at_least);
+    let why = format!(
+        "node A shortened its lock to one unit, then released it, which keeps it until acquired_at + lock_at_least_for = {} at the earliest: a release sets held-until to max(now, acquired_at + lock_at_least_for), whatever the extend set",
+        trace.at(taken.sent + at_least)
+    );
+    let held = HeldLock {
+        lock: &lock,
+        surely_held_until,
+        rule: Rule::AT_LEAST,
+        why: &why,
+    };
+    let probe_time = timing.late_probe_at(surely_held_until, &released);
+    if let late @ Attempt::Inconclusive(_) = probe_at(trace, "B", b, &held, [probe_time]).await? {
+        return Ok(late);
+    }
+    let surely_free = timing.surely_over_by(&taken, at_least);
+    trace.sleep_until(surely_free).await;
+    trace
+        .must_acquire_and_release(
+            "B",
+            b,
+            &lock,
+            Rule::AT_LEAST,
+            &format!(
+                "the at-least hold ended by {} at the latest",
+                trace.at(surely_free)
             ),
         )
         .await?;

@@ -281,15 +281,17 @@ async fn node_with_clock<H: ConformanceHarness>(
 /// Names the rule a refusal of a lock that should be free broke. `failure` is the refusal
 /// under `rule` (the hold the lock should no longer have: at-least after a release, at-most
 /// after an expiry); `witness`, another node that has not asked for this lock before (so it
-/// has no view of it to be stale), then asks for it at once. If it gets it,
-/// the backend had the lock free and the refusal came from the refusing node itself (a cache, a
-/// stale view): [free-lock-is-taken]. Otherwise the backend still holds it, and `rule` stands.
-/// A failure under another rule (an error) is returned as it is.
+/// has no view of it to be stale), then asks for it at once. If it gets it, or the operator
+/// view (`admin`, where the harness gives one) shows the lock free, the backend had the lock
+/// free and the refusal came from the provider's acquire path (a cache, a stale view, a
+/// condition that never matches): [free-lock-is-taken]. Otherwise the backend still holds it,
+/// and `rule` stands. A failure under another rule (an error) is returned as it is.
 async fn diagnose_refusal(
     trace: &Trace,
     failure: CheckFailure,
     rule: Rule,
     witness: (&str, &dyn LockProvider),
+    admin: Option<&dyn shedlock_core::LockAdmin>,
     lock: &shedlock_core::LockConfiguration,
 ) -> CheckFailure {
     if failure.rule != rule {
@@ -299,14 +301,21 @@ async fn diagnose_refusal(
     let Ok(probe) = trace.acquire(label, node, lock).await else {
         return failure;
     };
-    let Some(handle) = probe.value.into_handle() else {
+    let why = if let Some(handle) = probe.value.into_handle() {
+        let _ = trace.unlock(label, &*handle).await;
+        format!("node {label} asked right after and got it")
+    } else if let Some(admin) = admin
+        && let Ok(seen) = trace.inspect_lock(label, admin, lock.name()).await
+        && seen.is_none_or(|seen| seen.state == shedlock_core::LockState::Free)
+    {
+        format!("node {label} was refused too, but the operator view shows the lock free")
+    } else {
         return failure;
     };
-    let _ = trace.unlock(label, &*handle).await;
     CheckFailure {
         rule: Rule::FREE_LOCK_IS_TAKEN,
         observed: format!(
-            "{}; node {label} asked right after and got it, so the backend had it free: the refusal came from the refusing node's own state (a cache, a stale view), not from the lock",
+            "{}; {why}, so the backend had it free: the refusal came from the provider's acquire path (a cache, a stale view, a condition that never matches), not from the lock",
             failure.observed
         ),
         ..trace.failure(Rule::FREE_LOCK_IS_TAKEN, String::new())

@@ -81,10 +81,16 @@ pub async fn check_name_length_limit<H: ConformanceHarness>(
                     ),
                 ));
             }
-            // The backend cannot hold what the provider declared it accepts.
+            // The backend cannot hold what the provider declared it accepts: a declared limit
+            // counted in something other than characters, or a limit left undeclared.
             Err(error) => {
+                let rule = if capabilities.max_name_chars.is_some() {
+                    Rule::NAME_LENGTH
+                } else {
+                    Rule::HONEST_CAPABILITIES
+                };
                 return Err(trace.failure(
-                    Rule::HONEST_CAPABILITIES,
+                    rule,
                     format!(
                         "the provider declares {declared}, but a {length}-character name failed: {error}; declare the limit the backend really has (max_name_chars)"
                     ),

@@ -70,6 +70,7 @@ pub async fn check_concurrent_release<H: ConformanceHarness>(
                     failure,
                     Rule::RELEASE_RESULT,
                     witness,
+                    None,
                     &lock,
                 )
                 .await);

@@ -32,8 +32,9 @@ fn deep(trace: &Trace) -> Result<bool, CheckFailure> {
     }
 }
 
-/// Month- and year-long locks, in days.
-const LONG_DAYS: [u64; 2] = [30, 365];
+/// Month-, year- and ten-millennia-long locks, in days: the last ends past the year 9999, where
+/// four-digit years and some date types end.
+const LONG_DAYS: [u64; 3] = [30, 365, 3_652_500];
 
 /// How many names are held at once: normally, and in deep mode.
 const MANY_NAMES: (usize, usize) = (200, 10_000);
@@ -43,7 +44,7 @@ const DEEP_ACQUISITIONS: u64 = 65_600;
 
 /// Long durations and large counts ([at-most], [fencing], [names-are-data]).
 ///
-/// - A `lock_at_most_for` of 30 and of 365 days is either refused up front with a clear error
+/// - A `lock_at_most_for` of 30 days, of 365 days and of 10,000 years is either refused up front with a clear error
 ///   ([`LockError::Configuration`] or [`LockError::InvalidRequest`]) or held: another node is
 ///   refused at once and again two units later (a duration stored as something short, wrapped
 ///   or read as an absolute time shows), and the operator view, where the harness provides one,

@@ -337,12 +337,63 @@ async fn client_time<H: ConformanceHarness>(
             ),
         ));
     }
+    // A clock that jumps while the node runs (an NTP step): the provider must read it at each
+    // decision, not once, then count on a clock of its own.
+    let clock = Arc::new(JumpingClock::default());
+    let jumping = node_with_clock(harness, trace, "J", clock.clone()).await?;
+    let jump = config(&names.name("jump"), at_most, Duration::ZERO);
+    let _held = trace.must_acquire_free("N", normal, &jump).await?;
+    trace
+        .must_not_acquire(
+            "J",
+            &jumping,
+            &jump,
+            Rule::MUTUAL_EXCLUSION,
+            "node N holds it, and node J's clock agrees with N's",
+        )
+        .await?;
+    clock.jump_ahead(Duration::from_secs(3600));
+    trace.note("node J's clock jumps an hour ahead");
+    let probe = trace.acquire("J", &jumping, &jump).await?;
+    let Some(handle) = probe.value.into_handle() else {
+        return Err(trace.failure(
+            Rule::CLIENT_TIME,
+            format!(
+                "node J was refused lock {:?} at {} after its clock jumped an hour ahead: by that clock node N's lock expired long ago, so the provider did not read the clock it was given at this decision (read once and counted on some other clock?)",
+                jump.name(),
+                trace.at(probe.answered)
+            ),
+        ));
+    };
+    trace.must_release("J", &*handle).await?;
     Ok(Verdict::Passed {
         notes: vec![format!(
-            "client time: exclusion held with skew {skew:?} (a third of lock_at_most_for = {at_most:?}) through acquire, extend and release; the node with {} took a held lock, as its clock says",
+            "client time: exclusion held with skew {skew:?} (a third of lock_at_most_for = {at_most:?}) through acquire, extend and release; the node with {} took a held lock, as its clock says, and so did a node whose clock jumped an hour ahead while it ran",
             far.label
         )],
     })
+}
+
+/// A wall clock that jumps when the kit says, as an NTP step would: the system clock plus an
+/// offset changed while the node runs.
+#[derive(Debug, Default)]
+struct JumpingClock {
+    ahead_ms: std::sync::atomic::AtomicU64,
+}
+
+impl JumpingClock {
+    fn jump_ahead(&self, by: Duration) {
+        let by = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+        self.ahead_ms
+            .fetch_add(by, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Clock for JumpingClock {
+    fn now(&self) -> std::time::SystemTime {
+        SystemClock.now()
+            + Duration::from_millis(self.ahead_ms.load(std::sync::atomic::Ordering::SeqCst))
+    }
 }
 
 /// One skewed node's acquire, extend (when declared) and release with `lock_at_least_for` on

@@ -12,8 +12,8 @@ use crate::trace::{Trace, config};
 
 use super::{node, timing_of};
 
-/// The name cache cleared in the middle: a held lock stays held for every node, release still
-/// works, and a cleared node can take the lock again (its insert finds the record, its update
+/// The name cache cleared in the middle: a held lock stays held for every node, extend (when
+/// declared) and release still work, and a cleared node can take the lock again (its insert finds the record, its update
 /// takes it over).
 ///
 /// Applies when the harness provides
@@ -49,6 +49,18 @@ pub async fn check_name_cache_cleared_midway<H: ConformanceHarness>(
             .await?;
     }
     clear(&a, "A");
+    if a.capabilities().extend {
+        let extended = trace
+            .extend("A", &*held.value, lock.lock_at_most_for())
+            .await?;
+        if !extended.value {
+            return Err(trace.failure(
+                Rule::NAME_CACHE,
+                "node A's extend answered false right after its name cache was cleared, though it holds the lock: extend does not depend on the cache",
+            ));
+        }
+        clear(&a, "A");
+    }
     trace
         .must_unlock_with(
             "A",
@@ -130,7 +142,8 @@ pub async fn check_shedlock_record_takeover<H: ConformanceHarness>(
             Rule::SHEDLOCK_RECORDS,
             "the record's lock_until passed an hour ago",
         )
-        .await?;
+        .await
+        .map_err(on_java_record)?;
 
     let mut held = plant(names.name("held"), now + hour, now);
     if let Err(error) = harness.write_record(&held).await {
@@ -145,7 +158,8 @@ pub async fn check_shedlock_record_takeover<H: ConformanceHarness>(
             Rule::SHEDLOCK_RECORDS,
             "a Java node holds the record for another hour",
         )
-        .await?;
+        .await
+        .map_err(on_java_record)?;
 
     // A Java node on this very host writes the bare host name, which is the host part of the
     // Rust node's own `locked_by`: the record is still not the Rust node's.
@@ -205,6 +219,22 @@ pub async fn check_shedlock_record_takeover<H: ConformanceHarness>(
         )
         .await?;
     Ok(Verdict::passed())
+}
+
+/// An error answered on a record Java ShedLock wrote is the provider not reading Java's records
+/// ([shedlock-records]), not an outage: the backend was up.
+fn on_java_record(failure: CheckFailure) -> CheckFailure {
+    if failure.rule != Rule::THREE_OUTCOMES {
+        return failure;
+    }
+    CheckFailure {
+        rule: Rule::SHEDLOCK_RECORDS,
+        observed: format!(
+            "{} (on a record as Java ShedLock writes it: a provider reads every such record)",
+            failure.observed
+        ),
+        ..failure
+    }
 }
 
 /// A probe of `name` for a long hold.

@@ -68,7 +68,7 @@ pub async fn check_at_most_expiry<H: ConformanceHarness>(
                 return Ok(late);
             }
             trace.sleep_until(surely_expired).await;
-            trace
+            let expired_by = trace
                 .must_acquire_and_release(
                     "B",
                     &b,
@@ -81,12 +81,55 @@ pub async fn check_at_most_expiry<H: ConformanceHarness>(
                         timing.tolerance
                     ),
                 )
-                .await?;
+                .await;
+            if let Err(failure) = expired_by {
+                return Err(late_or_never(&trace, &b, &lock, failure, taken.answered + at_most, &timing).await);
+            }
             Ok(Attempt::Proven)
         },
     )
     .await?;
     Ok(Verdict::passed())
+}
+
+/// How late a lock that should have freed itself at `due` (on the kit's clock) frees itself:
+/// asked again every 50 ms for 5 s. Freed within them, the provider expires locks later than
+/// its declared `time_precision` says ([honest-capabilities]: declare the lateness measured);
+/// still held, it does not free them at at-most ([at-most]), and `failure` stands.
+async fn late_or_never(
+    trace: &Trace,
+    node: &dyn LockProvider,
+    lock: &shedlock_core::LockConfiguration,
+    failure: CheckFailure,
+    due: Instant,
+    timing: &crate::timing::Timing,
+) -> CheckFailure {
+    if failure.rule != Rule::AT_MOST {
+        return failure;
+    }
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < give_up {
+        trace
+            .sleep_until(Instant::now() + Duration::from_millis(50))
+            .await;
+        let Ok(probe) = trace.acquire_unrecorded("B", node, lock).await else {
+            return failure;
+        };
+        if let Some(handle) = probe.value.into_handle() {
+            let _ = trace.unlock("B", &*handle).await;
+            let late = probe.answered.saturating_duration_since(due);
+            return trace.failure(
+                Rule::HONEST_CAPABILITIES,
+                format!(
+                    "{}; node B got it at {}, {late:?} after at-most, more than the declared time_precision ({:?}) allows: the provider frees locks that late, so it must declare a precision of at least that",
+                    failure.observed,
+                    trace.at(probe.answered),
+                    timing.tolerance.saturating_sub(Duration::from_millis(25))
+                ),
+            );
+        }
+    }
+    failure
 }
 
 /// At-least hold: a release late in the `lock_at_least_for` window keeps others out until
@@ -430,17 +473,31 @@ pub async fn check_ownership_after_expiry<H: ConformanceHarness>(
                 ));
             }
         }
-        trace
-            .must_unlock_with(
-                "A",
-                &*stale.value,
-                false,
-                Rule::OWNERSHIP,
-                &format!(
-                    "node A's acquisition expired and node {new_label} took the lock; the stale release must change nothing"
+        let released = trace.unlock("A", &*stale.value).await?;
+        if released.value {
+            // True is wrong either way; which rule depends on whether it also freed the lock.
+            let probe = trace
+                .acquire("C", &c, &config(&name, long, Duration::ZERO))
+                .await?;
+            let (rule, what) = if probe.value.is_acquired() {
+                (
+                    Rule::OWNERSHIP,
+                    "and freed the new holder's lock (node C got it)",
+                )
+            } else {
+                (
+                    Rule::RELEASE_RESULT,
+                    "though it changed nothing (node C is still refused): true says this acquisition held the lock and released it",
+                )
+            };
+            return Err(trace.failure(
+                rule,
+                format!(
+                    "node A's stale release of {name:?} answered true at {}, after its acquisition expired and node {new_label} took the lock, {what}",
+                    trace.at(released.answered)
                 ),
-            )
-            .await?;
+            ));
+        }
         trace
             .must_not_acquire(
                 "C",

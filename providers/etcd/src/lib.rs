@@ -745,12 +745,12 @@ impl Inner {
 /// A duration as whole seconds for a lease, refusing what etcd cannot store.
 fn lease_secs(operation: Operation, name: &str, duration: Duration) -> Result<i64, LockError> {
     storage::lease_secs(duration).ok_or_else(|| {
-        LockError::backend_message(
+        LockError::invalid_request(
             PROVIDER,
             operation,
             name,
             format!(
-                "{duration:?} is longer than an etcd lease can be (at most {} s); nothing was written",
+                "{duration:?} is longer than an etcd lease can be (at most {} s)",
                 storage::MAX_LEASE_SECS
             ),
         )

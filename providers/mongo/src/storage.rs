@@ -78,14 +78,14 @@ fn millis_or_error(
     duration: Duration,
 ) -> Result<i64, LockError> {
     millis(duration).ok_or_else(|| {
-        LockError::backend_message(
+        LockError::invalid_request(
             PROVIDER,
             operation,
             name,
             format!(
                 "{what} {duration:?} is longer than a lock this provider writes (at most {} s, \
                  1000 years: lockUntil must stay a date with a four-digit year, which every \
-                 reader of the document can print); nothing was written",
+                 reader of the document can print)",
                 MAX_LOCK_DURATION.as_secs()
             ),
         )

@@ -387,9 +387,8 @@ async fn durations_past_a_thousand_years_are_refused_before_anything_is_written(
         assert!(
             matches!(
                 error,
-                LockError::Backend {
+                LockError::InvalidRequest {
                     operation: shedlock_core::Operation::Acquire,
-                    source: None,
                     ..
                 }
             ),
@@ -400,7 +399,7 @@ async fn durations_past_a_thousand_years_are_refused_before_anything_is_written(
             text.contains(&format!(
                 "lock_at_most_for {too_long:?} is longer than a lock this provider writes (at \
                  most 31536000000 s, 1000 years"
-            )) && text.ends_with("nothing was written"),
+            )) && text.contains("before sending anything"),
             "{text}"
         );
         assert_eq!(collection.count_documents(doc! {}).await.unwrap(), 0);
@@ -420,7 +419,10 @@ async fn durations_past_a_thousand_years_are_refused_before_anything_is_written(
         .extend(MAX_LOCK_DURATION + Duration::from_millis(1))
         .await
         .unwrap_err();
-    assert!(error.to_string().contains("nothing was written"), "{error}");
+    assert!(
+        error.to_string().contains("before sending anything"),
+        "{error}"
+    );
     assert_eq!(read(&collection, "job").await.unwrap(), document);
     assert!(handle.unlock().await.unwrap());
     collection.drop().await.unwrap();

@@ -33,6 +33,8 @@ pub(crate) const LOCKED_AT_KEY: &str = "microseconds since the Unix epoch (UTC)"
 enum Param {
     Name,
     Pattern,
+    /// The prefix the pattern stands for: the listing's lower bound in the index.
+    Prefix,
     Limit,
     After,
     LockedBy,
@@ -105,6 +107,7 @@ impl Writer {
 struct Values<'q> {
     name: &'q str,
     pattern: &'q str,
+    prefix: String,
     limit: i64,
     after: &'q str,
     locked_by: &'q str,
@@ -154,13 +157,20 @@ impl AdminStatements {
                 .now()
                 .sql(&format!(" AS SIGNED) FROM {t} WHERE "))
         };
+        // The pattern is matched on `CONCAT(name)`, not on the column: MariaDB 10.11 turns
+        // `name LIKE 'p%'` on a binary utf8mb4 column into an index range that ends before
+        // characters outside the Basic Multilingual Plane, so `p🔒` was never listed (seen by
+        // the conformance kit). The prefix bounds the range from below instead, and the rows
+        // are read in the index's order up to the page's limit.
         let like = format!(" ESCAPE '{LIKE_ESCAPE}' ORDER BY {name} LIMIT ");
         let inspect = select()
             .sql(&format!("{name} = "))
             .param(Param::Name)
             .finish();
         let first_page = select()
-            .sql(&format!("{name} LIKE "))
+            .sql(&format!("{name} >= "))
+            .param(Param::Prefix)
+            .sql(&format!(" AND CONCAT({name}) LIKE "))
             .param(Param::Pattern)
             .sql(&like)
             .param(Param::Limit)
@@ -168,7 +178,7 @@ impl AdminStatements {
         let next_page = select()
             .sql(&format!("{name} > "))
             .param(Param::After)
-            .sql(&format!(" AND {name} LIKE "))
+            .sql(&format!(" AND CONCAT({name}) LIKE "))
             .param(Param::Pattern)
             .sql(&like)
             .param(Param::Limit)
@@ -215,6 +225,7 @@ impl AdminStatements {
             query = match param {
                 Param::Name => query.bind(values.name),
                 Param::Pattern => query.bind(values.pattern),
+                Param::Prefix => query.bind(values.prefix.clone()),
                 Param::Limit => query.bind(values.limit),
                 Param::After => query.bind(values.after),
                 Param::LockedBy => query.bind(values.locked_by),
@@ -255,6 +266,7 @@ impl AdminStatements {
                 },
                 Values {
                     pattern,
+                    prefix: prefix_of(pattern),
                     limit,
                     after: after.unwrap_or_default(),
                     ..Values::default()
@@ -318,4 +330,31 @@ fn stored_lock(row: &MySqlRow) -> Result<StoredLock, sqlx::Error> {
 /// A `locked_at` key back as the UTC wall time it was read from.
 pub(crate) fn locked_at_from_key(key: &str) -> Option<NaiveDateTime> {
     Some(DateTime::from_timestamp_micros(key.parse().ok()?)?.naive_utc())
+}
+
+/// The prefix a `LIKE` pattern of the listing stands for: the pattern without its final `%`,
+/// each character escaped with [`LIKE_ESCAPE`] taken literally.
+fn prefix_of(pattern: &str) -> String {
+    let mut prefix = String::with_capacity(pattern.len());
+    let mut chars = pattern.strip_suffix('%').unwrap_or(pattern).chars();
+    while let Some(c) = chars.next() {
+        if c == LIKE_ESCAPE {
+            prefix.extend(chars.next());
+        } else {
+            prefix.push(c);
+        }
+    }
+    prefix
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prefix_of_a_listing_pattern_takes_escaped_characters_literally() {
+        assert_eq!(prefix_of("a!%b!_c!!%"), "a%b_c!");
+        assert_eq!(prefix_of("%"), "");
+        assert_eq!(prefix_of("job-🔒%"), "job-🔒");
+    }
 }

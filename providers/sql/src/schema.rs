@@ -209,7 +209,7 @@ impl TableSchema {
     /// Refuses `lock_at_most_for` when `now + lock_at_most_for` is past the latest instant
     /// the `lock_until` column can keep (checked arithmetic: `Duration::MAX` is refused, never
     /// an overflow). The error names the lock, the duration, the column, its type and its
-    /// limit, and says that nothing was written, for the caller sends nothing.
+    /// limit, as a request refused before anything was sent.
     pub(crate) fn check_lock_until(
         &self,
         table: &LockTable,
@@ -230,14 +230,14 @@ impl TableSchema {
             Some(until) => format!("at {}, past", UtcInstant::from_unix(until)),
             None => "past".to_owned(),
         };
-        Err(LockError::backend_message(
+        Err(LockError::invalid_request(
             provider,
             operation,
             name,
             format!(
                 "lock_at_most_for of {lock_at_most_for:?} ({about}) would end the lock {end} \
                  {latest}, the latest instant the provider can keep in column {column} \
-                 ({column_type}); nothing was written: use a shorter lock_at_most_for{advice}",
+                 ({column_type}): use a shorter lock_at_most_for{advice}",
                 about = about(lock_at_most_for),
                 column = table.column(Column::LockUntil),
                 column_type = self.lock_until_type,
@@ -636,17 +636,16 @@ mod tests {
         let error = check(new_year_2025(), up_to_latest + Duration::from_nanos(1)).unwrap_err();
         assert_eq!(
             error.to_string(),
-            "mysql: acquire of lock \"report\" failed: lock_at_most_for of \
-             411794047.999000001s (about 13.0 years) would end the lock at 2038-01-19 \
-             03:14:07.999000001 UTC, past 2038-01-19 03:14:07.999 UTC, the latest instant the \
-             provider can keep in column held_until (timestamp(3)); nothing was written: use a \
-             shorter lock_at_most_for, or another type"
+            "mysql refused acquire of lock \"report\" before sending anything: \
+             lock_at_most_for of 411794047.999000001s (about 13.0 years) would end the lock at \
+             2038-01-19 03:14:07.999000001 UTC, past 2038-01-19 03:14:07.999 UTC, the latest \
+             instant the provider can keep in column held_until (timestamp(3)): use a shorter \
+             lock_at_most_for, or another type"
         );
         assert!(matches!(
             error,
-            LockError::Backend {
+            LockError::InvalidRequest {
                 operation: Operation::Acquire,
-                source: None,
                 ..
             }
         ));

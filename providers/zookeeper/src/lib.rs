@@ -1065,14 +1065,13 @@ fn check_duration(operation: Operation, name: &str, duration: Duration) -> Resul
     if duration <= MAX_LOCK_DURATION {
         return Ok(());
     }
-    Err(LockError::backend_message(
+    Err(LockError::invalid_request(
         PROVIDER,
         operation,
         name,
         format!(
             "{duration:?} is longer than a lock this provider writes (at most {} s, 1000 \
-             years: ShedLock's lock_until must stay a four-digit-year instant); nothing was \
-             written",
+             years: ShedLock's lock_until must stay a four-digit-year instant)",
             MAX_LOCK_DURATION.as_secs()
         ),
     ))

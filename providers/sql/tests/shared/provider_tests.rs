@@ -542,7 +542,7 @@ impl LockUntilLimit<'_> {
     fn assert_refused(&self, error: &LockError, operation: Operation, past_any_instant: bool) {
         let text = error.to_string();
         assert!(
-            matches!(error, LockError::Backend { operation: op, source: None, .. } if *op == operation),
+            matches!(error, LockError::InvalidRequest { operation: op, .. } if *op == operation),
             "{operation}: {error:?}"
         );
         let end = if past_any_instant {
@@ -554,8 +554,8 @@ impl LockUntilLimit<'_> {
             "lock_at_most_for of ",
             end,
             &format!(
-                "{}, the latest instant the provider can keep in {}; nothing was written: use a \
-                 shorter lock_at_most_for",
+                "{}, the latest instant the provider can keep in {}: use a shorter \
+                 lock_at_most_for",
                 self.shown, self.column
             ),
         ] {
