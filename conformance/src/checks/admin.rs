@@ -179,6 +179,20 @@ pub async fn check_admin_listing<H: ConformanceHarness>(
         )?;
     }
     let kept_lock = listed(&trace, &locks, &kept)?;
+    if kept_lock.is_some_and(|lock| lock.state != LockState::Held) {
+        // Shown free: the listing may be right and the release wrong.
+        let probe = trace
+            .acquire("B", &b, &config(&kept, long, Duration::ZERO))
+            .await?;
+        if probe.value.is_acquired() {
+            return Err(trace.failure(
+                Rule::AT_LEAST,
+                format!(
+                    "lock {kept:?} was released inside its lock_at_least_for of {long:?}, and node B got it: the release did not keep it until acquired_at + lock_at_least_for (the listing showed it free, which it was)"
+                ),
+            ));
+        }
+    }
     check_held(
         &trace,
         stores_holder,

@@ -45,8 +45,8 @@ struct Hammered {
 
 /// Runs the contenders' tasks concurrently (tasks of one node share its
 /// provider instance, as a scheduler's jobs do), each trying every name `attempts` times; a task
-/// that gets a lock enters the name's critical section, stays a millisecond or a bare yield
-/// (alternately), and releases. Each attempt also takes, at the same instant, a name of the task's own that
+/// that gets a lock enters the name's critical section, stays a millisecond (one attempt in
+/// four) or a bare yield, and releases. Each attempt also takes, at the same instant, a name of the task's own that
 /// nobody else uses (`private` names under `private_prefix`): it must be acquired every time, however
 /// busy the node is with the contended names, and its release must answer `true` after the
 /// critical section, whatever other tasks of the node released meanwhile. `witness`, a node
@@ -149,7 +149,7 @@ async fn hammer<N: LockProvider + 'static>(
                         // holder; a bare yield lets a whole acquire-release cycle fit inside
                         // another task's single request, so a provider whose acquisition is two
                         // requests (a counter, then the lock) shows its race.
-                        if attempt % 2 == 0 {
+                        if attempt % 4 == 0 {
                             tokio::time::sleep(Duration::from_millis(1)).await;
                         } else {
                             tokio::task::yield_now().await;
@@ -391,7 +391,8 @@ pub async fn check_mutual_exclusion<H: ConformanceHarness>(
 }
 
 /// Fencing tokens strictly increase in acquisition order: across release, across expiry and
-/// takeover, and under contention of four nodes with four tasks each, 20 attempts per task (tokens read inside the
+/// takeover, under contention of four nodes with four tasks each, 80 attempts per task, and in
+/// tight acquire-release cycles of eight tasks per node (tokens read inside the
 /// critical section, in entry order).
 ///
 /// Applies when the provider declares [`shedlock_core::Capabilities::fencing`].
@@ -461,6 +462,7 @@ pub async fn check_fencing_tokens_increase<H: ConformanceHarness>(
             contender(harness, &trace, &format!("node {index}"), index).await?,
         ));
     }
+    let cyclists = nodes.clone();
     let witness = Arc::new(node(harness, &trace, "W").await?);
     let hammered = hammer(
         &trace,
@@ -471,17 +473,58 @@ pub async fn check_fencing_tokens_increase<H: ConformanceHarness>(
         },
         std::slice::from_ref(&name),
         &names.name("own"),
-        20,
+        80,
         timing.units(100),
     )
     .await?;
     let tokens = hammered.sections[0].tokens.lock().unwrap().clone();
     let previous = increasing_in_entry_order(&trace, &name, &tokens, last)?;
+    let cycled = tight_cycles(&trace, &cyclists, &name, 60).await?;
+    let previous = increasing_in_entry_order(&trace, &name, &cycled, previous)?;
     Ok(Verdict::Passed {
         notes: vec![format!(
             "{} tokens in strictly increasing order, last {}",
-            tokens.len() + 3,
+            tokens.len() + cycled.len() + 3,
             previous.unwrap_or_default()
         )],
     })
+}
+
+/// Tasks that take `name` and give it back at once, as fast as they can, `attempts` times each
+/// (eight tasks on each of `nodes`): the tokens of their acquisitions, in the order they were
+/// taken (each is recorded before its release, so no later holder can come first). A token
+/// drawn apart from the lock (a counter read, then the lock written) shows its race only when a
+/// whole acquire-release cycle fits between another racer's two requests.
+async fn tight_cycles<N: LockProvider + 'static>(
+    trace: &Trace,
+    nodes: &[Arc<N>],
+    name: &str,
+    attempts: usize,
+) -> Result<Vec<Option<u64>>, CheckFailure> {
+    let lock = config(name, Duration::from_secs(60), Duration::ZERO);
+    let tokens = Mutex::new(Vec::new());
+    let cycles = nodes
+        .iter()
+        .flat_map(|node| std::iter::repeat_n(node, 8))
+        .map(|node| async {
+            for _ in 0..attempts {
+                let acquired = trace.acquire_unrecorded("cyclist", &**node, &lock).await?;
+                if let Acquisition::Acquired(handle) = acquired.value {
+                    tokens.lock().unwrap().push(handle.fencing_token());
+                    if !matches!(handle.unlock().await, Ok(true)) {
+                        return Err(trace.failure(
+                            Rule::RELEASE_RESULT,
+                            format!(
+                                "a holder of {name:?} released it at once and was not told true"
+                            ),
+                        ));
+                    }
+                }
+            }
+            Ok(())
+        });
+    for outcome in futures_util::future::join_all(cycles).await {
+        outcome?;
+    }
+    Ok(tokens.into_inner().unwrap())
 }

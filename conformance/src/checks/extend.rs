@@ -100,68 +100,32 @@ pub async fn check_extend<H: ConformanceHarness>(
     )
     .await?;
 
-    let at_least = timing.units(3);
-    until_conclusive(
-        &trace,
-        Rule::AT_LEAST,
-        "an extended and released lock held until its at-least",
-        async |attempt| {
-            let lock = config(
-                &names.name(&format!("least{attempt}")),
-                timing.units(4),
-                at_least,
-            );
-            let taken = trace.must_acquire_free("A", &a, &lock).await?;
-            trace.sleep_until(taken.answered + timing.unit).await;
-            if extend_held(&trace, &timing, &taken, lock.lock_at_most_for(), timing.units(6)).await?.is_none() {
-                return Ok(Attempt::Inconclusive(
-                    "the extend came too late to prove anything",
-                ));
-            }
-            let released = trace
-                .must_unlock_with(
-                    "A",
-                    &*taken.value,
-                    true,
-                    Rule::EXTEND,
-                    "node A extended its lock and still holds it",
-                )
-                .await?;
-            let surely_held_until = timing.surely_held_until(&taken, at_least);
-            let why = format!(
-                "node A released its extended lock, which keeps it until acquired_at + lock_at_least_for = {} at the earliest",
-                trace.at(taken.sent + at_least)
-            );
-            let held = HeldLock {
-                lock: &lock,
-                surely_held_until,
-                rule: Rule::AT_LEAST,
-                why: &why,
-            };
-            let probe_time = timing.late_probe_at(surely_held_until, &released);
-            if let late @ Attempt::Inconclusive(_) =
-                probe_at(&trace, "B", &b, &held, [probe_time]).await?
-            {
-                return Ok(late);
-            }
-            let surely_free = timing.surely_over_by(&taken, at_least);
-            trace.sleep_until(surely_free).await;
-            trace
-                .must_acquire_and_release(
-                    "B",
-                    &b,
-                    &lock,
-                    Rule::EXTEND,
-                    &format!(
-                        "the release keeps the lock until acquired_at + lock_at_least_for, {} at the latest: an extend moves held-until, not acquired_at, and a release does not keep the extended at-most",
-                        trace.at(surely_free)
-                    ),
-                )
-                .await?;
-            Ok(Attempt::Proven)
-        },
-    )
-    .await?;
+    // Lengthened, or shortened to end before the at-least does, then released inside the
+    // at-least: held until acquired_at + lock_at_least_for either way.
+    let lengthen = Resize {
+        at_most: timing.units(4),
+        at_least: timing.units(3),
+        after: timing.unit,
+        to: timing.units(6),
+    };
+    let shortened = Resize {
+        at_most: timing.units(10),
+        at_least: timing.off_grid(3),
+        after: timing.unit / 2,
+        to: timing.unit,
+    };
+    for (tag, resize) in [("least", lengthen), ("cut", shortened)] {
+        until_conclusive(
+            &trace,
+            Rule::AT_LEAST,
+            "an extended and released lock held until its at-least",
+            async |attempt| {
+                let name = names.name(&format!("{tag}{attempt}"));
+                release_inside_at_least(&trace, &timing, (&a, &b), &name, resize).await
+            },
+        )
+        .await?;
+    }
 
     until_conclusive(
         &trace,
@@ -174,22 +138,6 @@ pub async fn check_extend<H: ConformanceHarness>(
                 &a,
                 &b,
                 &names.name(&format!("short{attempt}")),
-            )
-            .await
-        },
-    )
-    .await?;
-    until_conclusive(
-        &trace,
-        Rule::AT_LEAST,
-        "a shortened and released lock held until its at-least",
-        async |attempt| {
-            shorten_then_release(
-                &trace,
-                &timing,
-                &a,
-                &b,
-                &names.name(&format!("cut{attempt}")),
             )
             .await
         },
@@ -303,23 +251,32 @@ async fn shorten(
     Ok(Attempt::Proven)
 }
 
-/// Node A takes the lock for at most 10 units and at least 3 and a fraction, shortens it to one
-/// unit after half a unit, and releases it at once: the release keeps the lock until
-/// `acquired_at + lock_at_least_for`, past the shortened at-most (a release sets held-until to
-/// max(now, acquired_at + at-least), whatever an extend set before).
-async fn shorten_then_release(
+/// The durations of [`release_inside_at_least`]: the lock's, and the extend's moment (after
+/// the acquisition) and duration.
+#[derive(Debug, Clone, Copy)]
+struct Resize {
+    at_most: Duration,
+    at_least: Duration,
+    after: Duration,
+    to: Duration,
+}
+
+/// Node A takes the lock, extends it as `resize` says (longer or shorter), and releases it at
+/// once, inside the at-least: node B is refused just before `acquired_at + lock_at_least_for`
+/// and gets the lock right after it. A release sets held-until to max(now, acquired_at +
+/// lock_at_least_for), whatever the extend set: an extend moves neither acquired_at nor the
+/// at-least.
+async fn release_inside_at_least(
     trace: &Trace,
     timing: &Timing,
-    a: &dyn LockProvider,
-    b: &dyn LockProvider,
+    (a, b): (&dyn LockProvider, &dyn LockProvider),
     name: &str,
+    resize: Resize,
 ) -> Result<Attempt, CheckFailure> {
-    let at_most = timing.units(10);
-    let at_least = timing.off_grid(3);
-    let lock = config(name, at_most, at_least);
+    let lock = config(name, resize.at_most, resize.at_least);
     let taken = trace.must_acquire_free("A", a, &lock).await?;
-    trace.sleep_until(taken.answered + timing.unit / 2).await;
-    if extend_held(trace, timing, &taken, at_most, timing.unit)
+    trace.sleep_until(taken.answered + resize.after).await;
+    if extend_held(trace, timing, &taken, resize.at_most, resize.to)
         .await?
         .is_none()
     {
@@ -333,13 +290,14 @@ async fn shorten_then_release(
             &*taken.value,
             true,
             Rule::EXTEND,
-            "node A shortened its lock and still holds it",
+            "node A extended its lock and still holds it",
         )
         .await?;
-    let surely_held_until = timing.surely_held_until(&taken, at_least);
+    let surely_held_until = timing.surely_held_until(&taken, resize.at_least);
     let why = format!(
-        "node A shortened its lock to one unit, then released it, which keeps it until acquired_at + lock_at_least_for = {} at the earliest: a release sets held-until to max(now, acquired_at + lock_at_least_for), whatever the extend set",
-        trace.at(taken.sent + at_least)
+        "node A extended its lock to {:?}, then released it, which keeps it until acquired_at + lock_at_least_for = {} at the earliest, whatever the extend set",
+        resize.to,
+        trace.at(taken.sent + resize.at_least)
     );
     let held = HeldLock {
         lock: &lock,
@@ -351,16 +309,16 @@ async fn shorten_then_release(
     if let late @ Attempt::Inconclusive(_) = probe_at(trace, "B", b, &held, [probe_time]).await? {
         return Ok(late);
     }
-    let surely_free = timing.surely_over_by(&taken, at_least);
+    let surely_free = timing.surely_over_by(&taken, resize.at_least);
     trace.sleep_until(surely_free).await;
     trace
         .must_acquire_and_release(
             "B",
             b,
             &lock,
-            Rule::AT_LEAST,
+            Rule::EXTEND,
             &format!(
-                "the at-least hold ended by {} at the latest",
+                "the release keeps the lock until acquired_at + lock_at_least_for, {} at the latest: an extend moves held-until, not acquired_at, and a release does not keep the extended at-most",
                 trace.at(surely_free)
             ),
         )
@@ -402,7 +360,7 @@ async fn release_after_at_least(
             "node A extended its lock and still holds it",
         )
         .await?;
-    trace
+    let freed = trace
         .must_acquire_and_release(
             "B",
             b,
@@ -414,7 +372,12 @@ async fn release_after_at_least(
                 trace.at(surely_past)
             ),
         )
-        .await?;
+        .await;
+    if let Err(failure) = freed {
+        return Err(
+            super::diagnose_refusal(trace, failure, Rule::AT_LEAST, ("A", a), None, &lock).await,
+        );
+    }
     Ok(Attempt::Proven)
 }
 

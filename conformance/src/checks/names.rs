@@ -266,39 +266,7 @@ pub async fn check_name_edge_cases<H: ConformanceHarness>(
             }
         }
     }
-    for (lock, _) in &held {
-        trace
-            .must_not_acquire(
-                "B",
-                &b,
-                lock,
-                Rule::NAMES_ARE_DATA,
-                "node A holds the lock of exactly this name",
-            )
-            .await?;
-    }
-    for (_, handle) in &held {
-        trace
-            .must_unlock_with(
-                "A",
-                &**handle,
-                true,
-                Rule::NAMES_ARE_DATA,
-                "node A holds the lock of exactly this name",
-            )
-            .await?;
-    }
-    for (lock, _) in &held {
-        trace
-            .must_acquire_and_release(
-                "B",
-                &b,
-                lock,
-                Rule::NAMES_ARE_DATA,
-                "node A released the lock of exactly this name",
-            )
-            .await?;
-    }
+    each_its_own_lock(&trace, &b, &held).await?;
     let mut notes = vec![format!(
         "{} edge-case names held as distinct locks",
         held.len()
@@ -424,43 +392,43 @@ pub async fn check_generated_names<H: ConformanceHarness>(
             }
         }
     }
-    for (lock, _) in &held {
-        trace
-            .must_not_acquire(
-                "B",
-                &b,
-                lock,
-                Rule::NAMES_ARE_DATA,
-                "node A holds the lock of exactly this name",
-            )
-            .await?;
-    }
-    for (_, handle) in &held {
-        trace
-            .must_unlock_with(
-                "A",
-                &**handle,
-                true,
-                Rule::NAMES_ARE_DATA,
-                "node A holds the lock of exactly this name",
-            )
-            .await?;
-    }
-    for (lock, _) in &held {
-        trace
-            .must_acquire_and_release(
-                "B",
-                &b,
-                lock,
-                Rule::NAMES_ARE_DATA,
-                "node A released the lock of exactly this name",
-            )
-            .await?;
-    }
+    each_its_own_lock(&trace, &b, &held).await?;
     Ok(Verdict::Passed {
         notes: vec![format!(
             "{} generated names held as distinct locks, {refused} refused with InvalidName (seed {seed})",
             held.len()
         )],
     })
+}
+
+/// The names node A holds in `held` are each a lock of their own: node B is refused each, each
+/// of A's releases answers `true`, and then B takes and releases each.
+async fn each_its_own_lock(
+    trace: &Trace,
+    b: &dyn LockProvider,
+    held: &[(shedlock_core::LockConfiguration, Box<dyn LockHandle>)],
+) -> Result<(), CheckFailure> {
+    let holds = "node A holds the lock of exactly this name";
+    for (lock, _) in held {
+        trace
+            .must_not_acquire("B", b, lock, Rule::NAMES_ARE_DATA, holds)
+            .await?;
+    }
+    for (_, handle) in held {
+        trace
+            .must_unlock_with("A", &**handle, true, Rule::NAMES_ARE_DATA, holds)
+            .await?;
+    }
+    for (lock, _) in held {
+        trace
+            .must_acquire_and_release(
+                "B",
+                b,
+                lock,
+                Rule::NAMES_ARE_DATA,
+                "node A released the lock of exactly this name",
+            )
+            .await?;
+    }
+    Ok(())
 }

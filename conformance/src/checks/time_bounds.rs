@@ -12,7 +12,7 @@ use crate::harness::ConformanceHarness;
 use crate::names::NameSpace;
 use crate::trace::{HeldLock, Trace, config};
 
-use super::{Attempt, node, probe_at, timing_of, until_conclusive};
+use super::{Attempt, diagnose_refusal, node, probe_at, timing_of, until_conclusive};
 
 /// At-most expiry: a holder that vanishes (its handle dropped, never released) keeps others
 /// out until `lock_at_most_for` has passed, not before, and not much after.
@@ -221,7 +221,7 @@ pub async fn check_at_least_hold<H: ConformanceHarness>(
                     ));
                 }
                 let Some(handle) = probe.value.into_handle() else {
-                    return Err(trace.failure(
+                    let failure = trace.failure(
                         Rule::AT_LEAST,
                         format!(
                             "node B was refused at {}, after acquired_at + lock_at_least_for had passed ({} at the latest; the release was answered at {}, {}): a release keeps the lock until max(now, acquired_at + lock_at_least_for), not released_at + lock_at_least_for, nor lock_at_most_for",
@@ -230,7 +230,17 @@ pub async fn check_at_least_hold<H: ConformanceHarness>(
                             trace.at(released.answered),
                             path.describe()
                         ),
-                    ));
+                    );
+                    let fresh = node(harness, &trace, "W").await?;
+                    let admin = match harness.admin(&fresh) {
+                        crate::harness::Support::Supported(admin) => Some(admin),
+                        crate::harness::Support::NotApplicable(_) => None,
+                    };
+                    let witness: (&str, &dyn LockProvider) = ("W", &fresh);
+                    return Err(
+                        diagnose_refusal(&trace, failure, Rule::AT_LEAST, witness, admin, &lock)
+                            .await,
+                    );
                 };
                 trace.must_release("B", &*handle).await?;
                 Ok(Attempt::Proven)
