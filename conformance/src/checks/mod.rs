@@ -284,7 +284,7 @@ async fn node_with_clock<H: ConformanceHarness>(
 /// has no view of it to be stale), then asks for it at once. If it gets it, or the operator
 /// view (`admin`, where the harness gives one) shows the lock free, the backend had the lock
 /// free and the refusal came from the provider's acquire path (a cache, a stale view, a
-/// condition that never matches): [free-lock-is-taken]. Otherwise the backend still holds it,
+/// condition that never matches): \[free-lock-is-taken\]. Otherwise the backend still holds it,
 /// and `rule` stands. A failure under another rule (an error) is returned as it is.
 async fn diagnose_refusal(
     trace: &Trace,

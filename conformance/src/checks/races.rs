@@ -249,7 +249,7 @@ const EXPIRY_TRIALS_AT_ONCE: usize = 16;
 
 /// A stale holder's release or extend sent at the very instant its lock expires, while another
 /// node takes the lock as soon as it can: whichever way they interleave on the backend, the new
-/// holder's lock is untouched ([ownership], [extend]).
+/// holder's lock is untouched (\[ownership\], \[extend\]).
 ///
 /// Each of 80 trials (16 side by side, on names of their own) has node A take a lock for one
 /// unit, and node B try it again and again from a few milliseconds before its expiry until it

@@ -42,7 +42,7 @@ const MANY_NAMES: (usize, usize) = (200, 10_000);
 /// How many acquisitions of one name deep mode makes: past 65,535, the largest 16-bit count.
 const DEEP_ACQUISITIONS: u64 = 65_600;
 
-/// Long durations and large counts ([at-most], [fencing], [names-are-data]).
+/// Long durations and large counts (\[at-most\], \[fencing\], \[names-are-data\]).
 ///
 /// - A `lock_at_most_for` of 30 days, of 365 days and of 10,000 years is either refused up front with a clear error
 ///   ([`LockError::Configuration`] or [`LockError::InvalidRequest`]) or held: another node is
@@ -170,8 +170,11 @@ pub async fn check_long_durations_and_counts<H: ConformanceHarness>(
         ));
     }
     let count = if deep { MANY_NAMES.1 } else { MANY_NAMES.0 };
+    // An hour: taking 10,000 names one after another takes a while on a backend that syncs
+    // every write to disk, and the first must still be held when the last is taken.
+    let hour = Duration::from_secs(3600);
     let many: Vec<_> = (0..count)
-        .map(|index| config(&names.name(&format!("n{index}")), long, Duration::ZERO))
+        .map(|index| config(&names.name(&format!("n{index}")), hour, Duration::ZERO))
         .collect();
     let mut held: Vec<Box<dyn LockHandle>> = Vec::with_capacity(count);
     for lock in &many {

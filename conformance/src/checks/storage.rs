@@ -222,7 +222,7 @@ pub async fn check_shedlock_record_takeover<H: ConformanceHarness>(
 }
 
 /// An error answered on a record Java ShedLock wrote is the provider not reading Java's records
-/// ([shedlock-records]), not an outage: the backend was up.
+/// (\[shedlock-records\]), not an outage: the backend was up.
 fn on_java_record(failure: CheckFailure) -> CheckFailure {
     if failure.rule != Rule::THREE_OUTCOMES {
         return failure;

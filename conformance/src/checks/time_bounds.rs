@@ -94,8 +94,8 @@ pub async fn check_at_most_expiry<H: ConformanceHarness>(
 
 /// How late a lock that should have freed itself at `due` (on the kit's clock) frees itself:
 /// asked again every 50 ms for 5 s. Freed within them, the provider expires locks later than
-/// its declared `time_precision` says ([honest-capabilities]: declare the lateness measured);
-/// still held, it does not free them at at-most ([at-most]), and `failure` stands.
+/// its declared `time_precision` says (\[honest-capabilities\]: declare the lateness measured);
+/// still held, it does not free them at at-most (\[at-most\]), and `failure` stands.
 async fn late_or_never(
     trace: &Trace,
     node: &dyn LockProvider,
