@@ -144,7 +144,7 @@ const MUTANTS: &[(Defect, Check, Rule)] = &[
         Check::AtLeastHold,
         Rule::AT_LEAST,
     ),
-    (Defect::ExtendMovesLockedAt, Check::Extend, Rule::AT_LEAST),
+    (Defect::ExtendMovesLockedAt, Check::Extend, Rule::EXTEND),
     (Defect::ExtendCountsFromAcquire, Check::Extend, Rule::EXTEND),
     (Defect::ExtendRefused, Check::Extend, Rule::EXTEND),
     (
@@ -294,11 +294,12 @@ enum Step {
 
 /// A record store with one optional defect. Each node has its own copy of the struct (its own
 /// clock, and for [`Defect::FencingPerNode`] its own counter) over the shared records; `down`
-/// makes it behave as an unreachable backend.
+/// makes it behave as an unreachable backend (set from the start for an unreachable node, or
+/// later by the harness's `cut_off`).
 #[derive(Debug, Clone)]
 struct MutantStore {
     defect: Defect,
-    down: bool,
+    down: Arc<AtomicBool>,
     records: Arc<Mutex<HashMap<String, Record>>>,
     tokens: Arc<AtomicU64>,
     /// The backend's clock.
@@ -312,7 +313,7 @@ impl MutantStore {
     fn new(defect: Defect) -> Self {
         Self {
             defect,
-            down: false,
+            down: Arc::new(AtomicBool::new(false)),
             records: Arc::new(Mutex::new(HashMap::new())),
             tokens: Arc::new(AtomicU64::new(0)),
             clock: Arc::new(MonotonicClock::new()),
@@ -324,6 +325,7 @@ impl MutantStore {
     fn for_node(&self, clock: Arc<dyn Clock>) -> Self {
         let mut store = self.clone();
         store.node_clock = clock;
+        store.down = Arc::new(AtomicBool::new(false));
         if self.defect == Defect::FencingPerNode {
             store.tokens = Arc::new(AtomicU64::new(0));
         }
@@ -359,8 +361,21 @@ impl MutantStore {
         }
     }
 
+    /// An error when the backend is down, for a release or an extend.
+    fn reachable(&self, operation: Operation, name: &str) -> Result<(), LockError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(LockError::backend_message(
+                "mutant",
+                operation,
+                name,
+                "connection refused",
+            ));
+        }
+        Ok(())
+    }
+
     fn unreachable(&self, name: &str) -> Option<Result<RecordOutcome, LockError>> {
-        if !self.down {
+        if !self.down.load(Ordering::SeqCst) {
             return None;
         }
         Some(if self.defect == Defect::NotAcquiredWhenDown {
@@ -574,6 +589,7 @@ impl LockStorage for MutantStore {
         lock_at_most_for: Duration,
         now: NodeTime,
     ) -> Result<bool, LockError> {
+        self.reachable(Operation::Extend, &held.name)?;
         let now = self.now(Step::Extend, now);
         let mut records = self.records.lock().unwrap();
         match records.get_mut(&self.key(&held.name)) {
@@ -601,6 +617,7 @@ impl LockStorage for MutantStore {
         if self.defect == Defect::HangsOnRelease {
             tokio::time::sleep(Duration::from_secs(3600)).await;
         }
+        self.reachable(Operation::Release, &held.name)?;
         let now = self.now(Step::Release, now);
         let mut records = self.records.lock().unwrap();
         let key = self.key(&held.name);
@@ -865,9 +882,14 @@ impl ConformanceHarness for MutantHarness {
     }
 
     async fn unreachable_node(&self) -> Result<Support<MutantNode>, SetupError> {
-        let mut down = self.store.clone();
-        down.down = true;
+        let down = self.store.for_node(Arc::new(SystemClock));
+        down.down.store(true, Ordering::SeqCst);
         Ok(Support::Supported(self.node_on(down)))
+    }
+
+    async fn cut_off(&self, node: &MutantNode) -> Result<Support<()>, SetupError> {
+        node.store.down.store(true, Ordering::SeqCst);
+        Ok(Support::Supported(()))
     }
 
     fn clear_name_cache(&self, node: &MutantNode) -> Support<()> {

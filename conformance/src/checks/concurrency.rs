@@ -115,7 +115,12 @@ async fn hammer<N: LockProvider + 'static>(
                         return Err(super::diagnose_refusal(&trace, failure, Rule::AT_LEAST, ("witness", &*witness), None, &private).await);
                     }
                     other => {
-                        let rule = if matches!(other, Ok(Err(_))) { Rule::THREE_OUTCOMES } else { Rule::FREE_LOCK_IS_TAKEN };
+                        let within_limit = capabilities.max_name_chars.is_none_or(|max| private.name().chars().count() <= max);
+                        let rule = match &other {
+                            Ok(Err(LockError::InvalidName { .. })) if within_limit => Rule::NAME_LENGTH,
+                            Ok(Err(_)) => Rule::THREE_OUTCOMES,
+                            _ => Rule::FREE_LOCK_IS_TAKEN,
+                        };
                         let other = other.map(|result| describe_acquisition(&result));
                         trace.record(&label, format!("try_lock {:?}", private.name()), sent, answered, format!("{other:?}"));
                         return Err(trace.failure(
