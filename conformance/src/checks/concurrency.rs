@@ -115,9 +115,10 @@ async fn hammer<N: LockProvider + 'static>(
                         return Err(super::diagnose_refusal(&trace, failure, Rule::AT_LEAST, ("witness", &*witness), None, &private).await);
                     }
                     other => {
-                        let within_limit = capabilities.max_name_chars.is_none_or(|max| private.name().chars().count() <= max);
+                        // The task's own name is short and plain: refusing it as invalid is a
+                        // name rule's break, whatever else the node was doing.
                         let rule = match &other {
-                            Ok(Err(LockError::InvalidName { .. })) if within_limit => Rule::NAME_LENGTH,
+                            Ok(Err(LockError::InvalidName { .. })) => Rule::NAME_LENGTH,
                             Ok(Err(_)) => Rule::THREE_OUTCOMES,
                             _ => Rule::FREE_LOCK_IS_TAKEN,
                         };
