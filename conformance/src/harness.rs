@@ -161,6 +161,29 @@ pub trait ConformanceHarness: Send + Sync + 'static {
         ))
     }
 
+    /// Moves the backend's source of fencing tokens for `name`, a name nobody holds, so that
+    /// its next acquisition's token is above `past`, as if `past` acquisitions had come
+    /// before it. Deep mode ([`DEEP_VARIABLE`](crate::DEEP_VARIABLE)) uses it to see tokens
+    /// cross 65,535 in a hundred acquisitions instead of 65,600 taken one after another (minutes
+    /// on a backend that syncs every write).
+    ///
+    /// Write what the provider reads when it issues the next token: the counter in the name's
+    /// record or row (with the record itself expired, so the name stays free), or, where
+    /// tokens come from a counter every write raises (etcd's revision, ZooKeeper's zxid),
+    /// writes of the harness's own until it stands past `past`. The kit checks that the next
+    /// token is above `past`, so a hook that moves nothing fails the run. Without the hook,
+    /// deep mode takes the 65,600 acquisitions.
+    async fn advance_fencing_tokens(
+        &self,
+        name: &str,
+        past: u64,
+    ) -> Result<Support<()>, SetupError> {
+        let _ = (name, past);
+        Ok(Support::not_applicable(
+            "the harness provides no advance_fencing_tokens() hook, so deep mode takes 65,600 acquisitions of one name one by one",
+        ))
+    }
+
     /// Called once by [`run`](crate::run) after all checks; every lock name the run used starts
     /// with `name_prefix`, so a persistent backend can delete them.
     ///

@@ -67,9 +67,31 @@ pub struct Report {
     pub kit_version: String,
     /// The checks that ran (filtered-out checks are absent), in the order they finished.
     pub checks: Vec<CheckResult>,
+    /// The harness's [`cleanup`](crate::ConformanceHarness::cleanup) after the checks: failed
+    /// when it answered an error (the run's names may be left in the backend), with how long
+    /// it took. `None` when no cleanup ran (a listing, a harness that could not be set up).
+    #[serde(default)]
+    pub cleanup: Option<CheckResult>,
 }
 
 impl Report {
+    /// Whether no check failed and the cleanup, if one ran, did not fail either: the verdict a
+    /// program reads instead of the exit code.
+    pub fn passed(&self) -> bool {
+        self.checks
+            .iter()
+            .chain(&self.cleanup)
+            .all(|result| result.status != Status::Failed)
+    }
+
+    /// The results that failed: checks, then the cleanup.
+    pub fn failures(&self) -> impl Iterator<Item = &CheckResult> {
+        self.checks
+            .iter()
+            .chain(&self.cleanup)
+            .filter(|result| result.status == Status::Failed)
+    }
+
     /// The report as a markdown table: check, status, time, detail.
     pub fn to_markdown(&self) -> String {
         let mut out = format!(
@@ -85,6 +107,15 @@ impl Report {
                 check.status.label(),
                 check.duration_ms,
                 table_cell(&check.detail)
+            ));
+        }
+        if let Some(cleanup) = &self.cleanup {
+            out.push_str(&format!(
+                "\n(cleanup: {} in {} ms{}{})\n",
+                cleanup.status.label(),
+                cleanup.duration_ms,
+                if cleanup.detail.is_empty() { "" } else { ": " },
+                table_cell(&cleanup.detail)
             ));
         }
         out
@@ -192,6 +223,7 @@ mod tests {
             provider: provider.to_owned(),
             kit_version: "0.1.0".to_owned(),
             checks: results,
+            cleanup: None,
         }
     }
 

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use shedlock_core::{LockProvider, SystemClock};
@@ -41,18 +41,41 @@ where
 }
 
 /// [`run`] with arguments given explicitly instead of read from the command line.
-pub fn run_with_args<H, F, Fut>(mut args: Arguments, make_harness: F) -> ExitCode
+pub fn run_with_args<H, F, Fut>(args: Arguments, make_harness: F) -> ExitCode
 where
     H: ConformanceHarness,
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<H, SetupError>>,
 {
+    run_and_report(args, make_harness).0
+}
+
+/// [`run_with_args`], returning the run's [`Report`] beside the exit code, for a program that
+/// judges the verdict in code ([`Report::passed`], [`Report::failures`]) instead of reading
+/// report files. The report holds every check that ran (a check that panicked is a failure
+/// with the panic's message) and the cleanup; it is also written to
+/// [`REPORT_DIR_VARIABLE`]'s folder when that is set, as [`run`] does.
+pub fn run_and_report<H, F, Fut>(mut args: Arguments, make_harness: F) -> (ExitCode, Report)
+where
+    H: ConformanceHarness,
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<H, SetupError>>,
+{
+    let empty = |provider: &str, checks| Report {
+        provider: provider.to_owned(),
+        kit_version: env!("CARGO_PKG_VERSION").to_owned(),
+        checks,
+        cleanup: None,
+    };
     if args.list {
         let trials = Check::ALL
             .iter()
             .map(|check| Trial::test(check.name(), || Ok(())))
             .collect();
-        return libtest_mimic::run(&args, trials).exit_code();
+        return (
+            libtest_mimic::run(&args, trials).exit_code(),
+            empty("", Vec::new()),
+        );
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -60,8 +83,10 @@ where
     {
         Ok(runtime) => Arc::new(runtime),
         Err(error) => {
-            eprintln!("shedlock-conformance: could not start a tokio runtime: {error}");
-            return ExitCode::FAILURE;
+            let message = format!("could not start a tokio runtime: {error}");
+            eprintln!("shedlock-conformance: {message}");
+            let line = CheckResult::new(SETUP_TRIAL, Status::Failed, Duration::ZERO, message);
+            return (ExitCode::FAILURE, empty("", vec![line]));
         }
     };
     let harness = match runtime.block_on(make_harness()) {
@@ -71,6 +96,7 @@ where
                 "the conformance harness could not be set up, so no check can run: {error}"
             );
             eprintln!("shedlock-conformance: {message}");
+            let line = CheckResult::new(SETUP_TRIAL, Status::Failed, Duration::ZERO, &message);
             let mut trials = vec![Trial::test(SETUP_TRIAL, move || Err(Failed::from(message)))];
             trials.extend(Check::ALL.iter().map(|check| {
                 Trial::test(check.name(), || {
@@ -79,7 +105,10 @@ where
                     )))
                 })
             }));
-            return libtest_mimic::run(&args, trials).exit_code();
+            return (
+                libtest_mimic::run(&args, trials).exit_code(),
+                empty("", vec![line]),
+            );
         }
     };
     // On a coarse-precision backend (whole-second leases) the checks spend their time waiting
@@ -107,24 +136,82 @@ where
             let results = results.clone();
             Trial::ignorable_test(check.name(), move || {
                 let started = Instant::now();
-                let outcome = runtime.block_on(check.run(&*harness, &names));
-                let (result, line) = judged(check.name(), outcome, started.elapsed());
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    runtime.block_on(check.run(&*harness, &names))
+                }));
+                let (result, line) = match outcome {
+                    Ok(outcome) => judged(check.name(), outcome, started.elapsed()),
+                    Err(panic) => {
+                        let message = format!("the check panicked: {}", panic_message(&*panic));
+                        let line = CheckResult::new(
+                            check.name(),
+                            Status::Failed,
+                            started.elapsed(),
+                            &message,
+                        );
+                        (Err(Failed::from(message)), line)
+                    }
+                };
                 results.lock().unwrap().push(line);
                 result
             })
         })
         .collect();
     let conclusion = libtest_mimic::run(&args, trials);
-    if let Err(error) = runtime.block_on(harness.cleanup(run_names.prefix())) {
-        eprintln!(
-            "shedlock-conformance: cleanup of names starting with {:?} failed: {error}",
-            run_names.prefix()
-        );
+    let cleanup = cleaned_up(&runtime, &*harness, run_names.prefix());
+    let report = Report {
+        cleanup: Some(cleanup),
+        ..empty(harness.name(), results.lock().unwrap().clone())
+    };
+    let written = write_report(&report);
+    let exit_code = if written.is_ok() && report.passed() {
+        conclusion.exit_code()
+    } else {
+        ExitCode::FAILURE
+    };
+    (exit_code, report)
+}
+
+/// A cleanup longer than this is reported on standard error as slow, as well as in the report:
+/// a harness that deletes name by name, or a backend that cannot delete by prefix, shows.
+const SLOW_CLEANUP: Duration = Duration::from_secs(10);
+
+/// Runs the harness's cleanup of the run's names, timed: its line in the report. A failure is
+/// printed and fails the run (the run's names may be left in the backend); a slow one is
+/// printed.
+pub(crate) fn cleaned_up<H: ConformanceHarness>(
+    runtime: &tokio::runtime::Runtime,
+    harness: &H,
+    prefix: &str,
+) -> CheckResult {
+    let started = Instant::now();
+    let outcome = runtime.block_on(harness.cleanup(prefix));
+    let took = started.elapsed();
+    match outcome {
+        Err(error) => {
+            let message =
+                format!("cleanup of names starting with {prefix:?} failed after {took:?}: {error}");
+            eprintln!("shedlock-conformance: {message}");
+            CheckResult::new("cleanup", Status::Failed, took, message)
+        }
+        Ok(()) if took > SLOW_CLEANUP => {
+            let message = format!(
+                "cleanup of names starting with {prefix:?} took {took:.1?}, more than {SLOW_CLEANUP:?}"
+            );
+            eprintln!("shedlock-conformance: slow {message}");
+            CheckResult::new("cleanup", Status::Passed, took, format!("slow: {message}"))
+        }
+        Ok(()) => CheckResult::new("cleanup", Status::Passed, took, ""),
     }
-    match write_report(harness.name(), results.lock().unwrap().clone()) {
-        Ok(()) => conclusion.exit_code(),
-        Err(()) => ExitCode::FAILURE,
-    }
+}
+
+/// The text a panic carried, when it was a string.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(not a string)")
 }
 
 /// A check's outcome as its trial's result and its line in the report; a passed check's notes
@@ -160,16 +247,11 @@ pub(crate) fn judged(
     }
 }
 
-/// Writes the run's report to [`REPORT_DIR_VARIABLE`]'s folder, when it is set, as
-/// `<provider>.json` and `.md`; a failure to write is printed, and fails the run.
-pub(crate) fn write_report(provider: &str, checks: Vec<CheckResult>) -> Result<(), ()> {
+/// Writes `report` to [`REPORT_DIR_VARIABLE`]'s folder, when it is set, as `<provider>.json`
+/// and `.md`; a failure to write is printed, and fails the run.
+pub(crate) fn write_report(report: &Report) -> Result<(), ()> {
     let Some(dir) = std::env::var_os(REPORT_DIR_VARIABLE) else {
         return Ok(());
-    };
-    let report = Report {
-        provider: provider.to_owned(),
-        kit_version: env!("CARGO_PKG_VERSION").to_owned(),
-        checks,
     };
     report
         .write_to(std::path::Path::new(&dir))

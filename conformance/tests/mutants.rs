@@ -11,7 +11,8 @@ use std::time::{Duration, SystemTime};
 use libtest_mimic::{Arguments, Failed, Trial};
 use shedlock_conformance::{
     CASES_VARIABLE, Check, ConformanceHarness, ModelSettings, NameSpace, PlantedRecord, Rule,
-    SEED_VARIABLE, SetupError, Support, Verdict, async_trait, check_model, check_model_with,
+    SEED_VARIABLE, SetupError, Status, Support, Verdict, async_trait, check_model,
+    check_model_with,
 };
 use shedlock_core::{
     Acquisition, AcquisitionId, Capabilities, Clock, HeldRecord, LockAdmin, LockConfiguration,
@@ -107,6 +108,11 @@ enum Defect {
     EveryRecordHeld,
     /// A listing leaves out the holder its refused acquisitions name.
     ListsNoHolder,
+    /// Declares listing unsupported (`list_locks` answers `Unsupported`) only while no lock
+    /// matches the prefix, as a scan that fails on an empty result would.
+    ListingUnsupportedWhenEmpty,
+    /// Not a defect: offers inspect and force-unlock but no listing, every time.
+    NoListing,
 }
 
 /// Each mutant, the check that must catch it, and the rule that check must quote.
@@ -258,6 +264,11 @@ const MUTANTS: &[(Defect, Check, Rule)] = &[
         Rule::RELEASE_RESULT,
     ),
     (Defect::PrefixIsAPattern, Check::AdminListing, Rule::ADMIN),
+    (
+        Defect::ListingUnsupportedWhenEmpty,
+        Check::AdminListing,
+        Rule::ADMIN,
+    ),
     (
         Defect::PagesRepeatTheirCursor,
         Check::AdminListing,
@@ -721,6 +732,20 @@ impl MutantNode {
 impl LockAdmin for MutantNode {
     async fn list_locks(&self, request: &PageRequest) -> Result<LockPage, LockError> {
         let records = self.store.records.lock().unwrap();
+        let unsupported = match self.store.defect {
+            Defect::NoListing => true,
+            Defect::ListingUnsupportedWhenEmpty => {
+                !records.keys().any(|name| name.starts_with(&request.prefix))
+            }
+            _ => false,
+        };
+        if unsupported {
+            return Err(LockError::unsupported(
+                "mutant",
+                Operation::List,
+                request.prefix.clone(),
+            ));
+        }
         let pattern: Vec<char> = format!("{}%", request.prefix).chars().collect();
         let matches = |name: &String| match self.store.defect {
             Defect::PrefixIsAPattern => like(&name.chars().collect::<Vec<_>>(), &pattern),
@@ -927,6 +952,15 @@ fn snake(defect: Defect) -> String {
 }
 
 fn main() {
+    if std::env::var_os(REPORT_CHILD).is_some() {
+        std::process::exit(match verdict_in_code() {
+            Ok(()) => 0,
+            Err(failed) => {
+                println!("{failed:?}");
+                1
+            }
+        });
+    }
     let args = Arguments::from_args();
     let runtime = Arc::new(
         tokio::runtime::Builder::new_multi_thread()
@@ -959,6 +993,43 @@ fn main() {
                         check.name()
                     ))),
                 }
+            },
+        ));
+    }
+    // The verdict in code, in a child process of this binary with a report folder of its own.
+    trials.push(Trial::test(
+        "run_and_report_returns_the_verdict_and_writes_it",
+        run_and_report_in_a_child,
+    ));
+    // A provider without a listing, saying so every time, is not a defect: the listing check
+    // does not apply, and inspect and force-unlock are still checked (and pass).
+    {
+        let runtime = runtime.clone();
+        let names = run.child("no-listing");
+        trials.push(Trial::test(
+            "no_listing_is_not_applicable_and_force_unlock_still_checked",
+            move || {
+                let harness = MutantHarness {
+                    store: MutantStore::new(Defect::NoListing),
+                };
+                let listing =
+                    runtime.block_on(Check::AdminListing.run(&harness, &names.child("l")));
+                if !matches!(&listing, Ok(Verdict::NotApplicable(reason)) if reason.contains("Unsupported"))
+                {
+                    return Err(Failed::from(format!(
+                        "admin_listing answered {listing:?}, not \"not applicable\" naming Unsupported"
+                    )));
+                }
+                for check in [Check::AdminForceUnlock, Check::AdminConcurrentForceUnlock] {
+                    let outcome = runtime.block_on(check.run(&harness, &names.child(check.name())));
+                    if !matches!(outcome, Ok(Verdict::Passed { .. })) {
+                        return Err(Failed::from(format!(
+                            "{} answered {outcome:?} for a provider without a listing",
+                            check.name()
+                        )));
+                    }
+                }
+                Ok(())
             },
         ));
     }
@@ -1192,4 +1263,79 @@ fn model_reads_the_environment() -> Result<(), Failed> {
         }
     }
     Ok(())
+}
+
+/// Set in the child process that runs [`verdict_in_code`].
+const REPORT_CHILD: &str = "SHEDLOCK_KIT_TEST_REPORT_CHILD";
+
+/// `run_and_report` on one check, against an honest store and then a store that refuses free
+/// locks: the first report passes with its one check and a cleanup, the second fails under
+/// the rule broken.
+fn verdict_in_code() -> Result<(), Failed> {
+    let only = |check: Check| Arguments {
+        filter: Some(check.name().to_owned()),
+        exact: true,
+        ..Arguments::default()
+    };
+    let harness_of = |defect| {
+        move || async move {
+            Ok(MutantHarness {
+                store: MutantStore::new(defect),
+            })
+        }
+    };
+    let (_, report) = shedlock_conformance::run_and_report(
+        only(Check::AcquireSkipRelease),
+        harness_of(Defect::None),
+    );
+    let lines: Vec<_> = report
+        .checks
+        .iter()
+        .map(|line| (line.check.as_str(), line.status))
+        .collect();
+    if !report.passed()
+        || lines != [("acquire_skip_release", Status::Passed)]
+        || report.cleanup.as_ref().map(|line| line.status) != Some(Status::Passed)
+    {
+        return Err(Failed::from(format!(
+            "an honest store's report: {report:?}"
+        )));
+    }
+    let (_, report) = shedlock_conformance::run_and_report(
+        only(Check::AcquireSkipRelease),
+        harness_of(Defect::InsertRefused),
+    );
+    let failures: Vec<_> = report.failures().map(|line| line.detail.clone()).collect();
+    if report.passed() || failures.len() != 1 || !failures[0].starts_with("[free-lock-is-taken]") {
+        return Err(Failed::from(format!(
+            "a store that refuses free locks: {report:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Runs [`verdict_in_code`] in a child with a report folder of its own (the environment is the
+/// process's): it must pass, and the folder must hold the last run's report, failed.
+fn run_and_report_in_a_child() -> Result<(), Failed> {
+    let dir = std::env::temp_dir().join(format!("shedlock-kit-report-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let output = std::process::Command::new(std::env::current_exe().map_err(|e| e.to_string())?)
+        .env(REPORT_CHILD, "1")
+        .env(shedlock_conformance::REPORT_DIR_VARIABLE, &dir)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !output.status.success() {
+        return Err(Failed::from(format!(
+            "the child failed:\n{}",
+            String::from_utf8_lossy(&output.stdout)
+        )));
+    }
+    let reports = shedlock_conformance::read_reports(&dir).map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_dir_all(&dir);
+    match &reports[..] {
+        [report] if !report.passed() && report.cleanup.is_some() => Ok(()),
+        other => Err(Failed::from(format!(
+            "the report folder holds {other:?}, not the failed run's report"
+        ))),
+    }
 }

@@ -4,12 +4,14 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use shedlock_core::{Acquisition, LockAdmin, LockHandle, LockInfo, LockProvider, LockState};
+use shedlock_core::{
+    Acquisition, LockAdmin, LockError, LockHandle, LockInfo, LockProvider, LockState, PageRequest,
+};
 
 use crate::failure::{CheckFailure, Rule, Verdict};
 use crate::harness::{ConformanceHarness, Support};
 use crate::names::NameSpace;
-use crate::trace::{Trace, config};
+use crate::trace::{OPERATION_LIMIT, Trace, config};
 
 use super::{node, timing_of};
 
@@ -24,6 +26,55 @@ pub(super) fn admin_of<'node, H: ConformanceHarness>(
     match harness.admin(node) {
         Support::Supported(admin) => Ok(admin),
         Support::NotApplicable(reason) => Err(Verdict::NotApplicable(reason)),
+    }
+}
+
+/// Why listing is not checked, when `admin` declares it unsupported: its `list_locks` answers
+/// [`LockError::Unsupported`]. A listing then must stay unsupported, also with a lock under the
+/// prefix, and inspect must still work: a name never used inspects as `None`, a held one as a
+/// lock. `None` when the provider lists.
+async fn listing_unsupported(
+    trace: &Trace,
+    a: &dyn LockProvider,
+    admin: &dyn LockAdmin,
+    prefix: &str,
+    long: Duration,
+) -> Result<Option<String>, CheckFailure> {
+    let request = PageRequest::first(prefix).with_limit(PAGE_SIZE);
+    let ask = || tokio::time::timeout(OPERATION_LIMIT, admin.list_locks(&request));
+    if !matches!(ask().await, Ok(Err(LockError::Unsupported { .. }))) {
+        return Ok(None);
+    }
+    let never = format!("{prefix}never-used");
+    if let Some(lock) = trace.inspect_lock("B", admin, &never).await? {
+        return Err(trace.failure(
+            Rule::ADMIN,
+            format!("lock {never:?} was never used, but inspecting it shows {lock:?}"),
+        ));
+    }
+    // Asked again with a lock under the prefix: a listing that fails only when empty shows.
+    let held = format!("{prefix}held");
+    let handle = trace
+        .must_acquire_free("A", a, &config(&held, long, Duration::ZERO))
+        .await?;
+    if trace.inspect_lock("B", admin, &held).await?.is_none() {
+        return Err(trace.failure(
+            Rule::ADMIN,
+            format!("node A holds {held:?}, but inspecting it shows no lock"),
+        ));
+    }
+    let again = ask().await;
+    trace.must_release("A", &*handle.value).await?;
+    match again {
+        Ok(Err(LockError::Unsupported { .. })) => Ok(Some(
+            "the provider declares listing unsupported (list_locks answers LockError::Unsupported): inspect and force-unlock are checked by admin_force_unlock and admin_concurrent_force_unlock".to_owned(),
+        )),
+        other => Err(trace.failure(
+            Rule::ADMIN,
+            format!(
+                "list_locks answered LockError::Unsupported, then {other:?}: a provider without a listing says so every time"
+            ),
+        )),
     }
 }
 
@@ -107,6 +158,11 @@ pub async fn check_admin_listing<H: ConformanceHarness>(
     let timing = timing_of(&capabilities);
     let long = timing.units(100);
     let prefix = names.name("l-");
+    // A backend that cannot enumerate its keys reliably (a cache) may offer inspect and
+    // force-unlock without a listing: its list_locks answers Unsupported, always.
+    if let Some(reason) = listing_unsupported(&trace, &a, admin, &prefix, long).await? {
+        return Ok(Verdict::NotApplicable(reason));
+    }
     // Names that a case-folding sort, or a range end built from a byte or a Latin-1
     // character, would put out of order or leave out; two pages of two hold them.
     let held_names: Vec<String> = ["a", "B", "c", "A", "b", "锁", "\u{1F512}"]

@@ -4,10 +4,12 @@
 
 use std::time::{Duration, SystemTime};
 
+use futures_util::stream::{self, StreamExt, TryStreamExt};
+
 use shedlock_core::{Acquisition, LockError, LockHandle, LockProvider};
 
 use crate::failure::{CheckFailure, Rule, Verdict};
-use crate::harness::ConformanceHarness;
+use crate::harness::{ConformanceHarness, Support};
 use crate::names::NameSpace;
 use crate::trace::{Trace, config};
 
@@ -36,11 +38,23 @@ fn deep(trace: &Trace) -> Result<bool, CheckFailure> {
 /// four-digit years and some date types end.
 const LONG_DAYS: [u64; 3] = [30, 365, 3_652_500];
 
+/// How many calls one node has in flight while it takes, and another probes and releases, the
+/// names held at once.
+const IN_FLIGHT: usize = 16;
+
 /// How many names are held at once: normally, and in deep mode.
 const MANY_NAMES: (usize, usize) = (200, 10_000);
 
 /// How many acquisitions of one name deep mode makes: past 65,535, the largest 16-bit count.
 const DEEP_ACQUISITIONS: u64 = 65_600;
+
+/// Where deep mode asks the harness to move a name's tokens
+/// ([`ConformanceHarness::advance_fencing_tokens`]), so that [`AFTER_ADVANCE`] acquisitions
+/// cross 65,535 instead of [`DEEP_ACQUISITIONS`].
+const ADVANCED_PAST: u64 = 65_500;
+
+/// How many acquisitions follow the harness's advance: the last token is at least 65,600.
+const AFTER_ADVANCE: u64 = 100;
 
 /// Long durations and large counts (\[at-most\], \[fencing\], \[names-are-data\]).
 ///
@@ -49,11 +63,13 @@ const DEEP_ACQUISITIONS: u64 = 65_600;
 ///   refused at once and again two units later (a duration stored as something short, wrapped
 ///   or read as an absolute time shows), and the operator view, where the harness provides one,
 ///   shows it held until no earlier than the duration asks.
-/// - In deep mode, with fencing declared, 65,600 acquisitions of one name get strictly
-///   increasing tokens (a counter of 16 bits wraps in there).
+/// - In deep mode, with fencing declared, tokens of one name keep strictly increasing past
+///   65,535 (a counter of 16 bits wraps there): the harness moves the name's tokens past
+///   65,500 ([`ConformanceHarness::advance_fencing_tokens`]) and 100 acquisitions follow, or,
+///   without that hook, 65,600 acquisitions are taken one after another.
 /// - 200 names (10,000 in deep mode) held at once by one node all stay held: another node is
 ///   refused every one of them after all were taken (none evicted, none merged), and every
-///   release answers `true`.
+///   release answers `true`. Each node has 16 calls in flight at a time.
 pub async fn check_long_durations_and_counts<H: ConformanceHarness>(
     harness: &H,
     names: &NameSpace,
@@ -129,61 +145,48 @@ pub async fn check_long_durations_and_counts<H: ConformanceHarness>(
     let long = timing.units(100);
     if deep && capabilities.fencing {
         let lock = config(&names.name("tokens"), long, Duration::ZERO);
-        let mut previous: Option<u64> = None;
-        for count in 1..=DEEP_ACQUISITIONS {
-            let handle = quiet_acquire(&trace, &a, &lock).await?;
-            let token = handle.fencing_token();
-            match (token, previous) {
-                (None, _) => {
-                    return Err(trace.failure(
-                        Rule::FENCING,
-                        format!(
-                            "acquisition {count} of {:?} carries no fencing token",
-                            lock.name()
-                        ),
-                    ));
-                }
-                (Some(token), Some(before)) if token <= before => {
-                    return Err(trace.failure(
-                        Rule::FENCING,
-                        format!(
-                            "acquisition {count} of {:?} got token {token}, not above the previous {before}: tokens must keep increasing however many acquisitions a name sees",
-                            lock.name()
-                        ),
-                    ));
-                }
-                (token, _) => previous = token,
-            }
-            if !matches!(handle.unlock().await, Ok(true)) {
-                return Err(trace.failure(
-                    Rule::RELEASE_RESULT,
-                    format!(
-                        "acquisition {count} of {:?} was not released with true",
-                        lock.name()
-                    ),
-                ));
-            }
-        }
-        notes.push(format!(
-            "{DEEP_ACQUISITIONS} acquisitions of one name, tokens increasing to {}",
-            previous.unwrap_or_default()
-        ));
+        let advanced = harness
+            .advance_fencing_tokens(lock.name(), ADVANCED_PAST)
+            .await
+            .map_err(|error| {
+                trace.failure(
+                    Rule::HARNESS,
+                    format!("advance_fencing_tokens failed: {error}"),
+                )
+            })?;
+        let (count, above) = match advanced {
+            Support::Supported(()) => (AFTER_ADVANCE, Some(ADVANCED_PAST)),
+            Support::NotApplicable(_) => (DEEP_ACQUISITIONS, None),
+        };
+        let last = increasing_tokens(&trace, &a, &lock, count, above).await?;
+        notes.push(match above {
+            Some(past) => format!(
+                "tokens of one name moved past {past} by the harness, then {count} acquisitions, tokens increasing to {last}"
+            ),
+            None => format!("{count} acquisitions of one name, tokens increasing to {last}"),
+        });
     }
     let count = if deep { MANY_NAMES.1 } else { MANY_NAMES.0 };
-    // An hour: taking 10,000 names one after another takes a while on a backend that syncs
-    // every write to disk, and the first must still be held when the last is taken.
+    // An hour: taking 10,000 names takes a while on a backend that syncs every write to disk,
+    // and the first must still be held when the last is taken.
     let hour = Duration::from_secs(3600);
     let many: Vec<_> = (0..count)
         .map(|index| config(&names.name(&format!("n{index}")), hour, Duration::ZERO))
         .collect();
-    let mut held: Vec<Box<dyn LockHandle>> = Vec::with_capacity(count);
-    for lock in &many {
-        let taken = quiet_acquire(&trace, &a, lock).await?;
-        held.push(taken);
-    }
+    // Several calls at a time on one node, as the tasks of a service would send them: the
+    // names are all different, so none may wait for or displace another.
+    let held: Vec<Box<dyn LockHandle>> = stream::iter(&many)
+        .map(|lock| quiet_acquire(&trace, &a, lock))
+        .buffered(IN_FLIGHT)
+        .try_collect()
+        .await?;
     trace.note(format!("node A holds {count} names at once"));
-    for lock in &many {
-        if let Acquisition::Acquired(_) = trace.acquire_unrecorded("B", &b, lock).await?.value {
+    let (trace, b) = (&trace, &b);
+    let mut refusals = stream::iter(&many)
+        .map(|lock| async move { (lock, trace.acquire_unrecorded("B", b, lock).await) })
+        .buffer_unordered(IN_FLIGHT);
+    while let Some((lock, answer)) = refusals.next().await {
+        if let Acquisition::Acquired(_) = answer?.value {
             return Err(trace.failure(
                 Rule::MUTUAL_EXCLUSION,
                 format!(
@@ -193,18 +196,23 @@ pub async fn check_long_durations_and_counts<H: ConformanceHarness>(
             ));
         }
     }
-    for (lock, handle) in many.iter().zip(&held) {
-        match tokio::time::timeout(crate::trace::OPERATION_LIMIT, handle.unlock()).await {
-            Ok(Ok(true)) => {}
-            other => {
-                return Err(trace.failure(
-                    Rule::RELEASE_RESULT,
-                    format!(
-                        "node A's release of {:?}, one of {count} names it holds, answered {other:?}",
-                        lock.name()
-                    ),
-                ));
-            }
+    let mut releases = stream::iter(many.iter().zip(&held))
+        .map(|(lock, handle)| async move {
+            (
+                lock,
+                tokio::time::timeout(crate::trace::OPERATION_LIMIT, handle.unlock()).await,
+            )
+        })
+        .buffer_unordered(IN_FLIGHT);
+    while let Some((lock, answer)) = releases.next().await {
+        if !matches!(answer, Ok(Ok(true))) {
+            return Err(trace.failure(
+                Rule::RELEASE_RESULT,
+                format!(
+                    "node A's release of {:?}, one of {count} names it holds, answered {answer:?}",
+                    lock.name()
+                ),
+            ));
         }
     }
     notes.push(format!("{count} names held at once"));
@@ -215,6 +223,60 @@ pub async fn check_long_durations_and_counts<H: ConformanceHarness>(
         ));
     }
     Ok(Verdict::Passed { notes })
+}
+
+/// Node A takes and releases `lock` `count` times, outside the timeline: every token must be
+/// above the one before (and the first above `above`, where the harness moved the name's tokens
+/// there). The last token.
+async fn increasing_tokens(
+    trace: &Trace,
+    a: &dyn LockProvider,
+    lock: &shedlock_core::LockConfiguration,
+    count: u64,
+    above: Option<u64>,
+) -> Result<u64, CheckFailure> {
+    let mut previous = above;
+    for acquisition in 1..=count {
+        let handle = quiet_acquire(trace, a, lock).await?;
+        match (handle.fencing_token(), previous) {
+            (None, _) => {
+                return Err(trace.failure(
+                    Rule::FENCING,
+                    format!(
+                        "acquisition {acquisition} of {:?} carries no fencing token",
+                        lock.name()
+                    ),
+                ));
+            }
+            (Some(token), Some(before)) if token <= before => {
+                let after = if acquisition == 1 {
+                    format!(
+                        "the harness's advance_fencing_tokens moved the name's tokens past {before}: either the hook moved nothing, or the provider does not issue its tokens from what the hook moved"
+                    )
+                } else {
+                    format!("the previous acquisition got {before}")
+                };
+                return Err(trace.failure(
+                    Rule::FENCING,
+                    format!(
+                        "acquisition {acquisition} of {:?} got token {token}, but {after}: tokens must keep increasing however many acquisitions a name sees (a counter narrower than 64 bits wraps)",
+                        lock.name()
+                    ),
+                ));
+            }
+            (token, _) => previous = token,
+        }
+        if !matches!(handle.unlock().await, Ok(true)) {
+            return Err(trace.failure(
+                Rule::RELEASE_RESULT,
+                format!(
+                    "acquisition {acquisition} of {:?} was not released with true",
+                    lock.name()
+                ),
+            ));
+        }
+    }
+    Ok(previous.unwrap_or_default())
 }
 
 /// Node A takes `lock`, which nobody holds, outside the timeline.

@@ -12,7 +12,8 @@ use super::checks::FaultCheck;
 use super::child;
 use crate::harness::SetupError;
 use crate::names::NameSpace;
-use crate::runner::{judged, write_report};
+use crate::report::{Report, Status};
+use crate::runner::{cleaned_up, judged, write_report};
 
 /// Runs the fault suite as a test binary: the body of `fn main` in a provider's
 /// `tests/faults.rs` (a `[[test]]` target with `harness = false`).
@@ -95,24 +96,20 @@ where
         .collect();
     let conclusion = libtest_mimic::run(&args, trials);
     // The suite restarts the backend: the harness's own connection may be dead on first use.
-    let cleanup = runtime.block_on(async {
-        match harness.cleanup(run_names.prefix()).await {
-            Ok(()) => Ok(()),
-            Err(_) => {
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                harness.cleanup(run_names.prefix()).await
-            }
-        }
-    });
-    if let Err(error) = cleanup {
-        eprintln!(
-            "shedlock-conformance: cleanup of names starting with {:?} failed: {error}",
-            run_names.prefix()
-        );
+    let mut cleanup = cleaned_up(&runtime, &*harness, run_names.prefix());
+    if cleanup.status == Status::Failed {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        cleanup = cleaned_up(&runtime, &*harness, run_names.prefix());
     }
-    let provider = format!("{}-faults", harness.name());
-    match write_report(&provider, results.lock().unwrap().clone()) {
-        Ok(()) => conclusion.exit_code(),
-        Err(()) => ExitCode::FAILURE,
+    let report = Report {
+        provider: format!("{}-faults", harness.name()),
+        kit_version: env!("CARGO_PKG_VERSION").to_owned(),
+        checks: results.lock().unwrap().clone(),
+        cleanup: Some(cleanup),
+    };
+    if write_report(&report).is_ok() && report.passed() {
+        conclusion.exit_code()
+    } else {
+        ExitCode::FAILURE
     }
 }

@@ -18,6 +18,9 @@ use shedlock_etcd::{EtcdLockProvider, EtcdLockProviderBuilder};
 /// How long a node reached through the kit's stalling proxy waits for an answer.
 const STALL_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How many puts [`ConformanceHarness::advance_fencing_tokens`] keeps in flight.
+const ADVANCE_WRITERS: usize = 32;
+
 /// Which suite a run puts the provider through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(dead_code)] // Each target runs one of them.
@@ -136,6 +139,36 @@ impl ConformanceHarness for Harness {
                 admin.delete(key, None).await?;
             }
         }
+        Ok(Support::Supported(()))
+    }
+
+    /// The token is the acquiring put's revision, which every write to etcd raises: puts to a
+    /// key of the run's own, outside the locks' prefix, until the revision stands past `past`
+    /// (one put where it already does), several at a time so etcd syncs them in batches.
+    async fn advance_fencing_tokens(
+        &self,
+        _name: &str,
+        past: u64,
+    ) -> Result<Support<()>, SetupError> {
+        let past = i64::try_from(past)?;
+        let key = format!("shedlock-conformance-advance:{}", self.env);
+        let mut writers = tokio::task::JoinSet::new();
+        for _ in 0..ADVANCE_WRITERS {
+            let mut admin = self.admin.clone();
+            let key = key.clone();
+            writers.spawn(async move {
+                loop {
+                    let put = admin.put(key.as_str(), "", None).await?;
+                    if put.header().is_some_and(|header| header.revision() > past) {
+                        return Ok::<_, etcd_client::Error>(());
+                    }
+                }
+            });
+        }
+        while let Some(written) = writers.join_next().await {
+            written.map_err(|error| SetupError::new(error.to_string()))??;
+        }
+        self.admin.clone().delete(key, None).await?;
         Ok(Support::Supported(()))
     }
 

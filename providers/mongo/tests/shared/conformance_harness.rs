@@ -111,6 +111,31 @@ impl ConformanceHarness for Harness {
         Ok(Support::Supported(()))
     }
 
+    /// An acquisition counts `fencingToken` up by one: an expired document whose counter says
+    /// `past`.
+    async fn advance_fencing_tokens(
+        &self,
+        name: &str,
+        past: u64,
+    ) -> Result<Support<()>, SetupError> {
+        let now = std::time::SystemTime::now();
+        let hour = Duration::from_secs(3600);
+        self.admin
+            .replace_one(
+                doc! { "_id": name },
+                doc! {
+                    "_id": name,
+                    "lockUntil": DateTime::from_system_time(now - hour),
+                    "lockedAt": DateTime::from_system_time(now - 2 * hour),
+                    "lockedBy": "conformance-kit",
+                    "fencingToken": i64::try_from(past)?,
+                },
+            )
+            .upsert(true)
+            .await?;
+        Ok(Support::Supported(()))
+    }
+
     async fn cleanup(&self, name_prefix: &str) -> Result<(), SetupError> {
         let pattern = format!("^{}", regex_escape(name_prefix));
         self.admin

@@ -42,6 +42,22 @@ impl PlantRecords for MySqlBackend {
         Ok(())
     }
 
+    async fn set_fencing_token(
+        admin: &MySqlPool,
+        table: &str,
+        name: &str,
+        token: i64,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE {table} SET fencing_token = ? WHERE name = ?"
+        )))
+        .bind(token)
+        .bind(name)
+        .execute(admin)
+        .await?;
+        Ok(())
+    }
+
     async fn cleanup(admin: &MySqlPool, table: &str, name_prefix: &str) -> Result<(), sqlx::Error> {
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "DELETE FROM {table} WHERE LEFT(name, CHAR_LENGTH(?)) = ?"

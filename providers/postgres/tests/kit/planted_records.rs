@@ -39,6 +39,22 @@ impl PlantRecords for PostgresBackend {
         Ok(())
     }
 
+    async fn set_fencing_token(
+        admin: &PgPool,
+        table: &str,
+        name: &str,
+        token: i64,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE {table} SET fencing_token = $1 WHERE name = $2"
+        )))
+        .bind(token)
+        .bind(name)
+        .execute(admin)
+        .await?;
+        Ok(())
+    }
+
     async fn cleanup(admin: &PgPool, table: &str, name_prefix: &str) -> Result<(), sqlx::Error> {
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "DELETE FROM {table} WHERE starts_with(name, $1)"

@@ -169,6 +169,25 @@ impl ConformanceHarness for Harness {
         Ok(Support::Supported(()))
     }
 
+    /// The acquire script increments `{<lock key>}:fencing`: set it to `past`.
+    async fn advance_fencing_tokens(
+        &self,
+        name: &str,
+        past: u64,
+    ) -> Result<Support<()>, SetupError> {
+        if !self.settings.fencing {
+            return Ok(Support::not_applicable("fencing is off in this run"));
+        }
+        let key = self.builder().connect_lazy(&self.url)?.fencing_key(name)?;
+        let mut admin = self.admin.clone();
+        redis::cmd("SET")
+            .arg(&key)
+            .arg(past)
+            .query_async::<()>(&mut admin)
+            .await?;
+        Ok(Support::Supported(()))
+    }
+
     /// Deletes this run's lock keys and fencing counters (the env segment is the run's own).
     /// `KEYS` goes to every master of a cluster; each key is deleted alone, as keys of
     /// different slots may not share a command there.

@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use shedlock_conformance::backends::{Backend, LaunchError};
 use shedlock_conformance::faults::{FaultHarness, pause_command, restart_command, resume_command};
@@ -103,6 +103,14 @@ pub trait PlantRecords: SqlBackend {
         admin: &Pool<Self::Database>,
         table: &str,
         record: &PlantedRecord,
+    ) -> Result<(), sqlx::Error>;
+
+    /// Sets the fencing column of `table`'s row `name` (which exists) to `token`.
+    async fn set_fencing_token(
+        admin: &Pool<Self::Database>,
+        table: &str,
+        name: &str,
+        token: i64,
     ) -> Result<(), sqlx::Error>;
 
     /// Deletes the rows of `table` whose names start with `name_prefix`.
@@ -226,6 +234,31 @@ impl<B: PlantRecords> ConformanceHarness for SqlHarness<B> {
 
     async fn write_record(&self, record: &PlantedRecord) -> Result<Support<()>, SetupError> {
         B::write_record(&self.admin, self.run.table, record).await?;
+        Ok(Support::Supported(()))
+    }
+
+    /// The row's fencing column is the counter the next acquisition adds one to: an expired
+    /// row whose column says `past`.
+    async fn advance_fencing_tokens(
+        &self,
+        name: &str,
+        past: u64,
+    ) -> Result<Support<()>, SetupError> {
+        if !self.run.fencing {
+            return Ok(Support::not_applicable(
+                "this run's table has no fencing column",
+            ));
+        }
+        let now = SystemTime::now();
+        let hour = Duration::from_secs(3600);
+        let expired = PlantedRecord {
+            name: name.to_owned(),
+            lock_until: now - hour,
+            locked_at: now - 2 * hour,
+            locked_by: "conformance-kit".to_owned(),
+        };
+        B::write_record(&self.admin, self.run.table, &expired).await?;
+        B::set_fencing_token(&self.admin, self.run.table, name, i64::try_from(past)?).await?;
         Ok(Support::Supported(()))
     }
 

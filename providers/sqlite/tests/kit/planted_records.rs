@@ -41,6 +41,22 @@ impl PlantRecords for SqliteBackend {
         Ok(())
     }
 
+    async fn set_fencing_token(
+        admin: &SqlitePool,
+        table: &str,
+        name: &str,
+        token: i64,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE {table} SET fencing_token = ? WHERE name = ?"
+        )))
+        .bind(token)
+        .bind(name)
+        .execute(admin)
+        .await?;
+        Ok(())
+    }
+
     async fn cleanup(
         admin: &SqlitePool,
         table: &str,

@@ -23,6 +23,10 @@ const STALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// ZooKeeper's client port, when the connect string names none.
 const DEFAULT_PORT: u16 = 2181;
 
+/// How many writes [`ConformanceHarness::advance_fencing_tokens`] and
+/// [`ConformanceHarness::cleanup`] keep in flight.
+const ADVANCE_WRITERS: usize = 32;
+
 /// Which suite a run puts the provider through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(dead_code)] // Each target runs one of them.
@@ -142,12 +146,54 @@ impl ConformanceHarness for Harness {
         Ok(Support::Supported(()))
     }
 
-    /// Deletes this run's root and every lock node under it.
-    async fn cleanup(&self, _name_prefix: &str) -> Result<(), SetupError> {
-        for child in self.admin.list_children(&self.root).await? {
-            let path = format!("{}/{child}", self.root);
-            self.admin.delete(&path, None).await?;
+    /// The token is the acquiring write's zxid, which every write to ZooKeeper raises: writes
+    /// to a node of the run's own, beside the root, until the zxid stands past `past` (one write
+    /// where it already does), several at a time so the server syncs them in batches.
+    async fn advance_fencing_tokens(
+        &self,
+        _name: &str,
+        past: u64,
+    ) -> Result<Support<()>, SetupError> {
+        let past = i64::try_from(past)?;
+        let path = format!("{}-advance", self.root);
+        let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        let (stat, _) = self.admin.create(&path, &[], &options).await?;
+        if stat.mzxid <= past {
+            let mut writers = tokio::task::JoinSet::new();
+            for _ in 0..ADVANCE_WRITERS {
+                let admin = self.admin.clone();
+                let path = path.clone();
+                writers.spawn(async move {
+                    loop {
+                        let stat = admin.set_data(&path, &[], None).await?;
+                        if stat.mzxid > past {
+                            return Ok::<_, zookeeper_client::Error>(());
+                        }
+                    }
+                });
+            }
+            while let Some(written) = writers.join_next().await {
+                written.map_err(|error| SetupError::new(error.to_string()))??;
+            }
         }
+        self.admin.delete(&path, None).await?;
+        Ok(Support::Supported(()))
+    }
+
+    /// Deletes this run's root and every lock node under it.
+    /// ZooKeeper deletes one node per request: several at a time, as deep mode leaves 10,000.
+    async fn cleanup(&self, _name_prefix: &str) -> Result<(), SetupError> {
+        use futures_util::{StreamExt, TryStreamExt};
+        let children = self.admin.list_children(&self.root).await?;
+        futures_util::stream::iter(children)
+            .map(|child| async move {
+                self.admin
+                    .delete(&format!("{}/{child}", self.root), None)
+                    .await
+            })
+            .buffer_unordered(ADVANCE_WRITERS)
+            .try_collect::<()>()
+            .await?;
         self.admin.delete(&self.root, None).await?;
         Ok(())
     }
