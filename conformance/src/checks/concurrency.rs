@@ -51,7 +51,7 @@ struct Hammered {
 /// busy the node is with the contended names, and its release must answer `true` after the
 /// critical section, whatever other tasks of the node released meanwhile. `witness`, a node
 /// that takes no part, tells a refusal of a free own name from one the backend made
-/// ([`diagnose_refusal`](super::diagnose_refusal)).
+/// ([`diagnose_refusal_with`](super::diagnose_refusal_with)).
 async fn hammer<N: LockProvider + 'static>(
     trace: &Arc<Trace>,
     Contenders {
@@ -112,7 +112,7 @@ async fn hammer<N: LockProvider + 'static>(
                             Rule::AT_LEAST,
                             format!("{label}: lock {:?}, which only this task uses, was refused, though the task released it with lock_at_least_for = 0 last time (so it was free at once) while the node's other tasks were trying other names", private.name()),
                         );
-                        return Err(super::diagnose_refusal(&trace, failure, Rule::AT_LEAST, ("witness", &*witness), None, &private).await);
+                        return Err(super::diagnose_refusal_with(&trace, failure, Rule::AT_LEAST, ("witness", &*witness), None, &private).await);
                     }
                     other => {
                         // The task's own name is short and plain: refusing it as invalid is a

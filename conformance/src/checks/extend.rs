@@ -149,6 +149,7 @@ pub async fn check_extend<H: ConformanceHarness>(
         "an extended lock released after its at-least",
         async |attempt| {
             release_after_at_least(
+                harness,
                 &trace,
                 &timing,
                 &a,
@@ -329,7 +330,8 @@ async fn release_inside_at_least(
 /// Node A takes the lock for at most 10 units and at least 1 and a fraction, extends it to 8
 /// units after half a unit, and releases it once the at-least has surely passed: the release
 /// frees the lock at once, not at the extended at-most.
-async fn release_after_at_least(
+async fn release_after_at_least<H: ConformanceHarness>(
+    harness: &H,
     trace: &Trace,
     timing: &Timing,
     a: &dyn LockProvider,
@@ -374,9 +376,7 @@ async fn release_after_at_least(
         )
         .await;
     if let Err(failure) = freed {
-        return Err(
-            super::diagnose_refusal(trace, failure, Rule::AT_LEAST, ("A", a), None, &lock).await,
-        );
+        return Err(super::diagnose_refusal(harness, trace, failure, Rule::AT_LEAST, &lock).await);
     }
     Ok(Attempt::Proven)
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use shedlock_core::{Capabilities, Clock, SystemClock};
 
 use crate::failure::{CheckFailure, Rule, Verdict};
-use crate::harness::ConformanceHarness;
+use crate::harness::{ConformanceHarness, Support};
 use crate::names::NameSpace;
 use crate::timing::Timing;
 use crate::trace::{HeldLock, HeldProbe, Trace};
@@ -278,6 +278,29 @@ async fn node_with_clock<H: ConformanceHarness>(
     })
 }
 
+/// Names the rule a refusal of a lock that should be free broke: [`diagnose_refusal_with`],
+/// with a witness made for it, a new node of `harness` (so it has no view of the lock to be
+/// stale), and that node's operator view where the harness gives one.
+async fn diagnose_refusal<H: ConformanceHarness>(
+    harness: &H,
+    trace: &Trace,
+    failure: CheckFailure,
+    rule: Rule,
+    lock: &shedlock_core::LockConfiguration,
+) -> CheckFailure {
+    if failure.rule != rule {
+        return failure;
+    }
+    let Ok(fresh) = node(harness, trace, "W").await else {
+        return failure;
+    };
+    let admin = match harness.admin(&fresh) {
+        Support::Supported(admin) => Some(admin),
+        Support::NotApplicable(_) => None,
+    };
+    diagnose_refusal_with(trace, failure, rule, ("W", &fresh), admin, lock).await
+}
+
 /// Names the rule a refusal of a lock that should be free broke. `failure` is the refusal
 /// under `rule` (the hold the lock should no longer have: at-least after a release, at-most
 /// after an expiry); `witness`, another node that has not asked for this lock before (so it
@@ -286,7 +309,7 @@ async fn node_with_clock<H: ConformanceHarness>(
 /// free and the refusal came from the provider's acquire path (a cache, a stale view, a
 /// condition that never matches): \[free-lock-is-taken\]. Otherwise the backend still holds it,
 /// and `rule` stands. A failure under another rule (an error) is returned as it is.
-async fn diagnose_refusal(
+async fn diagnose_refusal_with(
     trace: &Trace,
     failure: CheckFailure,
     rule: Rule,

@@ -64,13 +64,11 @@ pub async fn check_concurrent_release<H: ConformanceHarness>(
                 )
                 .await
             {
-                let witness: (&str, &dyn LockProvider) = ("A", &a);
                 return Err(diagnose_refusal(
+                    harness,
                     &trace,
                     failure,
                     Rule::RELEASE_RESULT,
-                    witness,
-                    None,
                     &lock,
                 )
                 .await);

@@ -231,15 +231,8 @@ pub async fn check_at_least_hold<H: ConformanceHarness>(
                             path.describe()
                         ),
                     );
-                    let fresh = node(harness, &trace, "W").await?;
-                    let admin = match harness.admin(&fresh) {
-                        crate::harness::Support::Supported(admin) => Some(admin),
-                        crate::harness::Support::NotApplicable(_) => None,
-                    };
-                    let witness: (&str, &dyn LockProvider) = ("W", &fresh);
                     return Err(
-                        diagnose_refusal(&trace, failure, Rule::AT_LEAST, witness, admin, &lock)
-                            .await,
+                        diagnose_refusal(harness, &trace, failure, Rule::AT_LEAST, &lock).await,
                     );
                 };
                 trace.must_release("B", &*handle).await?;
