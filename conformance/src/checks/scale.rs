@@ -93,6 +93,15 @@ pub async fn check_long_durations_and_counts<H: ConformanceHarness>(
                 notes.push(format!("{days} days: refused up front"));
                 continue;
             }
+            Ok(Acquisition::NotAcquired(holder)) => {
+                return Err(trace.failure(
+                    Rule::FREE_LOCK_IS_TAKEN,
+                    format!(
+                        "node A was refused {:?} for {days} days, a name nobody has used ({holder:?}): a duration the provider cannot store is refused up front with LockError::Configuration or LockError::InvalidRequest, never answered \"not acquired\"",
+                        lock.name()
+                    ),
+                ));
+            }
             other => {
                 return Err(trace.failure(
                     Rule::AT_MOST,
