@@ -173,6 +173,12 @@ async fn stream_through_proxy(
         .await
         .unwrap();
     let port = proxy.local_addr().port();
+    // The senders streaming before the reload: a pair made anew moments ago has one that
+    // started within any time window, so the new one is told apart by its pid.
+    let before: Vec<i32> = sqlx::query_scalar("SELECT pid FROM pg_stat_replication")
+        .fetch_all(&primary)
+        .await
+        .unwrap();
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "ALTER SYSTEM SET primary_conninfo = 'user=postgres host=127.0.0.1 port={port}'"
     )))
@@ -186,12 +192,13 @@ async fn stream_through_proxy(
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         // The walreceiver's connection comes from the proxy's side of loopback: its port is
-        // the proxy's outgoing one, so match on any streaming sender that started after the
-        // reload and let the caller's wait_until_replayed prove the data flows.
+        // the proxy's outgoing one, so match on a streaming sender that was not there before
+        // the reload, with the old one gone, and let wait_until_replayed prove the data flows.
         let through_proxy: bool = sqlx::query(
-            "SELECT count(*) = 1 FROM pg_stat_replication WHERE state = 'streaming' \
-             AND backend_start > now() - interval '30 seconds'",
+            "SELECT count(*) FILTER (WHERE NOT (pid = ANY($1)) AND state = 'streaming') = 1 \
+             AND count(*) FILTER (WHERE pid = ANY($1)) = 0 FROM pg_stat_replication",
         )
+        .bind(&before)
         .fetch_one(&primary)
         .await
         .unwrap()
