@@ -182,19 +182,21 @@ impl ConformanceHarness for Harness {
 
     /// Deletes this run's root and every lock node under it.
     /// ZooKeeper deletes one node per request: several at a time, as deep mode leaves 10,000.
+    /// On a session of its own: the fault suite restarts the server, which expires the
+    /// harness's first session (and the cleanup then failed, leaving the run's root behind).
     async fn cleanup(&self, _name_prefix: &str) -> Result<(), SetupError> {
         use futures_util::{StreamExt, TryStreamExt};
-        let children = self.admin.list_children(&self.root).await?;
+        let admin = Client::connect(&self.url).await?;
+        let children = admin.list_children(&self.root).await?;
         futures_util::stream::iter(children)
-            .map(|child| async move {
-                self.admin
-                    .delete(&format!("{}/{child}", self.root), None)
-                    .await
+            .map(|child| {
+                let admin = &admin;
+                async move { admin.delete(&format!("{}/{child}", self.root), None).await }
             })
             .buffer_unordered(ADVANCE_WRITERS)
             .try_collect::<()>()
             .await?;
-        self.admin.delete(&self.root, None).await?;
+        admin.delete(&self.root, None).await?;
         Ok(())
     }
 }
