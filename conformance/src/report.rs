@@ -75,6 +75,16 @@ pub struct Report {
 }
 
 impl Report {
+    /// A report of this kit's version on `provider`'s `checks`, with no cleanup yet.
+    pub(crate) fn new(provider: &str, checks: Vec<CheckResult>) -> Self {
+        Self {
+            provider: provider.to_owned(),
+            kit_version: env!("CARGO_PKG_VERSION").to_owned(),
+            checks,
+            cleanup: None,
+        }
+    }
+
     /// Whether no check failed and the cleanup, if one ran, did not fail either: the verdict a
     /// program reads instead of the exit code.
     pub fn passed(&self) -> bool {

@@ -61,12 +61,6 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<H, SetupError>>,
 {
-    let empty = |provider: &str, checks| Report {
-        provider: provider.to_owned(),
-        kit_version: env!("CARGO_PKG_VERSION").to_owned(),
-        checks,
-        cleanup: None,
-    };
     if args.list {
         let trials = Check::ALL
             .iter()
@@ -74,7 +68,7 @@ where
             .collect();
         return (
             libtest_mimic::run(&args, trials).exit_code(),
-            empty("", Vec::new()),
+            Report::new("", Vec::new()),
         );
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -86,7 +80,7 @@ where
             let message = format!("could not start a tokio runtime: {error}");
             eprintln!("shedlock-conformance: {message}");
             let line = CheckResult::new(SETUP_TRIAL, Status::Failed, Duration::ZERO, message);
-            return (ExitCode::FAILURE, empty("", vec![line]));
+            return (ExitCode::FAILURE, Report::new("", vec![line]));
         }
     };
     let harness = match runtime.block_on(make_harness()) {
@@ -107,7 +101,7 @@ where
             }));
             return (
                 libtest_mimic::run(&args, trials).exit_code(),
-                empty("", vec![line]),
+                Report::new("", vec![line]),
             );
         }
     };
@@ -161,7 +155,7 @@ where
     let cleanup = cleaned_up(&runtime, &*harness, run_names.prefix());
     let report = Report {
         cleanup: Some(cleanup),
-        ..empty(harness.name(), results.lock().unwrap().clone())
+        ..Report::new(harness.name(), results.lock().unwrap().clone())
     };
     let written = write_report(&report);
     let exit_code = if written.is_ok() && report.passed() {

@@ -102,10 +102,11 @@ where
         cleanup = cleaned_up(&runtime, &*harness, run_names.prefix());
     }
     let report = Report {
-        provider: format!("{}-faults", harness.name()),
-        kit_version: env!("CARGO_PKG_VERSION").to_owned(),
-        checks: results.lock().unwrap().clone(),
         cleanup: Some(cleanup),
+        ..Report::new(
+            &format!("{}-faults", harness.name()),
+            results.lock().unwrap().clone(),
+        )
     };
     if write_report(&report).is_ok() && report.passed() {
         conclusion.exit_code()
