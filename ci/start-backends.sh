@@ -10,27 +10,9 @@ mkdir -p "$STATE_DIR"
 log() { printf '[start-backends] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-apt_updated=no
-# apt_install PACKAGE...: installs what is missing; refreshes the package lists once if needed.
-apt_install() {
-  local missing=()
-  for package in "$@"; do
-    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  log "installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  if ! apt-get install -y -q "${missing[@]}" >"$STATE_DIR/apt.log" 2>&1; then
-    if [ "$apt_updated" = no ]; then
-      apt_updated=yes
-      apt-get update -q >>"$STATE_DIR/apt.log" 2>&1 || true
-      apt-get install -y -q "${missing[@]}" >>"$STATE_DIR/apt.log" 2>&1 \
-        || die "apt-get install ${missing[*]} failed; see $STATE_DIR/apt.log"
-    else
-      die "apt-get install ${missing[*]} failed; see $STATE_DIR/apt.log"
-    fi
-  fi
-}
+APT_LOG="$STATE_DIR/apt.log"
+# shellcheck source=ci/apt.sh
+source "$(dirname "$0")/apt.sh"
 
 # port_open PORT: whether something accepts TCP connections on 127.0.0.1:PORT.
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }

@@ -55,27 +55,9 @@ trap on_exit EXIT
 
 mkdir -p "$CLUSTERS_DIR"
 
-apt_updated=no
-# apt_install PACKAGE...: installs what is missing; refreshes the package lists once if needed.
-apt_install() {
-  local missing=() package
-  for package in "$@"; do
-    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  log "installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  if ! apt-get install -y -q "${missing[@]}" >"$CLUSTERS_DIR/apt.log" 2>&1; then
-    if [ "$apt_updated" = no ]; then
-      apt_updated=yes
-      apt-get update -q >>"$CLUSTERS_DIR/apt.log" 2>&1 || true
-      apt-get install -y -q "${missing[@]}" >>"$CLUSTERS_DIR/apt.log" 2>&1 \
-        || die "apt-get install ${missing[*]} failed; see $CLUSTERS_DIR/apt.log"
-    else
-      die "apt-get install ${missing[*]} failed; see $CLUSTERS_DIR/apt.log"
-    fi
-  fi
-}
+APT_LOG="$CLUSTERS_DIR/apt.log"
+# shellcheck source=ci/apt.sh
+source "$(dirname "$0")/apt.sh"
 
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
