@@ -12,6 +12,9 @@ ci/start-backends.sh
 # The clustered deployments of the failover tests: 3 etcd members, 3 ZooKeeper servers, and a
 # PostgreSQL primary streaming to a replica (Redis Cluster and Sentinel start above).
 ci/start-clusters.sh >/dev/null
+# A Docker engine (installed and started if none answers) and a local image of every server
+# backend, for the testcontainers run of the kit at the end: NAME=image lines.
+container_images=$(ci/build-images.sh)
 
 # Each run gets new, empty databases on PostgreSQL and MariaDB, so the path a new deployment
 # takes (no lock table yet, every node creating it at once, a first node ever) is tested on
@@ -132,13 +135,49 @@ step cargo test -p shedlock-postgres --no-default-features --test tls_disabled -
 step cargo test -p shedlock-redis --no-default-features --test tls --locked
 step cargo test -p shedlock-mysql --no-default-features --test tls_disabled --locked
 step cargo test -p shedlock-zookeeper --no-default-features --test tls --locked
+# The kit's launcher without the `testcontainers` feature (the workspace build turns it on):
+# the error that names the variable and the feature.
+step cargo test -p shedlock-conformance --lib --locked
 # The CLI with every backend: list and unlock against each server started above.
 step cargo test -p shedlock-cli --all-features --locked --no-fail-fast
 
-if compgen -G "$SHEDLOCK_CONFORMANCE_REPORT_DIR/*.md" >/dev/null; then
-  echo "== conformance reports =="
-  cat "$SHEDLOCK_CONFORMANCE_REPORT_DIR"/*.md
-fi
+# The conformance kit and the fault suite once more for every server backend, through the
+# kit's own launcher: with no URL set, it starts each backend in a container (the local images
+# above, through testcontainers, published on 127.0.0.1 only), restarts and pauses that
+# container itself for the fault suite, and removes it when the run ends.
+containers() {
+  local backend unset=()
+  for backend in POSTGRES MYSQL REDIS ETCD ZOOKEEPER MONGO; do
+    unset+=(-u "SHEDLOCK_TEST_${backend}_URL" -u "SHEDLOCK_TEST_${backend}_RESTART" -u "SHEDLOCK_TEST_${backend}_PAUSE")
+  done
+  # shellcheck disable=SC2086 # one NAME=image word per backend
+  env "${unset[@]}" $container_images \
+    SHEDLOCK_CONFORMANCE_REPORT_DIR="$SHEDLOCK_CONFORMANCE_REPORT_DIR/containers" \
+    SHEDLOCK_CONFORMANCE_DEEP=0 \
+    cargo test --locked --no-fail-fast --test conformance --test faults \
+      -p shedlock-postgres -p shedlock-mysql -p shedlock-redis -p shedlock-etcd \
+      -p shedlock-zookeeper -p shedlock-mongo
+}
+# Containers the kit started and did not remove: a run that was killed, or a launcher that
+# leaks. Before the run they are removed; after it, any is a failure.
+leftover_containers() { docker ps -aq --filter label=shedlock.conformance; }
+no_leftover_containers() {
+  local left
+  left=$(leftover_containers)
+  [ -z "$left" ] || { echo "containers the kit left behind: $left"; docker rm -f $left >/dev/null; return 1; }
+}
+stale=$(leftover_containers)
+[ -z "$stale" ] || docker rm -f $stale >/dev/null
+mkdir -p "$SHEDLOCK_CONFORMANCE_REPORT_DIR/containers"
+step containers
+step no_leftover_containers
+
+for reports in "$SHEDLOCK_CONFORMANCE_REPORT_DIR" "$SHEDLOCK_CONFORMANCE_REPORT_DIR/containers"; do
+  if compgen -G "$reports/*.md" >/dev/null; then
+    echo "== conformance reports ($reports) =="
+    cat "$reports"/*.md
+  fi
+done
 
 if [ ${#failed_steps[@]} -gt 0 ]; then
   echo "== FAILED: ${#failed_steps[@]} step(s) =="

@@ -2,13 +2,13 @@
 //! run time, with a report at the end.
 
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use shedlock_core::{LockProvider, SystemClock};
 
-use crate::checks::{COARSE_UNIT, Check};
+use crate::checks::{COARSE_UNIT, Check, DEEP_VARIABLE};
 use crate::failure::Verdict;
 use crate::harness::{ConformanceHarness, SetupError};
 use crate::names::NameSpace;
@@ -17,6 +17,19 @@ use crate::timing::Timing;
 
 /// The test that carries a harness setup failure, so the cause is reported once.
 const SETUP_TRIAL: &str = "harness_setup";
+
+/// Held shared by every check, and exclusively by deep mode's scale check, which runs alone.
+/// That check keeps a stream of writes going for up to minutes (10,000 names, 16 calls at a
+/// time). On a backend that serialises writes behind a lock that is not fair (SQLite's busy
+/// wait), the stream can starve another check's acquire past its operation timeout, and that
+/// check would fail for a load the kit made (seen in CI: an SQLite acquire "got no answer
+/// within 5s" while the deep check ran beside it).
+static TURNS: RwLock<()> = RwLock::new(());
+
+/// Whether `check` takes [`TURNS`] exclusively.
+fn runs_alone(check: Check) -> bool {
+    check == Check::LongDurationsAndCounts && std::env::var(DEEP_VARIABLE).as_deref() == Ok("1")
+}
 
 /// Runs the whole kit as a test binary: the body of `fn main` in a provider's
 /// `tests/conformance.rs` (a `[[test]]` target with `harness = false`).
@@ -90,6 +103,7 @@ where
                 "the conformance harness could not be set up, so no check can run: {error}"
             );
             eprintln!("shedlock-conformance: {message}");
+            runtime.block_on(crate::backends::stop_containers());
             let line = CheckResult::new(SETUP_TRIAL, Status::Failed, Duration::ZERO, &message);
             let mut trials = vec![Trial::test(SETUP_TRIAL, move || Err(Failed::from(message)))];
             trials.extend(Check::ALL.iter().map(|check| {
@@ -129,6 +143,10 @@ where
             let names = check.names_in(&run_names);
             let results = results.clone();
             Trial::ignorable_test(check.name(), move || {
+                let alone = runs_alone(check);
+                let _shared =
+                    (!alone).then(|| TURNS.read().unwrap_or_else(PoisonError::into_inner));
+                let _alone = alone.then(|| TURNS.write().unwrap_or_else(PoisonError::into_inner));
                 let started = Instant::now();
                 let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     runtime.block_on(check.run(&*harness, &names))
@@ -153,6 +171,7 @@ where
         .collect();
     let conclusion = libtest_mimic::run(&args, trials);
     let cleanup = cleaned_up(&runtime, &*harness, run_names.prefix());
+    runtime.block_on(crate::backends::stop_containers());
     let report = Report {
         cleanup: Some(cleanup),
         ..Report::new(harness.name(), results.lock().unwrap().clone())

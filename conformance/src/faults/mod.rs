@@ -48,7 +48,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::backends::Backend;
+use crate::backends::{Backend, container};
 use crate::harness::{ConformanceHarness, SetupError, Support};
 
 pub use checks::{
@@ -141,10 +141,19 @@ pub fn restart_variable(backend: Backend) -> String {
     format!("SHEDLOCK_TEST_{}_RESTART", backend.name().to_uppercase())
 }
 
-/// Runs the command in [`restart_variable`]`(backend)` with `sh -c`, for a harness's
-/// [`FaultHarness::restart_backend`]: not applicable when the variable is unset, an error when
-/// the command fails or takes more than `limit`.
+/// Restarts `backend`'s server for a harness's [`FaultHarness::restart_backend`]: with the
+/// command in [`restart_variable`]`(backend)` (`sh -c`), else, when the kit started the backend
+/// in a container, by stopping and starting that container. Not applicable when neither is
+/// there; an error when the restart fails or takes more than `limit`.
 pub async fn restart_command(backend: Backend, limit: Duration) -> Result<Support<()>, SetupError> {
+    if !command_is_set(&restart_variable(backend)) && container::started(backend).await {
+        return container_step(
+            "restarting the container",
+            limit,
+            container::restart(backend),
+        )
+        .await;
+    }
     command_from_env(
         &restart_variable(backend),
         &[],
@@ -157,6 +166,25 @@ pub async fn restart_command(backend: Backend, limit: Duration) -> Result<Suppor
     .await
 }
 
+fn command_is_set(variable: &str) -> bool {
+    std::env::var(variable).is_ok_and(|command| !command.trim().is_empty())
+}
+
+/// Runs one step on the container the kit started, within `limit`.
+async fn container_step(
+    what: &str,
+    limit: Duration,
+    step: impl std::future::Future<Output = Result<(), String>>,
+) -> Result<Support<()>, SetupError> {
+    match tokio::time::timeout(limit, step).await {
+        Err(_) => Err(SetupError::new(format!(
+            "{what} did not finish within {limit:?}"
+        ))),
+        Ok(Err(error)) => Err(SetupError::new(format!("{what} failed: {error}"))),
+        Ok(Ok(())) => Ok(Support::Supported(())),
+    }
+}
+
 /// The environment variable holding a shell command that pauses and resumes `backend`'s
 /// server: `SHEDLOCK_TEST_<BACKEND>_PAUSE`. `<command> stop SECONDS` pauses it, to resume by
 /// itself after SECONDS at the latest; `<command> cont` resumes it (`ci/pause-backend.sh`).
@@ -164,9 +192,19 @@ pub fn pause_variable(backend: Backend) -> String {
     format!("SHEDLOCK_TEST_{}_PAUSE", backend.name().to_uppercase())
 }
 
-/// Runs `<command> stop SECONDS` from [`pause_variable`]`(backend)`, for a harness's
-/// [`FaultHarness::pause_backend`]: not applicable when the variable is unset.
+/// Pauses `backend`'s server for a harness's [`FaultHarness::pause_backend`]: with
+/// `<command> stop SECONDS` from [`pause_variable`]`(backend)`, else, when the kit started the
+/// backend in a container, with `docker pause` (resumed by itself after `limit`). Not applicable
+/// when neither is there.
 pub async fn pause_command(backend: Backend, limit: Duration) -> Result<Support<()>, SetupError> {
+    if !command_is_set(&pause_variable(backend)) && container::started(backend).await {
+        return container_step(
+            "pausing the container",
+            Duration::from_secs(30),
+            container::pause(backend, limit),
+        )
+        .await;
+    }
     let seconds = limit.as_secs().max(1).to_string();
     command_from_env(
         &pause_variable(backend),
@@ -177,17 +215,26 @@ pub async fn pause_command(backend: Backend, limit: Duration) -> Result<Support<
     .await
 }
 
-/// Runs `<command> cont` from [`pause_variable`]`(backend)`, for a harness's
-/// [`FaultHarness::resume_backend`].
+/// Resumes what [`pause_command`] paused: `<command> cont`, or `docker unpause`.
 pub async fn resume_command(backend: Backend) -> Result<(), SetupError> {
-    match command_from_env(
-        &pause_variable(backend),
-        &["cont"],
-        &pause_purpose(backend),
-        Duration::from_secs(30),
-    )
-    .await?
+    let resumed = if !command_is_set(&pause_variable(backend)) && container::started(backend).await
     {
+        container_step(
+            "resuming the container",
+            Duration::from_secs(30),
+            container::resume(backend),
+        )
+        .await?
+    } else {
+        command_from_env(
+            &pause_variable(backend),
+            &["cont"],
+            &pause_purpose(backend),
+            Duration::from_secs(30),
+        )
+        .await?
+    };
+    match resumed {
         Support::Supported(()) => Ok(()),
         Support::NotApplicable(reason) => Err(SetupError::new(reason)),
     }

@@ -66,6 +66,7 @@ where
                 "the fault suite's harness could not be set up, so no check can run: {error}"
             );
             eprintln!("shedlock-conformance: {message}");
+            runtime.block_on(crate::backends::stop_containers());
             let trials = FaultCheck::ALL
                 .iter()
                 .map(|check| {
@@ -101,6 +102,7 @@ where
         std::thread::sleep(std::time::Duration::from_secs(1));
         cleanup = cleaned_up(&runtime, &*harness, run_names.prefix());
     }
+    runtime.block_on(crate::backends::stop_containers());
     let report = Report {
         cleanup: Some(cleanup),
         ..Report::new(
