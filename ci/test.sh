@@ -113,14 +113,16 @@ mkdir -p "$SHEDLOCK_CONFORMANCE_REPORT_DIR"
 STEP_LOG_DIR=$PWD/target/test-steps
 rm -rf "$STEP_LOG_DIR" && mkdir -p "$STEP_LOG_DIR"
 failed_steps=()
+step_times=()
 step_number=0
 step() {
   step_number=$((step_number + 1))
-  local log="$STEP_LOG_DIR/$step_number.log"
+  local log="$STEP_LOG_DIR/$step_number.log" started=$SECONDS
   echo "== $*"
   if ! "$@" 2>&1 | tee "$log"; then
     failed_steps+=("$*|$log")
   fi
+  step_times+=("$((SECONDS - started)) s  $*")
 }
 
 step cargo test --workspace --all-targets --locked --no-fail-fast
@@ -144,7 +146,8 @@ step cargo test -p shedlock-cli --all-features --locked --no-fail-fast
 # The conformance kit and the fault suite once more for every server backend, through the
 # kit's own launcher: with no URL set, it starts each backend in a container (the local images
 # above, through testcontainers, published on 127.0.0.1 only), restarts and pauses that
-# container itself for the fault suite, and removes it when the run ends.
+# container itself for the fault suite, and removes it when the run ends. Normal mode and a
+# 15 s soak (the URL-based run above goes deep and soaks 30 s): what is new here is the launcher.
 containers() {
   local backend unset=()
   for backend in POSTGRES MYSQL REDIS ETCD ZOOKEEPER MONGO; do
@@ -153,7 +156,7 @@ containers() {
   # shellcheck disable=SC2086 # one NAME=image word per backend
   env "${unset[@]}" $container_images \
     SHEDLOCK_CONFORMANCE_REPORT_DIR="$SHEDLOCK_CONFORMANCE_REPORT_DIR/containers" \
-    SHEDLOCK_CONFORMANCE_DEEP=0 \
+    SHEDLOCK_CONFORMANCE_DEEP=0 SHEDLOCK_SOAK_SECONDS=15 \
     cargo test --locked --no-fail-fast --test conformance --test faults \
       -p shedlock-postgres -p shedlock-mysql -p shedlock-redis -p shedlock-etcd \
       -p shedlock-zookeeper -p shedlock-mongo
@@ -178,6 +181,9 @@ for reports in "$SHEDLOCK_CONFORMANCE_REPORT_DIR" "$SHEDLOCK_CONFORMANCE_REPORT_
     cat "$reports"/*.md
   fi
 done
+
+echo "== time per step (this script: $SECONDS s in all) =="
+printf '%s\n' "${step_times[@]}"
 
 if [ ${#failed_steps[@]} -gt 0 ]; then
   echo "== FAILED: ${#failed_steps[@]} step(s) =="
