@@ -10,6 +10,8 @@
 
 use std::fmt;
 
+use crate::trace::locked;
+
 /// No way to reach a backend was configured, or the container could not start.
 #[derive(Debug)]
 pub struct LaunchError {
@@ -128,7 +130,7 @@ impl Backend {
             }
             container::start(self).await?
         };
-        CHOSEN.lock().unwrap().push((self.env_var(), url.clone()));
+        locked(&CHOSEN).push((self.env_var(), url.clone()));
         Ok(url)
     }
 }
@@ -150,7 +152,7 @@ static CHOSEN: std::sync::Mutex<Vec<(&'static str, String)>> = std::sync::Mutex:
 
 /// The variables and URLs of [`CHOSEN`].
 pub(crate) fn chosen_urls() -> Vec<(&'static str, String)> {
-    CHOSEN.lock().unwrap().clone()
+    locked(&CHOSEN).clone()
 }
 
 /// PostgreSQL: `SHEDLOCK_TEST_POSTGRES_URL`, else a `postgres` container.

@@ -14,6 +14,7 @@ use crate::harness::{ConformanceHarness, SetupError};
 use crate::names::NameSpace;
 use crate::report::{CheckResult, REPORT_DIR_VARIABLE, Report, Status};
 use crate::timing::Timing;
+use crate::trace::locked;
 
 /// The test that carries a harness setup failure, so the cause is reported once.
 const SETUP_TRIAL: &str = "harness_setup";
@@ -164,7 +165,7 @@ where
                         (Err(Failed::from(message)), line)
                     }
                 };
-                results.lock().unwrap().push(line);
+                locked(&results).push(line);
                 result
             })
         })
@@ -174,7 +175,7 @@ where
     runtime.block_on(crate::backends::stop_containers());
     let report = Report {
         cleanup: Some(cleanup),
-        ..Report::new(harness.name(), results.lock().unwrap().clone())
+        ..Report::new(harness.name(), locked(&results).clone())
     };
     let written = write_report(&report);
     let exit_code = if written.is_ok() && report.passed() {

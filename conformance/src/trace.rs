@@ -1,6 +1,6 @@
 //! Runs each lock operation for a check, times it, and records it on the check's timeline.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use shedlock_core::{
@@ -20,6 +20,14 @@ const LISTING_LIMIT: usize = 1_000;
 
 /// How long the kit waits for any single operation before calling it hung.
 pub(crate) const OPERATION_LIMIT: Duration = Duration::from_secs(15);
+
+/// `mutex`, locked, whether or not a panic poisoned it. The kit's mutexes hold what a run
+/// saw (events, tokens, attempts, results), each changed by one push or assignment; when a
+/// provider panics in a check, the run must still report what it saw and the panic, not fail
+/// every later step on the poison flag.
+pub(crate) fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// A value with the interval in which the backend produced it.
 #[derive(Debug)]
@@ -110,7 +118,7 @@ impl Trace {
 
     /// The longest any recorded request of this check took to answer so far.
     pub fn slowest(&self) -> Duration {
-        *self.slowest.lock().unwrap()
+        *locked(&self.slowest)
     }
 
     /// `instant` as an offset from the check's start.
@@ -132,7 +140,7 @@ impl Trace {
         outcome: String,
     ) {
         {
-            let mut slowest = self.slowest.lock().unwrap();
+            let mut slowest = locked(&self.slowest);
             *slowest = (*slowest).max(answered.saturating_duration_since(sent));
         }
         let event = Event {
@@ -142,7 +150,7 @@ impl Trace {
             action,
             outcome,
         };
-        self.events.lock().unwrap().push(event);
+        locked(&self.events).push(event);
     }
 
     /// A note on the timeline (what the kit is doing, or why it retries).
@@ -157,7 +165,7 @@ impl Trace {
             check: self.check,
             rule,
             observed: observed.into(),
-            timeline: self.events.lock().unwrap().clone(),
+            timeline: locked(&self.events).clone(),
         }
     }
 

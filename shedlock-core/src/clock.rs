@@ -103,6 +103,14 @@ pub struct ManualClock {
 }
 
 impl ManualClock {
+    /// The time, locked. A panic under it (an `advance` past the latest time a `SystemTime`
+    /// holds) leaves the time as it was, so the poison flag is ignored and later calls work.
+    fn time(&self) -> std::sync::MutexGuard<'_, SystemTime> {
+        self.now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Starts at `start`.
     pub fn new(start: SystemTime) -> Self {
         Self {
@@ -112,18 +120,18 @@ impl ManualClock {
 
     /// Moves every clone of this clock forward by `by`.
     pub fn advance(&self, by: Duration) {
-        *self.now.lock().unwrap() += by;
+        *self.time() += by;
     }
 
     /// Sets every clone of this clock to `to`, which may be in the past.
     pub fn set(&self, to: SystemTime) {
-        *self.now.lock().unwrap() = to;
+        *self.time() = to;
     }
 }
 
 impl Clock for ManualClock {
     fn now(&self) -> SystemTime {
-        *self.now.lock().unwrap()
+        *self.time()
     }
 }
 
@@ -161,6 +169,21 @@ mod tests {
         assert_eq!(clone.now(), start + Duration::from_secs(5));
         clone.set(start - Duration::from_secs(1));
         assert_eq!(clock.now(), start - Duration::from_secs(1));
+    }
+
+    #[test]
+    fn manual_clock_works_after_an_advance_that_panicked() {
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+        let clock = ManualClock::new(start);
+        let overflowing = clock.clone();
+        let panicked = std::thread::spawn(move || overflowing.advance(Duration::MAX)).join();
+        assert!(
+            panicked.is_err(),
+            "an advance past SystemTime's range panics"
+        );
+        assert_eq!(clock.now(), start, "the panicked advance changed nothing");
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(clock.now(), start + Duration::from_secs(1));
     }
 
     #[test]

@@ -439,7 +439,7 @@ impl StorageBasedLockProvider {
 
     /// Forgets which names are known to exist, as a restarted node would.
     pub fn clear_name_cache(&self) {
-        self.known_names.lock().unwrap().clear();
+        self.known_names().clear();
     }
 
     /// The storage underneath.
@@ -447,16 +447,28 @@ impl StorageBasedLockProvider {
         &self.storage
     }
 
+    /// The names known to exist, locked. A panic while another call held them would leave
+    /// the mutex poisoned and, with `unwrap`, fail every later acquisition of this node; the
+    /// cache only saves a round trip, so after a panic it starts over empty instead.
+    fn known_names(&self) -> std::sync::MutexGuard<'_, NameCache> {
+        self.known_names.lock().unwrap_or_else(|poisoned| {
+            let mut names = poisoned.into_inner();
+            names.clear();
+            self.known_names.clear_poison();
+            names
+        })
+    }
+
     fn is_known(&self, name: &str) -> bool {
-        self.known_names.lock().unwrap().contains(name)
+        self.known_names().contains(name)
     }
 
     fn remember(&self, name: &str) {
-        self.known_names.lock().unwrap().insert(name);
+        self.known_names().insert(name);
     }
 
     fn forget(&self, name: &str) {
-        self.known_names.lock().unwrap().remove(name);
+        self.known_names().remove(name);
     }
 
     /// Writes `record` as the holder: an insert for a name not known to exist, else the
@@ -748,6 +760,35 @@ mod tests {
             self.see("unlock", now);
             Ok(true)
         }
+    }
+
+    /// A panic while the name cache was locked poisons its mutex; the node goes on acquiring
+    /// (with the cache emptied, so the next acquisition of a name inserts first).
+    #[tokio::test]
+    async fn a_panic_under_the_name_cache_does_not_stop_the_node() {
+        let storage = TimeRecorder::new(TimeSource::Server);
+        let provider = Arc::new(StorageBasedLockProvider::from_arc(storage.clone()));
+        let config =
+            LockConfiguration::new("job", Duration::from_secs(60), Duration::ZERO).unwrap();
+        provider.try_lock(&config).await.unwrap();
+        assert!(provider.is_known("job"));
+        let poisoner = provider.clone();
+        let panicked = std::thread::spawn(move || {
+            let _names = poisoner.known_names.lock().unwrap();
+            panic!("a panic while the name cache is locked");
+        })
+        .join();
+        assert!(panicked.is_err());
+
+        let acquisition = provider.try_lock(&config).await.unwrap();
+        assert!(acquisition.is_acquired());
+        let calls: Vec<_> = storage.seen().into_iter().map(|(call, _)| call).collect();
+        assert_eq!(
+            calls,
+            ["insert", "insert"],
+            "the emptied cache inserts again"
+        );
+        assert!(!provider.known_names.is_poisoned());
     }
 
     /// Acquires, extends and releases one lock on `storage`, the node clock stepping 1 s

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::failure::{CheckFailure, Rule, Verdict};
 use crate::harness::ConformanceHarness;
 use crate::names::NameSpace;
-use crate::trace::{OPERATION_LIMIT, Trace, config, describe_acquisition};
+use crate::trace::{OPERATION_LIMIT, Trace, config, describe_acquisition, locked};
 
 use super::{node, timing_of};
 
@@ -149,7 +149,8 @@ async fn hammer<N: LockProvider + 'static>(
                             ));
                         }
                         section.entries.fetch_add(1, Ordering::SeqCst);
-                        section.tokens.lock().unwrap().push(handle.fencing_token());
+                        let token = handle.fencing_token();
+                        locked(&section.tokens).push(token);
                         let seen = section.counter.load(Ordering::SeqCst);
                         // Holds of two lengths: a millisecond lets racers pile up behind the
                         // holder; a bare yield lets a whole acquire-release cycle fit inside
@@ -386,7 +387,7 @@ pub async fn check_mutual_exclusion<H: ConformanceHarness>(
             ));
         }
         if capabilities.fencing {
-            let tokens = section.tokens.lock().unwrap().clone();
+            let tokens = locked(&section.tokens).clone();
             increasing_in_entry_order(&trace, name, &tokens, None)?;
         }
         notes.push(format!(
@@ -483,7 +484,7 @@ pub async fn check_fencing_tokens_increase<H: ConformanceHarness>(
         timing.units(100),
     )
     .await?;
-    let tokens = hammered.sections[0].tokens.lock().unwrap().clone();
+    let tokens = locked(&hammered.sections[0].tokens).clone();
     let previous = increasing_in_entry_order(&trace, &name, &tokens, last)?;
     let cycled = tight_cycles(&trace, &cyclists, &name, 60).await?;
     let previous = increasing_in_entry_order(&trace, &name, &cycled, previous)?;
@@ -516,7 +517,8 @@ async fn tight_cycles<N: LockProvider + 'static>(
             for _ in 0..attempts {
                 let acquired = trace.acquire_unrecorded("cyclist", &**node, &lock).await?;
                 if let Acquisition::Acquired(handle) = acquired.value {
-                    tokens.lock().unwrap().push(handle.fencing_token());
+                    let token = handle.fencing_token();
+                    locked(&tokens).push(token);
                     if !matches!(handle.unlock().await, Ok(true)) {
                         return Err(trace.failure(
                             Rule::RELEASE_RESULT,

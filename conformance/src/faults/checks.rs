@@ -19,7 +19,7 @@ use crate::failure::{CheckFailure, Rule, Verdict};
 use crate::harness::Support;
 use crate::names::NameSpace;
 use crate::timing::Timing;
-use crate::trace::{OPERATION_LIMIT, Trace, config, describe_acquisition};
+use crate::trace::{OPERATION_LIMIT, Trace, config, describe_acquisition, locked};
 
 /// How long after the backend comes back every node must answer ordinary outcomes again.
 pub const RECONNECT_LIMIT: Duration = Duration::from_secs(30);
@@ -653,7 +653,7 @@ fn keep_asking<N: LockProvider + 'static>(
                 Ok(Ok(Acquisition::NotAcquired(_))) => Some(Ok(false)),
                 Ok(Err(error)) => Some(Err(error.to_string())),
             };
-            attempts.lock().unwrap().push(Attempt {
+            locked(&attempts).push(Attempt {
                 node: label,
                 lock: lock.name().to_owned(),
                 sent,
@@ -768,7 +768,7 @@ pub async fn check_backend_restart<H: FaultHarness>(
     let deadline = restarted + RECONNECT_LIMIT;
     loop {
         let recovered = {
-            let attempts = attempts.lock().unwrap();
+            let attempts = locked(&attempts);
             ["B", "C", "D"].iter().all(|label| {
                 attempts.iter().any(|attempt| {
                     attempt.node == *label
@@ -783,7 +783,7 @@ pub async fn check_backend_restart<H: FaultHarness>(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let held_by_askers = stop_asking(&stop, askers).await;
-    let attempts = std::mem::take(&mut *attempts.lock().unwrap());
+    let attempts = std::mem::take(&mut *locked(&attempts));
     record_attempts(&trace, &attempts);
     // Released after every attempt is on the timeline, so it reads in order.
     release_held(&trace, held_by_askers).await;
@@ -1449,7 +1449,7 @@ pub async fn check_backend_paused<H: FaultHarness>(
                 Some(lost) => lost.cancelled().await,
                 None => tokio::time::sleep_until(end).await,
             }
-            *task_stopped.lock().unwrap() = Some(Instant::now());
+            *locked(&task_stopped) = Some(Instant::now());
         };
         if keep_alive {
             executor
@@ -1544,10 +1544,10 @@ pub async fn check_backend_paused<H: FaultHarness>(
     }
     let held_by_b = stop_asking(&stop, askers).await;
     let ran = tokio::time::timeout(OPERATION_LIMIT * 2, running).await;
-    let attempts = std::mem::take(&mut *attempts.lock().unwrap());
+    let attempts = std::mem::take(&mut *locked(&attempts));
     record_attempts(&trace, &attempts);
     release_held(&trace, held_by_b).await;
-    let a_stopped = *stopped.lock().unwrap();
+    let a_stopped = *locked(&stopped);
     if let Some(stopped) = a_stopped {
         trace.record(
             "A",

@@ -14,6 +14,7 @@ use crate::harness::SetupError;
 use crate::names::NameSpace;
 use crate::report::{Report, Status};
 use crate::runner::{cleaned_up, judged, write_report};
+use crate::trace::locked;
 
 /// Runs the fault suite as a test binary: the body of `fn main` in a provider's
 /// `tests/faults.rs` (a `[[test]]` target with `harness = false`).
@@ -90,7 +91,7 @@ where
                 let started = Instant::now();
                 let outcome = runtime.block_on(check.run(&*harness, &names));
                 let (result, line) = judged(check.name(), outcome, started.elapsed());
-                results.lock().unwrap().push(line);
+                locked(&results).push(line);
                 result
             })
         })
@@ -107,7 +108,7 @@ where
         cleanup: Some(cleanup),
         ..Report::new(
             &format!("{}-faults", harness.name()),
-            results.lock().unwrap().clone(),
+            locked(&results).clone(),
         )
     };
     if write_report(&report).is_ok() && report.passed() {

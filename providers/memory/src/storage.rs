@@ -1,7 +1,7 @@
 //! The records, kept in a map behind one mutex: each statement is atomic by construction.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -38,6 +38,14 @@ pub struct MemoryLockStore {
 }
 
 impl MemoryLockStore {
+    /// The records, locked. A panic while another call held them (a caller's task aborted
+    /// mid-call, a bug) does not lock every later call out: each change under this guard is
+    /// one assignment made after every check, so no record is ever left half-written, and the
+    /// mutex's poison flag is ignored.
+    fn records(&self) -> MutexGuard<'_, Records> {
+        self.records.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// A new empty store whose expiry decisions read `clock` (a [`shedlock_core::ManualClock`]
     /// gives tests exact control of time).
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
@@ -49,14 +57,14 @@ impl MemoryLockStore {
 
     /// The holder and expiry of `name`, as a skipped run reports it; `None` if never locked.
     pub fn holder(&self, name: &str) -> Option<LockHolder> {
-        let records = self.records.lock().unwrap();
+        let records = self.records();
         records.by_name.get(name).map(describe)
     }
 
     /// Deletes the record of `name`, as an operator freeing a stuck lock by hand would; returns
     /// whether there was one. Fencing tokens keep increasing: they come from a store-wide counter.
     pub fn remove_record(&self, name: &str) -> bool {
-        self.records.lock().unwrap().by_name.remove(name).is_some()
+        self.records().by_name.remove(name).is_some()
     }
 
     /// Creates or overwrites the record for `name` as another program would have left it
@@ -68,7 +76,7 @@ impl MemoryLockStore {
         locked_at: SystemTime,
         locked_by: &str,
     ) {
-        let mut records = self.records.lock().unwrap();
+        let mut records = self.records();
         records.by_name.insert(
             name.to_owned(),
             Record {
@@ -207,7 +215,7 @@ impl LockStorage for MemoryLockStore {
             Operation::Acquire,
             record.name,
         )?;
-        let mut records = self.records.lock().unwrap();
+        let mut records = self.records();
         if let Some(existing) = records.by_name.get(record.name) {
             return Ok(RecordOutcome::NotAcquired(Some(describe(existing))));
         }
@@ -228,7 +236,7 @@ impl LockStorage for MemoryLockStore {
             Operation::Acquire,
             record.name,
         )?;
-        let mut records = self.records.lock().unwrap();
+        let mut records = self.records();
         let Records {
             by_name,
             last_fencing_token,
@@ -254,7 +262,7 @@ impl LockStorage for MemoryLockStore {
     ) -> Result<bool, LockError> {
         let now = self.clock.now();
         let until = deadline(now, lock_at_most_for, Operation::Extend, &held.name)?;
-        let mut records = self.records.lock().unwrap();
+        let mut records = self.records();
         match records.by_name.get_mut(&held.name) {
             Some(record) if record.locked_by == held.locked_by && record.lock_until > now => {
                 record.lock_until = until;
@@ -266,7 +274,7 @@ impl LockStorage for MemoryLockStore {
 
     async fn unlock(&self, held: &HeldRecord, _server_time: NodeTime) -> Result<bool, LockError> {
         let now = self.clock.now();
-        let mut records = self.records.lock().unwrap();
+        let mut records = self.records();
         match records.by_name.get_mut(&held.name) {
             Some(record) if record.locked_by == held.locked_by && record.lock_until > now => {
                 // lock_at_least_for is at most the lock_at_most_for this acquisition was
@@ -304,7 +312,7 @@ impl LockAdmin for MemoryLockStore {
     /// Pages in name order; the cursor is the last name of the previous page.
     async fn list_locks(&self, request: &PageRequest) -> Result<LockPage, LockError> {
         let now = self.clock.now();
-        let records = self.records.lock().unwrap();
+        let records = self.records();
         let after = request.after.as_ref().map(PageCursor::as_str);
         let mut names: Vec<&String> = records
             .by_name
@@ -328,7 +336,7 @@ impl LockAdmin for MemoryLockStore {
 
     async fn inspect_lock(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         let now = self.clock.now();
-        let records = self.records.lock().unwrap();
+        let records = self.records();
         Ok(records
             .by_name
             .get(name)
@@ -355,7 +363,7 @@ impl LockAdmin for MemoryLockStore {
             ));
         }
         let now = self.clock.now();
-        let mut records = self.records.lock().unwrap();
+        let mut records = self.records();
         match records.by_name.get_mut(name) {
             Some(record) if record.lock_until > now && record.acquisition() == *acquisition => {
                 record.lock_until = now;
@@ -363,5 +371,49 @@ impl LockAdmin for MemoryLockStore {
             }
             _ => Ok(false),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shedlock_core::{LockConfiguration, LockProvider, SystemClock};
+
+    /// One panic under the store's mutex used to poison it, and every later call on every
+    /// node then panicked in turn.
+    #[tokio::test]
+    async fn a_panic_under_the_mutex_does_not_lock_out_later_calls() {
+        let store = MemoryLockStore::with_clock(Arc::new(SystemClock));
+        let poisoner = store.clone();
+        let panicked = std::thread::spawn(move || {
+            let _records = poisoner.records.lock().unwrap();
+            panic!("a panic while the records are locked");
+        })
+        .join();
+        assert!(panicked.is_err());
+        assert!(store.records.is_poisoned());
+
+        let configuration =
+            LockConfiguration::new("after-panic", Duration::from_secs(60), Duration::ZERO).unwrap();
+        let node = store.node_with("after-panic-node", Arc::new(SystemClock));
+        let acquisition = node.try_lock(&configuration).await.unwrap();
+        assert!(
+            acquisition.is_acquired(),
+            "a free name must be taken after the panic"
+        );
+        let holder = store
+            .holder("after-panic")
+            .and_then(|holder| holder.locked_by);
+        assert!(
+            holder
+                .as_deref()
+                .is_some_and(|holder| holder.starts_with("after-panic-node")),
+            "held by {holder:?}"
+        );
+        let again = store.node().try_lock(&configuration).await.unwrap();
+        assert!(
+            !again.is_acquired(),
+            "the lock taken after the panic must be held"
+        );
     }
 }

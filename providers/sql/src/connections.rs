@@ -9,7 +9,7 @@
 //! fails (the operation fails closed) and takes the connection out of use, so the next
 //! statement connects afresh.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
@@ -93,9 +93,16 @@ impl<B: SqlBackend> OwnConnections<B> {
             .unwrap_or(Err(sqlx::Error::PoolTimedOut))
     }
 
+    /// The idle connections, locked. Nothing under this lock can leave the list half-changed
+    /// (a push, a pop, a retain on age), so a panic elsewhere while it was held does not lock
+    /// every later statement out: the mutex's poison flag is ignored.
+    fn idle(&self) -> MutexGuard<'_, Vec<(ConnectionOf<B>, Instant)>> {
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Keeps a connection opened by [`open`](Self::open) for the statements.
     pub(crate) fn adopt(&self, connection: ConnectionOf<B>) {
-        self.idle.lock().unwrap().push((connection, Instant::now()));
+        self.idle().push((connection, Instant::now()));
     }
 
     async fn checkout(&self) -> Result<Lease<'_, B>, sqlx::Error> {
@@ -104,7 +111,7 @@ impl<B: SqlBackend> OwnConnections<B> {
             .map_err(|_| sqlx::Error::PoolTimedOut)?
             .map_err(|_| sqlx::Error::PoolClosed)?;
         let reusable = {
-            let mut idle = self.idle.lock().unwrap();
+            let mut idle = self.idle();
             idle.retain(|(_, since)| since.elapsed() < IDLE_LIMIT);
             idle.pop().map(|(connection, _)| connection)
         };
@@ -174,7 +181,7 @@ impl<B: SqlBackend> Checkout<'_, B> {
                 lease.owner.adopt(connection);
             }
         } else {
-            lease.owner.idle.lock().unwrap().clear();
+            lease.owner.idle().clear();
         }
     }
 }
