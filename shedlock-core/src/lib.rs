@@ -37,12 +37,12 @@ mod log_fields;
 mod provider;
 mod storage;
 
-/// The attribute a [`LockStorage`] or [`LockProvider`] implementation puts on its `impl`
-/// block, re-exported so a provider crate needs no dependency of its own for it.
 pub use admin::{
     AcquisitionId, DEFAULT_PAGE_SIZE, LockAdmin, LockInfo, LockPage, LockState, PageCursor,
     PageRequest, list_all_locks,
 };
+/// The attribute a [`LockStorage`] or [`LockProvider`] implementation puts on its `impl`
+/// block, re-exported so a provider crate needs no dependency of its own for it.
 pub use async_trait::async_trait;
 pub use clock::{Clock, ManualClock, MonotonicClock, SkewedClock, SystemClock};
 pub use configuration::{ConfigurationError, LockConfiguration};
