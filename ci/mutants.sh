@@ -8,9 +8,9 @@
 #   ci/mutants.sh --all     every mutant (shedlock-core: about 10 minutes on 2 cores; the SQL
 #                           code and the model take hours, their tests run a kit each time)
 #
-# Each area runs the tests that can notice its mutants: shedlock-core's own (on the in-memory
-# provider), the SQLite and PostgreSQL providers' for the shared SQL code, and the kit's defect
-# suite for its model. A mutant that no test notices fails the run.
+# Each area runs the tests that can notice its mutants: shedlock-configuration's own,
+# shedlock-core's own (on the in-memory provider), the SQLite and PostgreSQL providers' for the
+# shared SQL code, and the kit's defect suite for its model. A mutant that no test notices fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,6 +33,7 @@ mkdir -p "$OUT"
 # and PostgreSQL: its non-UTC runs add nothing the shared code decides; and PostgreSQL's wire
 # round-trip counts, which notice a connection that is not reused; and their admin tests)
 areas=(
+  "shedlock-configuration/src|shedlock-configuration|shedlock-configuration|"
   "shedlock-core/src|shedlock-core|shedlock-core|"
   "providers/sql/src|shedlock-sql|shedlock-sql shedlock-sqlite shedlock-postgres|--lib --test sqlite_provider --test conformance --test conformance_client_time --test round_trips --test admin"
   "conformance/src/checks/model.rs|shedlock-conformance|shedlock-conformance|"

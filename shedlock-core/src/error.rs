@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::configuration::ConfigurationError;
+use shedlock_configuration::ConfigurationError;
+use shedlock_configuration::ShownName;
 
 /// A boxed error from a backend client, kept as the `source` of a [`LockError`].
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
@@ -150,31 +151,6 @@ impl fmt::Display for Attempt<'_> {
         match self {
             Attempt(operation, "") => write!(f, "{operation}"),
             Attempt(operation, name) => write!(f, "{operation} of lock {}", ShownName(name)),
-        }
-    }
-}
-
-/// The most characters of a lock name a message quotes whole. A longer name (a 1 MiB name a
-/// provider refused, say) is shown by its first [`SHOWN_NAME_HEAD`] characters and its
-/// length, so the message stays a line a person reads; the error's `name` field keeps it all.
-const SHOWN_NAME_CHARS: usize = 200;
-
-/// How many characters of a longer name a message shows.
-const SHOWN_NAME_HEAD: usize = 64;
-
-/// A lock name as messages quote it: `"report"`, or for a name longer than
-/// [`SHOWN_NAME_CHARS`] characters `"xxxx"... (1048576 characters)`.
-pub(crate) struct ShownName<'a>(pub(crate) &'a str);
-
-impl fmt::Display for ShownName<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ShownName(name) = *self;
-        match name.char_indices().nth(SHOWN_NAME_CHARS) {
-            None => write!(f, "{name:?}"),
-            Some(_) => {
-                let head: String = name.chars().take(SHOWN_NAME_HEAD).collect();
-                write!(f, "{head:?}... ({} characters)", name.chars().count())
-            }
         }
     }
 }
@@ -360,14 +336,15 @@ mod tests {
 
     #[test]
     fn a_long_name_is_quoted_by_its_head_and_length() {
-        let longest = "é".repeat(SHOWN_NAME_CHARS);
+        // Quoted whole up to 200 characters; past that, the first 64 and the length.
+        let longest = "é".repeat(200);
         let error = LockError::invalid_name("etcd", &longest, "a rule");
         assert_eq!(
             error.to_string(),
             format!("lock name {longest:?} is not accepted by the etcd provider: a rule")
         );
         let longer = format!("{longest}x");
-        let head = "é".repeat(SHOWN_NAME_HEAD);
+        let head = "é".repeat(64);
         let error = LockError::invalid_name("etcd", &longer, "a rule");
         assert_eq!(
             error.to_string(),

@@ -13,10 +13,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::field::Empty;
 use tracing::{Instrument, Span, debug, info_span, warn};
 
-use crate::configuration::LockConfiguration;
 use crate::error::LockError;
 use crate::log_fields::{ErrorChain, Rfc3339};
 use crate::provider::{Acquisition, LockHandle, LockHolder, LockProvider};
+use shedlock_configuration::LockConfiguration;
 
 /// What happened to a task handed to the [`LockingTaskExecutor`].
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -27,9 +27,7 @@
 
 mod admin;
 mod clock;
-mod configuration;
 mod credentials;
-mod duration;
 mod error;
 mod executor;
 mod identity;
@@ -45,9 +43,7 @@ pub use admin::{
 /// block, re-exported so a provider crate needs no dependency of its own for it.
 pub use async_trait::async_trait;
 pub use clock::{Clock, ManualClock, MonotonicClock, SkewedClock, SystemClock};
-pub use configuration::{ConfigurationError, LockConfiguration};
 pub use credentials::redact_url;
-pub use duration::{DurationParseError, parse_duration};
 pub use error::{BoxError, LockError, Operation};
 pub use executor::{
     LockingTaskExecutor, TaskOutcome, active_fencing_token, assert_locked, extend_active_lock,
@@ -55,6 +51,9 @@ pub use executor::{
 pub use identity::{holder_of, is_acquisition_locked_by, new_locked_by};
 pub use log_fields::Rfc3339;
 pub use provider::{Acquisition, Capabilities, LockHandle, LockHolder, LockProvider, TimeSource};
+pub use shedlock_configuration::{
+    ConfigurationError, DurationParseError, LockConfiguration, parse_duration,
+};
 pub use storage::{
     DEFAULT_NAME_CACHE_CAPACITY, DEFAULT_OPERATION_TIMEOUT, HeldRecord, LockRecord, LockStorage,
     NodeTime, RecordOutcome, StorageBasedLockProvider, default_holder,

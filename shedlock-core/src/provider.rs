@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
-use crate::configuration::LockConfiguration;
 use crate::error::LockError;
+use shedlock_configuration::LockConfiguration;
 
 /// Whose clock decides when a lock expires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

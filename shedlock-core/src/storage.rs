@@ -16,12 +16,12 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 
 use crate::clock::{Clock, SystemClock};
-use crate::configuration::LockConfiguration;
 use crate::error::{LockError, Operation};
 use crate::identity::AcquisitionIds;
 use crate::provider::{
     Acquisition, Capabilities, LockHandle, LockHolder, LockProvider, TimeSource,
 };
+use shedlock_configuration::LockConfiguration;
 
 /// The node's "now", handed to a storage only when the storage declares client time.
 ///

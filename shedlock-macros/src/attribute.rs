@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use proc_macro2::Span;
-use shedlock_core::{ConfigurationError, LockConfiguration, parse_duration};
+use shedlock_configuration::{ConfigurationError, LockConfiguration, parse_duration};
 use syn::meta::ParseNestedMeta;
 use syn::{Expr, Ident, LitStr, Path};
 

@@ -42,7 +42,7 @@
 //! # Calls that may outlast `lock_at_most_for`: `keep_alive`
 //!
 //! `keep_alive = lost` runs the call with the executor's
-//! [`execute_with_keep_alive`](shedlock_core::LockingTaskExecutor::execute_with_keep_alive),
+//! [`execute_with_keep_alive`](https://docs.rs/shedlock-core/latest/shedlock_core/struct.LockingTaskExecutor.html#method.execute_with_keep_alive),
 //! which extends the lock while the call runs, so a call longer than `lock_at_most_for` keeps its lock, and `lost` (a
 //! `CancellationToken`, the name is yours) is cancelled if the lock is lost anyway (an extend
 //! refused or failing): the body checks `lost.is_cancelled()` between steps and stops, since
@@ -117,7 +117,7 @@
 //! must be well above the longest call, so it is written where the call is (ShedLock's
 //! `defaultLockAtMostFor` has no counterpart here).
 //!
-//! Durations are read by the core's parser, as [`LockConfiguration::parse`] reads them, while
+//! Durations are read by [`LockConfiguration::parse`]'s own parser and rules, while
 //! the fn compiles: a duration that does not parse, a zero `lock_at_most_for`,
 //! `lock_at_least_for` above `lock_at_most_for`, a missing or empty name, an unknown key, a
 //! placeholder that is not an argument, a fn that is not async and one with no executor are
@@ -137,9 +137,9 @@
 //! `shedlock-core` alone (a provider's own tests, say) sets `crate = ::shedlock_core`; a crate
 //! that renamed the dependency sets its name.
 //!
-//! [`LockingTaskExecutor::execute`]: shedlock_core::LockingTaskExecutor::execute
-//! [`LockConfiguration::parse`]: shedlock_core::LockConfiguration::parse
-//! [`LockError`]: shedlock_core::LockError
+//! [`LockingTaskExecutor::execute`]: https://docs.rs/shedlock-core/latest/shedlock_core/struct.LockingTaskExecutor.html#method.execute
+//! [`LockConfiguration::parse`]: shedlock_configuration::LockConfiguration::parse
+//! [`LockError`]: https://docs.rs/shedlock-core/latest/shedlock_core/enum.LockError.html
 
 mod attribute;
 mod expand;

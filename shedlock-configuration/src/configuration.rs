@@ -5,7 +5,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::duration::{DurationParseError, parse_duration};
-use crate::error::ShownName;
+use crate::shown_name::ShownName;
 
 /// A lock request that broke one of the rules of [`LockConfiguration::new`].
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -59,7 +59,7 @@ pub enum ConfigurationError {
 ///
 /// ```
 /// use std::time::Duration;
-/// use shedlock_core::{ConfigurationError, LockConfiguration};
+/// use shedlock_configuration::{ConfigurationError, LockConfiguration};
 ///
 /// // Held at most 10 minutes; kept at least 30 s after an early finish.
 /// let report = LockConfiguration::parse("nightly-report", "PT10M", "30s")?;
