@@ -396,6 +396,11 @@ impl Clock for JumpingClock {
     }
 }
 
+/// Why an attempt proved nothing: the node's own extend or release answered `false` only after
+/// its lock could have expired by the backend's clock.
+const ANSWERED_TOO_LATE: &str =
+    "the node's own extend or release answered false after its lock could have expired";
+
 /// One skewed node's acquire, extend (when declared) and release with `lock_at_least_for` on
 /// lock `name`, with node N probing after each step and taking the lock once the at-least
 /// hold is over.
@@ -437,8 +442,17 @@ async fn operations_while_probed<N: LockProvider>(
     if trace.probe_while_held("N", normal, &probe).await? != HeldProbe::Refused {
         return Ok(Attempt::Inconclusive(PROBED_TOO_LATE));
     }
+    // Until when the backend surely still holds this node's lock (its acquire or last extend
+    // plus lock_at_most_for): a `false` from its own extend or release proves the node's clock
+    // decided only when that answer came before it. One answered later (a backend stalled by
+    // the machine's load: seen once, an SQLite release that waited 540 ms for the database's
+    // write lock) proves nothing, and the attempt is made again.
+    let mut held_until = timing.surely_held_until(&theirs, at_most - skew);
     if normal.capabilities().extend {
         let extended = trace.extend(&node.label, &*theirs.value, at_most).await?;
+        if !extended.value && extended.answered > held_until {
+            return Ok(Attempt::Inconclusive(ANSWERED_TOO_LATE));
+        }
         if !extended.value {
             return Err(trace.failure(
                     rule,
@@ -463,18 +477,24 @@ async fn operations_while_probed<N: LockProvider>(
         if trace.probe_while_held("N", normal, &extended_probe).await? != HeldProbe::Refused {
             return Ok(Attempt::Inconclusive(PROBED_TOO_LATE));
         }
+        held_until = extended_probe.surely_held_until;
     }
-    trace
-            .must_unlock_with(
-                &node.label,
-                &*theirs.value,
-                true,
-                rule,
-                &format!(
-                    "this node holds the lock; its clock must not make its own lock look expired; {breach}"
-                ),
-            )
-            .await?;
+    let released = trace.unlock(&node.label, &*theirs.value).await?;
+    if !released.value && released.answered > held_until {
+        return Ok(Attempt::Inconclusive(ANSWERED_TOO_LATE));
+    }
+    if !released.value {
+        return Err(trace.failure(
+            rule,
+            format!(
+                "node {}: unlock {:?} returned Ok(false) (answered {}, while its lock was surely held until {}): this node holds the lock; its clock must not make its own lock look expired; {breach}",
+                node.label,
+                lock.name(),
+                trace.at(released.answered),
+                trace.at(held_until)
+            ),
+        ));
+    }
     let why = format!(
         "the node with {} released it, which keeps it until acquired_at + lock_at_least_for = {} at the earliest; {breach}",
         node.label,
