@@ -27,8 +27,9 @@ STATE_DIR=${SHEDLOCK_CI_STATE_DIR:-/var/tmp/shedlock-ci}
 IMAGES_DIR="$STATE_DIR/images"
 mkdir -p "$IMAGES_DIR"
 
-log() { printf '[build-images] %s\n' "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+LOG_TAG=build-images
+# shellcheck source=ci/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ALL=(postgres mysql redis etcd zookeeper mongo)
 [ $# -gt 0 ] || set -- "${ALL[@]}"
@@ -37,8 +38,6 @@ for backend in "$@"; do
 done
 
 APT_LOG="$IMAGES_DIR/apt.log"
-# shellcheck source=ci/apt.sh
-source "$(dirname "$0")/apt.sh"
 
 # --- The engine: Debian's docker.io, started here when nothing answers. Published ports bind to
 # 127.0.0.1 unless a request names another address (--ip), so nothing is exposed beyond the host.

@@ -16,8 +16,9 @@
 # stopped for the tests after it.
 set -euo pipefail
 
-log() { printf '[pause-backend] %s\n' "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+LOG_TAG=pause-backend
+# shellcheck source=ci/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 BACKENDS="postgres, mysql, redis, etcd, zookeeper, mongo"
 [ $# -ge 2 ] || die "usage: $0 BACKEND stop SECONDS | $0 BACKEND cont (BACKEND: one of $BACKENDS)"
@@ -32,7 +33,6 @@ case "$backend" in
   *) die "unknown backend '$backend' (one of: $BACKENDS)" ;;
 esac
 
-cmdline() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null || true; }
 # The one process listening on the port (ss shows a stopped process's sockets too).
 pids=$(ss -Hltnp "sport = :$port" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u)
 [ -n "$pids" ] || die "$backend: nothing listens on 127.0.0.1:$port (run ci/start-backends.sh first)"

@@ -54,34 +54,20 @@ SENTINEL_PORTS=(26390 26391 26392)
 MASTER_NAME=shedlock
 COMMANDS="cluster-kill-master PORT [--on-stdin], cluster-restore, sentinel-kill-master, sentinel-restore"
 
-log() { printf '[redis-failover] %s\n' "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+LOG_TAG=redis-failover
+# shellcheck source=ci/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
 report() { printf '%s\n' "$@"; }
 
 cli() { local port=$1; shift; redis-cli -h 127.0.0.1 -p "$port" "$@" 2>/dev/null; }
 answers() { cli "$1" ping | grep -q PONG; }
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # field NAME: the value of NAME: in the `INFO`-style text on stdin (CRLF stripped).
 field() { tr -d '\r' | sed -n "s/^$1://p"; }
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
-alive() { local s; s=$(ps -o stat= -p "$1" 2>/dev/null) && [ -n "$s" ] && [[ $s != Z* ]]; }
 listener_pid() { { ss -Hltnp "sport = :$1" 2>/dev/null || true; } | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -n 1; }
-cmdline() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null || true; }
 cluster_dir() { echo "$STATE_DIR/cluster/$1"; }
 data_dir() { echo "$STATE_DIR/sentinel-data/$1"; }
 sentinel_dir() { echo "$STATE_DIR/sentinels/$1"; }
-
-# wait_for SECONDS COMMAND...: whether COMMAND succeeds within SECONDS (polled every 0.2 s).
-wait_for() {
-  local deadline
-  deadline=$(awk -v a="$(now)" -v s="$1" 'BEGIN { printf "%.0f", a + s }'); shift
-  while :; do
-    if "$@" >/dev/null 2>&1; then return 0; fi
-    [ "$(date +%s)" -lt "$deadline" ] || return 1
-    sleep 0.2
-  done
-}
 
 lock() {
   mkdir -p "$STATE_DIR"

@@ -25,19 +25,16 @@ set -euo pipefail
 STATE_DIR=${SHEDLOCK_CI_STATE_DIR:-/var/tmp/shedlock-ci}
 TIMEOUT=60
 
-log() { printf '[restart-backend] %s\n' "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+# log, die, now, elapsed, port_open, alive, cmdline, and the ${backend}_ready probes, the same
+# as ci/start-backends.sh's.
+LOG_TAG=restart-backend
+# shellcheck source=ci/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 BACKENDS="postgres, mysql, redis, etcd, zookeeper, mongo"
 [ $# -eq 1 ] || die "usage: $0 BACKEND (one of: $BACKENDS)"
 backend=$1
 
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
-# port_open PORT: whether something accepts TCP connections on 127.0.0.1:PORT.
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-# alive PID: whether PID is a running process (a zombie counts as gone).
-alive() { local s; s=$(ps -o stat= -p "$1" 2>/dev/null) && [ -n "$s" ] && [[ $s != Z* ]]; }
 # listener_pid PORT: the one process listening on TCP PORT (any address); fails otherwise.
 listener_pid() {
   local pids
@@ -46,7 +43,6 @@ listener_pid() {
   [ "$(wc -l <<<"$pids")" -eq 1 ] || die "$backend: several processes listen on port $1: ${pids//$'\n'/ }"
   echo "$pids"
 }
-cmdline() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null || true; }
 # expect_process PID REGEX: fails unless PID's command line matches REGEX (so nothing that is
 # not the expected server is ever signalled).
 expect_process() {
@@ -66,33 +62,6 @@ sigterm_and_wait() {
   log "sending SIGTERM to $backend (pid $1) and waiting until it has exited and port $port is closed"
   kill -TERM "$1"
   wait_gone "$1"
-}
-
-# --- Readiness: the same checks as ci/start-backends.sh, each bounded.
-postgres_ready() { timeout 5 psql -h 127.0.0.1 -U postgres -d test -tAc 'select 1' | grep -q 1; }
-mysql_ready() { timeout 5 mariadb -h 127.0.0.1 -P 3306 -u root -e 'select 1' test >/dev/null; }
-redis_ready() { timeout 5 redis-cli -h 127.0.0.1 -p 6379 ping | grep -q PONG; }
-etcd_ready() { curl -fsS --max-time 5 http://127.0.0.1:2379/health | grep -q '"health":"true"'; }
-zookeeper_ready() { (exec 3<>/dev/tcp/127.0.0.1/2181 && printf 'srvr' >&3 && timeout 2 cat <&3 | grep -q 'Mode: standalone'); }
-mongo_ready() {
-  timeout 5 python3 - <<'PY'
-import socket, struct
-# OP_MSG {hello: 1, $db: "admin"}; a server that answers it with ok: 1 is up.
-doc = b"\x10hello\x00" + struct.pack("<i", 1) + b"\x02$db\x00" + struct.pack("<i", 6) + b"admin\x00"
-doc = struct.pack("<i", len(doc) + 5) + doc + b"\x00"
-body = struct.pack("<I", 0) + b"\x00" + doc
-msg = struct.pack("<iiii", 16 + len(body), 1, 0, 2013) + body
-s = socket.create_connection(("127.0.0.1", 27017), timeout=2)
-s.sendall(msg)
-reply = b""
-while len(reply) < 4 or len(reply) < struct.unpack("<i", reply[:4])[0]:
-    chunk = s.recv(65536)
-    if not chunk:
-        raise SystemExit(1)
-    reply += chunk
-ok = (b"\x01ok\x00" + struct.pack("<d", 1.0), b"\x10ok\x00" + struct.pack("<i", 1))
-raise SystemExit(0 if any(o in reply for o in ok) else 1)
-PY
 }
 
 case "$backend" in

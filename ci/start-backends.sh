@@ -7,23 +7,17 @@ set -euo pipefail
 STATE_DIR=${SHEDLOCK_CI_STATE_DIR:-/var/tmp/shedlock-ci}
 mkdir -p "$STATE_DIR"
 
-log() { printf '[start-backends] %s\n' "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
-
+# log, die, port_open, wait_for, apt_install, and the *_ready probes used below (shared with
+# ci/restart-backend.sh, which restarts these servers).
+LOG_TAG=start-backends
+# shellcheck source=ci/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 APT_LOG="$STATE_DIR/apt.log"
-# shellcheck source=ci/apt.sh
-source "$(dirname "$0")/apt.sh"
-
-# port_open PORT: whether something accepts TCP connections on 127.0.0.1:PORT.
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # wait_until NAME LOG COMMAND...: retries COMMAND for up to 60 s, else fails naming NAME and LOG.
 wait_until() {
   local name=$1 logfile=$2; shift 2
-  for _ in $(seq 1 120); do
-    if "$@" >/dev/null 2>&1; then log "$name is up"; return 0; fi
-    sleep 0.5
-  done
+  if wait_for 60 "$@"; then log "$name is up"; return 0; fi
   [ -f "$logfile" ] && tail -n 30 "$logfile" >&2
   die "$name did not answer within 60 s (log: $logfile)"
 }
@@ -36,7 +30,6 @@ apt_install faketime
 command -v faketime >/dev/null || die "faketime is still missing after installing faketime"
 
 # --- PostgreSQL: 127.0.0.1:5432, user postgres, trust auth, database test.
-postgres_ready() { psql -h 127.0.0.1 -U postgres -d test -tAc 'select 1' | grep -q 1; }
 if ! postgres_ready 2>/dev/null; then
   apt_install postgresql postgresql-client
   if ! port_open 5432; then
@@ -59,25 +52,23 @@ fi
 wait_until PostgreSQL /var/log/postgresql postgres_ready
 
 # --- MariaDB: 127.0.0.1:3306, root with an empty password, database test.
-mariadb_ready() { mariadb -h 127.0.0.1 -P 3306 -u root -e 'select 1' test >/dev/null; }
-if ! mariadb_ready 2>/dev/null; then
+if ! mysql_ready 2>/dev/null; then
   apt_install mariadb-server mariadb-client
   if ! port_open 3306; then
     log "starting MariaDB"
     start-stop-daemon --start --oknodo --background --pidfile /run/mysqld/mysqld.pid --exec /usr/sbin/mariadbd
   fi
   wait_until "MariaDB port" /var/log/mysql/error.log port_open 3306
-  if ! mariadb_ready 2>/dev/null; then
+  if ! mysql_ready 2>/dev/null; then
     mariadb -u root -e "CREATE DATABASE IF NOT EXISTS test;
       CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY '';
       GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;" \
       || die "could not create database test in MariaDB"
   fi
 fi
-wait_until MariaDB /var/log/mysql/error.log mariadb_ready
+wait_until MariaDB /var/log/mysql/error.log mysql_ready
 
 # --- Redis: 127.0.0.1:6379, nothing kept on disk.
-redis_ready() { redis-cli -h 127.0.0.1 -p 6379 ping | grep -q PONG; }
 if ! redis_ready 2>/dev/null; then
   apt_install redis-server
   log "starting Redis"
@@ -185,7 +176,6 @@ fi
 wait_until "TLS Redis" /var/log/redis/ci-tls.log redis_tls_ready
 
 # --- etcd: 127.0.0.1:2379, a single member with its data under $STATE_DIR.
-etcd_ready() { curl -fsS http://127.0.0.1:2379/health | grep -q '"health":"true"'; }
 apt_install etcd-server curl
 if ! etcd_ready 2>/dev/null; then
   port_open 2379 && die "port 2379 is taken by something that is not a healthy etcd"
@@ -216,9 +206,8 @@ fi
 wait_until "TLS etcd" "$STATE_DIR/etcd-tls.log" etcd_tls_ready
 
 # --- ZooKeeper: 127.0.0.1:2181, standalone, data under $STATE_DIR.
-zookeeper_ready() { exec 3<>/dev/tcp/127.0.0.1/2181 && printf 'srvr' >&3 && timeout 2 cat <&3 | grep -q 'Mode: standalone'; }
 apt_install zookeeper
-if ! (zookeeper_ready) 2>/dev/null; then
+if ! zookeeper_ready 2>/dev/null; then
   port_open 2181 && die "port 2181 is taken by something that is not a ZooKeeper answering 'srvr'"
   log "starting ZooKeeper"
   mkdir -p "$STATE_DIR/zookeeper/data" "$STATE_DIR/zookeeper/conf"
@@ -235,32 +224,12 @@ CFG
     /usr/share/zookeeper/bin/zkServer.sh start "$STATE_DIR/zookeeper/conf/zoo.cfg" \
     >"$STATE_DIR/zookeeper/start.log" 2>&1 || { cat "$STATE_DIR/zookeeper/start.log" >&2; die "ZooKeeper failed to start"; }
 fi
-wait_until ZooKeeper "$STATE_DIR/zookeeper/zookeeper.log" bash -c "$(declare -f zookeeper_ready); zookeeper_ready"
+wait_until ZooKeeper "$STATE_DIR/zookeeper/zookeeper.log" zookeeper_ready
 
 # --- MongoDB: 127.0.0.1:27017, SecantusDB's MongoDB-wire-compatible server (no real mongod can be
 # installed here). It announces a one-node replica set, so majority concerns and transactions work.
 # Building it takes about 17 minutes, so the binary in cargo's bin dir is reused when present.
 SECANTUS_VERSION=0.5.3-beta.196
-mongo_ready() {
-  python3 - <<'PY'
-import socket, struct
-# OP_MSG {hello: 1, $db: "admin"}; a server that answers it with ok: 1 is up.
-doc = b"\x10hello\x00" + struct.pack("<i", 1) + b"\x02$db\x00" + struct.pack("<i", 6) + b"admin\x00"
-doc = struct.pack("<i", len(doc) + 5) + doc + b"\x00"
-body = struct.pack("<I", 0) + b"\x00" + doc
-msg = struct.pack("<iiii", 16 + len(body), 1, 0, 2013) + body
-s = socket.create_connection(("127.0.0.1", 27017), timeout=2)
-s.sendall(msg)
-reply = b""
-while len(reply) < 4 or len(reply) < struct.unpack("<i", reply[:4])[0]:
-    chunk = s.recv(65536)
-    if not chunk:
-        raise SystemExit(1)
-    reply += chunk
-ok = (b"\x01ok\x00" + struct.pack("<d", 1.0), b"\x10ok\x00" + struct.pack("<i", 1))
-raise SystemExit(0 if any(o in reply for o in ok) else 1)
-PY
-}
 if ! mongo_ready 2>/dev/null; then
   port_open 27017 && die "port 27017 is taken by something that does not answer a MongoDB hello"
   PATH="$HOME/.cargo/bin:$PATH"

@@ -41,11 +41,13 @@ ZOOKEEPER_URL=127.0.0.1:2191,127.0.0.1:2192,127.0.0.1:2193
 POSTGRES_PRIMARY_URL=postgres://postgres@127.0.0.1:$PG_PRIMARY_PORT/test
 POSTGRES_REPLICA_URL=postgres://postgres@127.0.0.1:$PG_REPLICA_PORT/test
 
+# ci/failover.sh sources this file with its own LOG_TAG; BASH_SOURCE, unlike $0, is this file's
+# path even then.
 LOG_TAG=${LOG_TAG:-start-clusters}
-log() { printf '[%s] %s\n' "$LOG_TAG" "$*" >&2; }
+# shellcheck source=ci/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# A command that fails outside die (set -e) still says so (die sets died=yes).
 died=no
-die() { died=yes; log "ERROR: $*"; exit 1; }
-# A command that fails outside die (set -e) still says so.
 on_exit() {
   local rc=$?
   [ $rc -eq 0 ] || [ $died = yes ] \
@@ -56,29 +58,9 @@ trap on_exit EXIT
 mkdir -p "$CLUSTERS_DIR"
 
 APT_LOG="$CLUSTERS_DIR/apt.log"
-# shellcheck source=ci/apt.sh
-source "$(dirname "$0")/apt.sh"
 
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
-# port_open PORT: whether something accepts TCP connections on 127.0.0.1:PORT.
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-# alive PID: whether PID is a running process (a zombie counts as gone).
-alive() { local s; s=$(ps -o stat= -p "$1" 2>/dev/null) && [ -n "$s" ] && [[ $s != Z* ]]; }
 # listener_pid PORT: the process listening on TCP PORT, or nothing.
 listener_pid() { { ss -Hltnp "sport = :$1" 2>/dev/null || true; } | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -n 1; }
-cmdline() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null || true; }
-
-# wait_for SECONDS COMMAND...: whether COMMAND succeeds within SECONDS (polled every 0.2 s).
-wait_for() {
-  local deadline
-  deadline=$(awk -v a="$(now)" -v s="$1" 'BEGIN { printf "%.0f", a + s }'); shift
-  while :; do
-    if "$@" >/dev/null 2>&1; then return 0; fi
-    [ "$(date +%s)" -lt "$deadline" ] || return 1
-    sleep 0.2
-  done
-}
 
 # wait_while SECONDS RUNNING COMMAND...: like wait_for, and gives up early when the command
 # RUNNING (that the servers started still run) fails twice in a row.

@@ -13,8 +13,9 @@ DIR="$STATE_DIR/mariadb-tls"
 PORT=3307
 LOG="$DIR/error.log"
 
-log() { printf '[start-mariadb-tls] %s\n' "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+LOG_TAG=start-mariadb-tls
+# shellcheck source=ci/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 for file in ca.pem server.pem server.key; do
   [ -s "$TLS_DIR/$file" ] || die "$TLS_DIR/$file is missing: run ci/start-backends.sh first (it makes the test CA)"
@@ -22,8 +23,6 @@ done
 command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] \
   || die "mariadbd is missing: ci/start-backends.sh installs mariadb-server"
 MARIADBD=$(command -v mariadbd || echo /usr/sbin/mariadbd)
-
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # Ready means: the server answers root over TCP with TLS, its certificate verifies against the
 # current test CA for the name localhost, and the session really is encrypted.

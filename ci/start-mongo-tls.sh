@@ -14,8 +14,9 @@ DIR="$STATE_DIR/mongo-tls"
 PORT=27018
 LOG="$DIR/secantusd.log"
 
-log() { printf '[start-mongo-tls] %s\n' "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+LOG_TAG=start-mongo-tls
+# shellcheck source=ci/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 for file in ca.pem server.pem server.key; do
   [ -s "$TLS_DIR/$file" ] || die "$TLS_DIR/$file is missing: run ci/start-backends.sh first (it makes the test CA)"
@@ -23,8 +24,6 @@ done
 PATH="$HOME/.cargo/bin:$PATH"
 command -v secantusd-rs >/dev/null \
   || die "secantusd-rs is missing: ci/start-backends.sh builds it (cargo install secantus-mdb)"
-
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # Ready means: a TLS handshake with the name localhost verifies the server against the test
 # CA, and the server answers a MongoDB hello with ok: 1 over it.

@@ -24,36 +24,22 @@ MASTER_NAME=shedlock
 # over under tests that did not ask for it.
 DOWN_AFTER_MS=5000
 
-log() { printf '[start-redis-topologies] %s\n' "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+LOG_TAG=start-redis-topologies
+# shellcheck source=ci/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 mkdir -p "$STATE_DIR"
+APT_LOG="$STATE_DIR/apt.log"
 
 # Both tools come with Debian's redis-server package (ci/start-backends.sh installs it too).
 if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
-  log "installing redis-server"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q redis-server >"$STATE_DIR/apt.log" 2>&1 \
-    || { apt-get update -q >>"$STATE_DIR/apt.log" 2>&1 || true
-         apt-get install -y -q redis-server >>"$STATE_DIR/apt.log" 2>&1; } \
-    || die "apt-get install redis-server failed; see $STATE_DIR/apt.log"
+  apt_install redis-server
 fi
 
 cli() { local port=$1; shift; redis-cli -h 127.0.0.1 -p "$port" "$@" 2>/dev/null; }
 answers() { cli "$1" ping | grep -q PONG; }
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # field NAME: the value of NAME: in the `INFO`-style text on stdin (CRLF stripped).
 field() { tr -d '\r' | sed -n "s/^$1://p"; }
-
-# wait_for SECONDS COMMAND...: whether COMMAND succeeds within SECONDS (polled every 0.5 s).
-wait_for() {
-  local seconds=$1; shift
-  for _ in $(seq 1 $((seconds * 2))); do
-    if "$@" >/dev/null 2>&1; then return 0; fi
-    sleep 0.5
-  done
-  return 1
-}
 
 # start_server NAME PORT CONF LOGFILE [--sentinel]: starts redis-server on CONF (daemonized) and
 # waits until it answers; fails naming the server and its log otherwise.

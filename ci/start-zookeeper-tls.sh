@@ -15,8 +15,9 @@ DIR="$STATE_DIR/zookeeper-tls"
 PORT=2282
 LOG="$DIR/zookeeper.log"
 
-log() { printf '[start-zookeeper-tls] %s\n' "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+LOG_TAG=start-zookeeper-tls
+# shellcheck source=ci/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 for file in ca.pem ca.key server.pem server.key; do
   [ -s "$TLS_DIR/$file" ] || die "$TLS_DIR/$file is missing: run ci/start-backends.sh first (it makes the test CA)"
@@ -27,8 +28,6 @@ ZKSERVER=/usr/share/zookeeper/bin/zkServer.sh
 for jar in netty-handler netty-transport netty-buffer netty-common netty-codec; do
   [ -e "/usr/share/java/$jar.jar" ] || die "/usr/share/java/$jar.jar is missing: ZooKeeper's TLS port needs Netty (Debian package libnetty-java)"
 done
-
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 mkdir -p "$DIR/conf" "$DIR/data"
 
