@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use shedlock_conformance::shedlock_core::{
-    Acquisition, Capabilities, LockConfiguration, LockError, LockHandle, LockProvider, Operation,
-    TimeSource,
+    Acquisition, Capabilities, ErrorKind, LockConfiguration, LockError, LockHandle, LockProvider,
+    Operation, TimeSource,
 };
 use shedlock_conformance::{FIRST_USE_NODES, Verdict, async_trait, check_first_use};
 use shedlock_memory::{MemoryLockProvider, MemoryLockStore};
@@ -69,6 +69,7 @@ impl LockProvider for FailsFirstUse {
     async fn try_lock(&self, config: &LockConfiguration) -> Result<Acquisition, LockError> {
         if self.used.fetch_add(1, Ordering::SeqCst) == 0 {
             return Err(LockError::backend_message(
+                ErrorKind::OutcomeUnknown,
                 "fails-first-use",
                 Operation::Acquire,
                 config.name(),

@@ -15,10 +15,10 @@ use shedlock_conformance::{
     check_model_with,
 };
 use shedlock_core::{
-    Acquisition, AcquisitionId, Capabilities, Clock, HeldRecord, LockAdmin, LockConfiguration,
-    LockError, LockHandle, LockHolder, LockInfo, LockPage, LockProvider, LockRecord, LockState,
-    LockStorage, MonotonicClock, NodeTime, Operation, PageCursor, PageRequest, RecordOutcome,
-    StorageBasedLockProvider, SystemClock, TimeSource,
+    Acquisition, AcquisitionId, Capabilities, Clock, ErrorKind, HeldRecord, LockAdmin,
+    LockConfiguration, LockError, LockHandle, LockHolder, LockInfo, LockPage, LockProvider,
+    LockRecord, LockState, LockStorage, MonotonicClock, NodeTime, Operation, PageCursor,
+    PageRequest, RecordOutcome, StorageBasedLockProvider, SystemClock, TimeSource,
 };
 
 /// The one rule a mutant breaks, and how.
@@ -376,6 +376,7 @@ impl MutantStore {
     fn reachable(&self, operation: Operation, name: &str) -> Result<(), LockError> {
         if self.down.load(Ordering::SeqCst) {
             return Err(LockError::backend_message(
+                ErrorKind::Unreachable,
                 "mutant",
                 operation,
                 name,
@@ -393,6 +394,7 @@ impl MutantStore {
             Ok(RecordOutcome::NotAcquired(None))
         } else {
             Err(LockError::backend_message(
+                ErrorKind::Unreachable,
                 "mutant",
                 Operation::Acquire,
                 name,
@@ -445,6 +447,7 @@ impl MutantStore {
             Some(existing) if existing.lock_until > now => {
                 if self.defect == Defect::ErrorsWhenHeld {
                     return Err(LockError::backend_message(
+                        ErrorKind::OutcomeUnknown,
                         "mutant",
                         Operation::Acquire,
                         record.name,

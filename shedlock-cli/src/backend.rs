@@ -84,7 +84,7 @@ pub async fn connect_with(
     let shown = redact_url(url);
     let connected = tokio::time::timeout(timeout, builder.connect(url)).await;
     match connected {
-        Err(_elapsed) => Err(Failure::Error(format!(
+        Err(_elapsed) => Err(Failure::Unavailable(format!(
             "no answer from {shown} within {timeout:?} (--timeout): is the host reachable and \
              the server up?"
         ))),

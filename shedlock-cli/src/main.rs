@@ -6,6 +6,7 @@ use std::error::Error;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use shedlock::{ConnectError, ErrorKind, LockError};
 
 mod backend;
 mod bench;
@@ -34,9 +35,11 @@ Backends: sqlite: and memory:// are built in; postgres://, mysql:// (mariadb://)
 (rediss://, valkey://), etcd:// (etcds://), mongodb:// and zk:// each need the cargo feature
 of the same name (or `all`): cargo install shedlock-cli --features postgres
 
-Exit codes: 0 done, 1 error (bad input, backend unreachable or failing), 2 usage error,
-3 no such lock, 4 not freed (the lock changed hands or was free already), 5 declined at the
-prompt; `demo` exits 1 when a tick did not run exactly once.";
+Exit codes: 0 done, 1 error (bad input, a setting or schema to fix, a backend failure that
+trying again will not mend), 2 usage error, 3 no such lock, 4 not freed (the lock changed hands
+or was free already), 5 declined at the prompt, 6 the backend could not be reached or did not
+answer (trying again may work), 7 the backend refused the credentials; `demo` exits 1 when a
+tick did not run exactly once.";
 
 /// Run a job once per tick across a fleet, and see and free the locks it takes.
 #[derive(Parser)]
@@ -70,8 +73,13 @@ enum Command {
 /// How a command ended other than with success: the line to print and the exit code.
 #[derive(Debug)]
 pub enum Failure {
-    /// Bad input, or a backend that failed or could not be reached (exit 1).
+    /// Bad input, a setting or schema to fix, or a backend that failed in a way trying again
+    /// will not mend (exit 1).
     Error(String),
+    /// The backend could not be reached or did not answer: trying again may work (exit 6).
+    Unavailable(String),
+    /// The backend refused the credentials or a permission (exit 7).
+    CredentialsRefused(String),
     /// No lock of that name (exit 3).
     NotFound(String),
     /// The lock was not freed because it changed hands or was free already (exit 4).
@@ -81,14 +89,27 @@ pub enum Failure {
 }
 
 impl Failure {
-    /// An error and each of its causes, once each, on one line.
+    /// An error and each of its causes, once each, on one line; a lock error (or a connect
+    /// error) picks the exit code by its [`ErrorKind`], so a script can tell "try again later"
+    /// from "fix something first".
     pub fn from_error(context: &str, error: &(dyn Error + 'static)) -> Self {
-        Failure::Error(format!("{context}{}", one_line(error)))
+        let message = format!("{context}{}", one_line(error));
+        let kind = error
+            .downcast_ref::<LockError>()
+            .map(LockError::kind)
+            .or_else(|| error.downcast_ref::<ConnectError>().map(ConnectError::kind));
+        match kind {
+            Some(kind) if kind.retryable() => Failure::Unavailable(message),
+            Some(ErrorKind::CredentialsRefused) => Failure::CredentialsRefused(message),
+            _ => Failure::Error(message),
+        }
     }
 
     fn exit_code(&self) -> u8 {
         match self {
             Failure::Error(_) => 1,
+            Failure::Unavailable(_) => 6,
+            Failure::CredentialsRefused(_) => 7,
             Failure::NotFound(_) => 3,
             Failure::NotFreed(_) => 4,
             Failure::Declined(_) => 5,
@@ -99,6 +120,8 @@ impl Failure {
     pub fn message(&self) -> &str {
         match self {
             Failure::Error(message)
+            | Failure::Unavailable(message)
+            | Failure::CredentialsRefused(message)
             | Failure::NotFound(message)
             | Failure::NotFreed(message)
             | Failure::Declined(message) => message,

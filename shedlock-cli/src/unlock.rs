@@ -27,11 +27,14 @@ Examples:
 
 Exit codes:
   0  freed
-  1  error (bad URL, backend unreachable or failing, a name the backend refuses)
+  1  error (bad URL, a name the backend refuses, a backend failure trying again will not mend)
   2  usage error
   3  no lock of that name
   4  not freed: the lock changed hands or was released since it was shown, or was free already
-  5  declined at the question (or no answer: standard input closed)";
+  5  declined at the question (or no answer: standard input closed)
+  6  the backend could not be reached or did not answer: whether a force-unlock that was sent
+     took effect is unknown; list again, then retry
+  7  the backend refused the credentials";
 
 /// Free one stuck lock, after showing its holder, and only if that acquisition still holds it.
 #[derive(Args)]

@@ -313,7 +313,7 @@ mod tests {
     use futures_util::StreamExt;
 
     use super::*;
-    use crate::error::Operation;
+    use crate::error::{ErrorKind, Operation};
 
     fn lock(name: &str) -> LockInfo {
         LockInfo::new(name, LockState::Free, AcquisitionId::new(name))
@@ -384,6 +384,7 @@ mod tests {
             pages: Mutex::new(vec![
                 page(&["a"], Some("c1")),
                 Err(LockError::backend_message(
+                    ErrorKind::Unreachable,
                     "scripted",
                     Operation::List,
                     "",

@@ -46,6 +46,76 @@ impl fmt::Display for Operation {
     }
 }
 
+/// What kind of failure a [`LockError`] is: what the caller can do about it, whatever the
+/// backend.
+///
+/// The message says what happened in words; the kind is what code branches on (retry, alert,
+/// map to a status). [`ErrorKind::retryable`] says whether trying again can help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A setting, the lock configuration, or the storage's schema breaks a rule (a missing
+    /// table, a column of another type, a URL of another backend, a TLS feature left out of
+    /// the build). Nothing about the lock was written; the deployment must change.
+    Configuration,
+    /// This request (a name, an acquisition id, a page cursor, a holder) cannot be stored or
+    /// understood by this provider; it was refused before anything was sent.
+    InvalidRequest,
+    /// The provider does not offer this operation.
+    Unsupported,
+    /// [`extend_active_lock`](crate::extend_active_lock) or
+    /// [`assert_locked`](crate::assert_locked) was called outside any task run under a lock.
+    NoActiveLock,
+    /// The backend could not be reached (refused connection, unknown host, failed handshake,
+    /// no connection free in time): the request never reached it, so nothing was written.
+    /// Trying again may work.
+    Unreachable,
+    /// The backend refused the credentials, or the user lacks a permission the operation
+    /// needs. Trying again will not help until the credentials or grants change.
+    CredentialsRefused,
+    /// The request was sent and no answer that can be trusted came back (no answer in time, a
+    /// connection lost mid-request, an error from the server mid-operation): whether it took
+    /// effect is unknown. Trying again may work; a lock it may have taken expires at
+    /// `lock_at_most_for`.
+    OutcomeUnknown,
+    /// The backend holds data under the lock's key that this provider did not write or cannot
+    /// read (another application's record, a counter that is not a number). Nothing was
+    /// overwritten; someone must look.
+    CorruptData,
+    /// A limit was reached: a fencing counter at its maximum, a holder longer than the storage
+    /// holds, a backend's own quota.
+    Limit,
+}
+
+impl ErrorKind {
+    /// Whether the same request, made again later, can succeed: only when the backend could
+    /// not be reached or did not answer. Every other kind needs a change first.
+    pub fn retryable(self) -> bool {
+        matches!(self, ErrorKind::Unreachable | ErrorKind::OutcomeUnknown)
+    }
+
+    /// The kind in a few words, as logs and reports write it ("outcome unknown").
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Configuration => "invalid configuration",
+            ErrorKind::InvalidRequest => "invalid request",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::NoActiveLock => "no active lock",
+            ErrorKind::Unreachable => "unreachable",
+            ErrorKind::CredentialsRefused => "credentials refused",
+            ErrorKind::OutcomeUnknown => "outcome unknown",
+            ErrorKind::CorruptData => "corrupt data",
+            ErrorKind::Limit => "limit reached",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Why a lock operation did not give an answer.
 ///
 /// "Someone else holds the lock" is not an error: it is
@@ -96,6 +166,8 @@ pub enum LockError {
     /// chain (`anyhow`'s `{:#}`, the executor's log events) shows each cause once.
     #[error("{provider}: {} failed: {message}", Attempt(*operation, name))]
     Backend {
+        /// What kind of failure it is.
+        kind: ErrorKind,
         /// The provider that talked to the backend.
         provider: &'static str,
         /// What was being done.
@@ -156,8 +228,35 @@ impl fmt::Display for Attempt<'_> {
 }
 
 impl LockError {
-    /// A backend error with its client error as the source.
+    /// What kind of failure this is; see [`ErrorKind`].
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            LockError::Configuration(_) => ErrorKind::Configuration,
+            LockError::InvalidName { .. } | LockError::InvalidRequest { .. } => {
+                ErrorKind::InvalidRequest
+            }
+            LockError::Backend { kind, .. } => *kind,
+            // A connect concerns no lock: it got no answer because the server could not be
+            // reached in time.
+            LockError::Timeout {
+                operation: Operation::Connect,
+                ..
+            } => ErrorKind::Unreachable,
+            LockError::Timeout { .. } => ErrorKind::OutcomeUnknown,
+            LockError::Unsupported { .. } => ErrorKind::Unsupported,
+            LockError::NoActiveLock => ErrorKind::NoActiveLock,
+        }
+    }
+
+    /// Whether the same request, made again later, can succeed
+    /// ([`ErrorKind::retryable`] of [`kind`](Self::kind)).
+    pub fn retryable(&self) -> bool {
+        self.kind().retryable()
+    }
+
+    /// A backend error of `kind` with its client error as the source.
     pub fn backend(
+        kind: ErrorKind,
         provider: &'static str,
         operation: Operation,
         name: impl Into<String>,
@@ -165,6 +264,7 @@ impl LockError {
         source: impl Into<BoxError>,
     ) -> Self {
         LockError::Backend {
+            kind,
             provider,
             operation,
             name: name.into(),
@@ -173,14 +273,17 @@ impl LockError {
         }
     }
 
-    /// A backend error with no client error behind it (an unexpected answer, a bad schema).
+    /// A backend error of `kind` with no client error behind it (an unexpected answer, a bad
+    /// schema).
     pub fn backend_message(
+        kind: ErrorKind,
         provider: &'static str,
         operation: Operation,
         name: impl Into<String>,
         message: impl Into<String>,
     ) -> Self {
         LockError::Backend {
+            kind,
             provider,
             operation,
             name: name.into(),
@@ -283,9 +386,66 @@ mod tests {
     }
 
     #[test]
+    fn every_error_has_a_kind_and_only_a_missing_answer_is_retryable() {
+        let backend = |kind| LockError::backend_message(kind, "p", Operation::Acquire, "job", "m");
+        let kinds = [
+            (ErrorKind::Configuration, false),
+            (ErrorKind::InvalidRequest, false),
+            (ErrorKind::Unsupported, false),
+            (ErrorKind::NoActiveLock, false),
+            (ErrorKind::Unreachable, true),
+            (ErrorKind::CredentialsRefused, false),
+            (ErrorKind::OutcomeUnknown, true),
+            (ErrorKind::CorruptData, false),
+            (ErrorKind::Limit, false),
+        ];
+        for (kind, retryable) in kinds {
+            assert_eq!(backend(kind).kind(), kind);
+            assert_eq!(backend(kind).retryable(), retryable, "{kind}");
+            assert_eq!(kind.retryable(), retryable, "{kind}");
+        }
+        let configuration: LockError = LockConfiguration::parse("job", "10s", "1m")
+            .unwrap_err()
+            .into();
+        let by_variant = [
+            (configuration, ErrorKind::Configuration),
+            (
+                LockError::invalid_name("p", "a/b", "no slash"),
+                ErrorKind::InvalidRequest,
+            ),
+            (
+                LockError::invalid_request("p", Operation::Release, "job", "bad id"),
+                ErrorKind::InvalidRequest,
+            ),
+            (
+                LockError::timeout("p", Operation::Acquire, "job", Duration::from_secs(1)),
+                ErrorKind::OutcomeUnknown,
+            ),
+            (
+                LockError::timeout("p", Operation::Connect, "", Duration::from_secs(1)),
+                ErrorKind::Unreachable,
+            ),
+            (
+                LockError::unsupported("p", Operation::Extend, "job"),
+                ErrorKind::Unsupported,
+            ),
+            (LockError::NoActiveLock, ErrorKind::NoActiveLock),
+        ];
+        for (error, kind) in by_variant {
+            assert_eq!(error.kind(), kind, "{error}");
+        }
+        assert_eq!(ErrorKind::OutcomeUnknown.to_string(), "outcome unknown");
+        assert_eq!(
+            ErrorKind::CredentialsRefused.as_str(),
+            "credentials refused"
+        );
+    }
+
+    #[test]
     fn an_error_on_no_lock_names_no_lock() {
         let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
         let error = LockError::backend(
+            ErrorKind::Unreachable,
             "postgres",
             Operation::Connect,
             "",
@@ -306,7 +466,13 @@ mod tests {
             timeout.to_string(),
             "redis: connect got no answer within 5s; its outcome is unknown"
         );
-        let on_a_lock = LockError::backend_message("redis", Operation::Acquire, "report", "bad");
+        let on_a_lock = LockError::backend_message(
+            ErrorKind::CorruptData,
+            "redis",
+            Operation::Acquire,
+            "report",
+            "bad",
+        );
         assert_eq!(
             on_a_lock.to_string(),
             "redis: acquire of lock \"report\" failed: bad"
@@ -382,8 +548,14 @@ mod tests {
     #[test]
     fn each_cause_appears_once_in_the_chain() {
         let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
-        let backend =
-            LockError::backend("postgres", Operation::Acquire, "job", "no answer", refused);
+        let backend = LockError::backend(
+            ErrorKind::OutcomeUnknown,
+            "postgres",
+            Operation::Acquire,
+            "job",
+            "no answer",
+            refused,
+        );
         assert_eq!(chain(&backend).len(), 2);
         assert_said_once(&backend);
 

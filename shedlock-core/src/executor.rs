@@ -394,17 +394,14 @@ impl LockingTaskExecutor {
     }
 }
 
-/// Why a lock error stopped a run, in the words of the span's `outcome`. Only a backend that
-/// failed or did not answer leaves the outcome unknown; a refusal is known to have written
-/// nothing.
+/// Why a lock error stopped a run, in the words of the span's `outcome`: its kind, so "outcome
+/// unknown" is said only when the request reached the backend and no answer came back; a
+/// request refused before sending, an unreachable backend or refused credentials are known to
+/// have written nothing.
 fn refusal(error: &LockError) -> &'static str {
     match error {
         LockError::InvalidName { .. } => "invalid name",
-        LockError::InvalidRequest { .. } => "invalid request",
-        LockError::Configuration(_) => "invalid configuration",
-        LockError::Unsupported { .. } => "unsupported",
-        LockError::NoActiveLock => "no active lock",
-        LockError::Backend { .. } | LockError::Timeout { .. } => "outcome unknown",
+        other => other.kind().as_str(),
     }
 }
 

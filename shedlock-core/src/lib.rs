@@ -44,7 +44,7 @@ pub use admin::{
 pub use async_trait::async_trait;
 pub use clock::{Clock, ManualClock, MonotonicClock, SkewedClock, SystemClock};
 pub use credentials::redact_url;
-pub use error::{BoxError, LockError, Operation};
+pub use error::{BoxError, ErrorKind, LockError, Operation};
 pub use executor::{
     LockingTaskExecutor, TaskOutcome, active_fencing_token, assert_locked, extend_active_lock,
 };

@@ -111,7 +111,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::{LockError, Operation};
+    use crate::{ErrorKind, LockError, Operation};
 
     fn at(secs: u64, millis: u64) -> String {
         Rfc3339::millis(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(millis))
@@ -143,7 +143,14 @@ mod tests {
     #[test]
     fn a_chain_lists_each_cause_after_the_error() {
         let refused = std::io::Error::other("connection refused");
-        let error = LockError::backend("redis", Operation::Acquire, "job", "no answer", refused);
+        let error = LockError::backend(
+            ErrorKind::OutcomeUnknown,
+            "redis",
+            Operation::Acquire,
+            "job",
+            "no answer",
+            refused,
+        );
         assert_eq!(
             ErrorChain(&error).to_string(),
             "redis: acquire of lock \"job\" failed: no answer: connection refused"

@@ -137,7 +137,7 @@ pub enum RecordOutcome {
 /// use std::time::{Duration, SystemTime};
 ///
 /// use shedlock_core::{
-///     Capabilities, HeldRecord, LockConfiguration, LockError, LockHolder, LockProvider,
+///     Capabilities, ErrorKind, HeldRecord, LockConfiguration, LockError, LockHolder, LockProvider,
 ///     LockRecord, LockStorage, NodeTime, Operation, RecordOutcome, StorageBasedLockProvider,
 ///     TimeSource, async_trait,
 /// };
@@ -160,7 +160,7 @@ pub enum RecordOutcome {
 /// fn node_now(now: NodeTime, operation: Operation, name: &str) -> Result<SystemTime, LockError> {
 ///     let missing = "a client-time storage was given no node time";
 ///     now.client_time()
-///         .ok_or_else(|| LockError::backend_message("map", operation, name, missing))
+///         .ok_or_else(|| LockError::backend_message(ErrorKind::Configuration, "map", operation, name, missing))
 /// }
 ///
 /// fn held_by(record: &LockRecord<'_>, now: SystemTime) -> Record {

@@ -97,7 +97,7 @@ async fn an_acquisition_shows_whether_it_was_taken_and_by_whom() {
 /// Errors name the operation that failed, in the words an operator searches logs for.
 #[test]
 fn an_error_names_its_operation() {
-    use shedlock_core::{LockError, Operation};
+    use shedlock_core::{ErrorKind, LockError, Operation};
     for (operation, word) in [
         (Operation::Connect, "connect"),
         (Operation::Acquire, "acquire"),
@@ -105,7 +105,13 @@ fn an_error_names_its_operation() {
         (Operation::Release, "release"),
     ] {
         assert_eq!(operation.to_string(), word);
-        let error = LockError::backend_message("memory", operation, "job", "connection reset");
+        let error = LockError::backend_message(
+            ErrorKind::OutcomeUnknown,
+            "memory",
+            operation,
+            "job",
+            "connection reset",
+        );
         assert!(error.to_string().contains(word), "{error}");
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use shedlock_core::{
-    Acquisition, Capabilities, Clock, LockConfiguration, LockError, LockProvider,
+    Acquisition, Capabilities, Clock, ErrorKind, LockConfiguration, LockError, LockProvider,
     LockingTaskExecutor, ManualClock, Operation, TaskOutcome, TimeSource, active_fencing_token,
     assert_locked, extend_active_lock,
 };
@@ -426,6 +426,7 @@ struct UnreachableBackend;
 impl LockProvider for UnreachableBackend {
     async fn try_lock(&self, config: &LockConfiguration) -> Result<Acquisition, LockError> {
         Err(LockError::backend_message(
+            ErrorKind::Unreachable,
             "unreachable",
             Operation::Acquire,
             config.name(),
@@ -453,7 +454,8 @@ async fn a_backend_error_means_the_task_does_not_run() {
             .execute_with_keep_alive(&config, async |_| ran.fetch_add(1, Ordering::SeqCst))
             .await
             .unwrap_err();
-        assert!(matches!(error, LockError::Backend { .. }));
+        assert_eq!(error.kind(), ErrorKind::Unreachable, "{error}");
+        assert!(error.retryable());
         assert_eq!(ran.load(Ordering::SeqCst), 0, "the task never ran");
     })
     .await;

@@ -11,9 +11,9 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use shedlock_core::{
-    Acquisition, CancellationToken, Capabilities, Clock, HeldRecord, LockConfiguration, LockError,
-    LockProvider, LockRecord, LockStorage, LockingTaskExecutor, NodeTime, Operation, RecordOutcome,
-    StorageBasedLockProvider, TaskOutcome,
+    Acquisition, CancellationToken, Capabilities, Clock, ErrorKind, HeldRecord, LockConfiguration,
+    LockError, LockProvider, LockRecord, LockStorage, LockingTaskExecutor, NodeTime, Operation,
+    RecordOutcome, StorageBasedLockProvider, TaskOutcome,
 };
 use shedlock_memory::{MemoryLockProvider, MemoryLockStore};
 use tokio::time::{Instant, sleep};
@@ -158,6 +158,7 @@ impl LockStorage for ScriptedStorage {
         let result = match self.next_answer() {
             Answer::Store => self.inner.extend(held, lock_at_most_for, now).await,
             Answer::Fail => Err(LockError::backend_message(
+                ErrorKind::OutcomeUnknown,
                 "scripted",
                 Operation::Extend,
                 &held.name,

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use shedlock_core::{
-    Acquisition, Capabilities, HeldRecord, LockConfiguration, LockError, LockProvider, LockRecord,
-    LockStorage, NodeTime, Operation, RecordOutcome, StorageBasedLockProvider,
+    Acquisition, Capabilities, ErrorKind, HeldRecord, LockConfiguration, LockError, LockProvider,
+    LockRecord, LockStorage, NodeTime, Operation, RecordOutcome, StorageBasedLockProvider,
 };
 use shedlock_memory::MemoryLockStore;
 
@@ -97,6 +97,7 @@ impl LockStorage for RecordingStorage {
         self.record(Call::Update);
         if self.fail_next_update.swap(false, Ordering::SeqCst) {
             return Err(LockError::backend_message(
+                ErrorKind::OutcomeUnknown,
                 "recording",
                 Operation::Acquire,
                 record.name,

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use shedlock_core::{
-    Acquisition, Capabilities, LockConfiguration, LockError, LockProvider, LockingTaskExecutor,
-    ManualClock, TaskOutcome, TimeSource, async_trait,
+    Acquisition, Capabilities, ErrorKind, LockConfiguration, LockError, LockProvider,
+    LockingTaskExecutor, ManualClock, Operation, TaskOutcome, TimeSource, async_trait,
 };
 use shedlock_memory::MemoryLockStore;
 use tracing::field::{Field, Visit};
@@ -259,6 +259,54 @@ async fn a_refused_name_is_an_invalid_name_not_an_unknown_outcome() {
         "{:#?}",
         capture.events()
     );
+}
+
+/// A provider whose every acquire fails with a backend error of one kind.
+#[derive(Debug)]
+struct Failing(ErrorKind);
+
+#[async_trait]
+impl LockProvider for Failing {
+    async fn try_lock(&self, config: &LockConfiguration) -> Result<Acquisition, LockError> {
+        Err(LockError::backend_message(
+            self.0,
+            "failing",
+            Operation::Acquire,
+            config.name(),
+            "it failed",
+        ))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(TimeSource::Client)
+    }
+
+    fn provider_name(&self) -> &'static str {
+        "failing"
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_backend_error_is_logged_as_its_kind_and_only_a_missing_answer_as_unknown() {
+    for (kind, said) in [
+        (ErrorKind::Unreachable, "unreachable"),
+        (ErrorKind::CredentialsRefused, "credentials refused"),
+        (ErrorKind::Configuration, "invalid configuration"),
+        (ErrorKind::CorruptData, "corrupt data"),
+        (ErrorKind::Limit, "limit reached"),
+        (ErrorKind::OutcomeUnknown, "outcome unknown"),
+    ] {
+        let capture = Capture::default();
+        let _guard = capture.install();
+        let executor = LockingTaskExecutor::new(Failing(kind));
+        let config =
+            LockConfiguration::new("job", Duration::from_secs(60), Duration::ZERO).unwrap();
+        let error = executor.execute(&config, async {}).await.unwrap_err();
+        assert_eq!(error.kind(), kind);
+        let refused = capture.event("not run");
+        assert_eq!(refused.message(), format!("not run: {said}"));
+        assert_eq!(field(&capture.runs()[0], "outcome"), said);
+    }
 }
 
 #[tokio::test(flavor = "current_thread")]

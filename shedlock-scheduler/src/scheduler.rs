@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use shedlock_core::{
-    CancellationToken, Clock, LockConfiguration, LockError, LockHolder, LockProvider,
+    CancellationToken, Clock, ErrorKind, LockConfiguration, LockError, LockHolder, LockProvider,
     LockingTaskExecutor, SystemClock, TaskOutcome,
 };
 use tokio::task::JoinSet;
@@ -85,6 +85,9 @@ pub enum RunOutcome {
     /// Taking the lock failed, so whether another node holds it is unknown: the job did not
     /// run (fail closed).
     LockFailed {
+        /// What kind of failure it was: [`ErrorKind::retryable`] says whether the next tick
+        /// may fare better.
+        kind: ErrorKind,
         /// The provider's error.
         error: String,
     },
@@ -541,6 +544,7 @@ async fn run_once(shared: &Shared, job: &ScheduledJob, tick: Tick) -> RunReport 
             error: error.to_string(),
         },
         Ok(Err(error)) => RunOutcome::LockFailed {
+            kind: error.kind(),
             error: with_causes(&error),
         },
         Ok(Ok(TaskOutcome::Skipped(holder))) => RunOutcome::Skipped { holder },
@@ -629,10 +633,11 @@ fn log(report: &RunReport) {
                 .and_then(|holder| holder.locked_by.as_deref()),
             "job skipped: its lock is held elsewhere"
         ),
-        RunOutcome::LockFailed { error } => warn!(
+        RunOutcome::LockFailed { kind, error } => warn!(
             job,
             lock,
             tick,
+            %kind,
             %error,
             "job not run: taking its lock failed, so another node may hold it"
         ),

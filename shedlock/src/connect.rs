@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use shedlock_core::LockError;
+use shedlock_core::{ErrorKind, LockError};
 use thiserror::Error;
 
 use crate::any::AnyLockProvider;
@@ -105,6 +105,20 @@ pub enum ConnectError {
     /// the redacted URL.
     #[error(transparent)]
     Provider(#[from] LockError),
+}
+
+impl ConnectError {
+    /// What kind of failure this is: a URL this build cannot use is
+    /// [`ErrorKind::Configuration`]; a provider's error keeps its own kind.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ConnectError::Provider(error) => error.kind(),
+            ConnectError::NotAUrl
+            | ConnectError::UnknownScheme { .. }
+            | ConnectError::FeatureDisabled { .. }
+            | ConnectError::InvalidUrl { .. } => ErrorKind::Configuration,
+        }
+    }
 }
 
 /// Connects to the backend `url` names, with every provider's defaults.

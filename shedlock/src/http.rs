@@ -28,10 +28,12 @@
 //!
 //! Every error these routes answer is JSON, `{"error": "..."}`: `400` for a bad query, path or
 //! body and for a name the provider refuses (naming the parameter or the rule; a body that is
-//! JSON of another shape is `422`, as axum answers it); `502` when the backend failed, `503`
-//! when it could not be reached, `504` when it did not answer in time (the outcome of a
-//! force-unlock is then unknown: list again), `501` when the provider does not offer the
-//! operation. The messages are the providers' own, which never show a credential.
+//! JSON of another shape is `422`, as axum answers it); by the error's
+//! [`ErrorKind`](crate::ErrorKind): `502` when the backend failed, refused this server's
+//! credentials or holds data the provider cannot read, `503` when it could not be reached (a
+//! client may retry), `504` when it did not answer in time (the outcome of a force-unlock is
+//! then unknown: list again), `501` when the provider does not offer the operation, `500` when
+//! this server's own setup is wrong (a missing lock table). The messages are the providers' own, which never show a credential.
 //!
 //! The router checks no identity: mount it where the application's admin endpoints are, behind
 //! their authentication, as here under `/admin/shedlock`:
@@ -70,7 +72,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 use shedlock_core::{
-    AcquisitionId, DEFAULT_PAGE_SIZE, LockAdmin, LockError, Operation, PageCursor, PageRequest,
+    AcquisitionId, DEFAULT_PAGE_SIZE, ErrorKind, LockAdmin, LockError, PageCursor, PageRequest,
 };
 
 use crate::json::{LockJson, LockPageJson};
@@ -338,19 +340,23 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The status that tells a client whose fault an error is: the request's (4xx), or the
-/// backend's behind this server (5xx, as a gateway reports its upstream).
+/// The status that tells a client whose fault an error is, by its kind: the request's (4xx),
+/// the backend's behind this server (5xx, as a gateway reports its upstream: 503 when it could
+/// not be reached, so a client may retry; 504 when it did not answer in time; 502 when it
+/// answered with a failure), or this server's own setup (500).
 fn status_of(error: &LockError) -> StatusCode {
-    match error {
+    if let LockError::Timeout { .. } = error {
+        return StatusCode::GATEWAY_TIMEOUT;
+    }
+    match error.kind() {
         // Refused before anything reached the backend: the request's own fault.
-        LockError::InvalidName { .. } | LockError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
-        LockError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-        LockError::Backend {
-            operation: Operation::Connect,
-            ..
-        } => StatusCode::SERVICE_UNAVAILABLE,
-        LockError::Backend { .. } => StatusCode::BAD_GATEWAY,
-        LockError::Unsupported { .. } => StatusCode::NOT_IMPLEMENTED,
+        ErrorKind::InvalidRequest => StatusCode::BAD_REQUEST,
+        ErrorKind::Unreachable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::OutcomeUnknown
+        | ErrorKind::CredentialsRefused
+        | ErrorKind::CorruptData
+        | ErrorKind::Limit => StatusCode::BAD_GATEWAY,
+        ErrorKind::Unsupported => StatusCode::NOT_IMPLEMENTED,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -358,6 +364,8 @@ fn status_of(error: &LockError) -> StatusCode {
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
+
+    use shedlock_core::Operation;
 
     use super::*;
 
@@ -442,8 +450,15 @@ mod tests {
 
     #[test]
     fn backend_errors_are_gateway_errors_and_a_refused_name_is_the_requests_fault() {
-        let backend = |operation| {
-            LockError::backend("postgres", operation, "x", "the server said no", "boom")
+        let backend = |kind| {
+            LockError::backend(
+                kind,
+                "postgres",
+                Operation::List,
+                "",
+                "the server said no",
+                "boom",
+            )
         };
         let cases = [
             (
@@ -459,8 +474,21 @@ mod tests {
                 ),
                 StatusCode::BAD_REQUEST,
             ),
-            (backend(Operation::List), StatusCode::BAD_GATEWAY),
-            (backend(Operation::Connect), StatusCode::SERVICE_UNAVAILABLE),
+            (backend(ErrorKind::OutcomeUnknown), StatusCode::BAD_GATEWAY),
+            (
+                backend(ErrorKind::CredentialsRefused),
+                StatusCode::BAD_GATEWAY,
+            ),
+            (backend(ErrorKind::CorruptData), StatusCode::BAD_GATEWAY),
+            (backend(ErrorKind::Limit), StatusCode::BAD_GATEWAY),
+            (
+                backend(ErrorKind::Unreachable),
+                StatusCode::SERVICE_UNAVAILABLE,
+            ),
+            (
+                backend(ErrorKind::Configuration),
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
             (
                 LockError::Timeout {
                     provider: "redis",

@@ -508,6 +508,11 @@ mod mysql {
                 ),
                 "{error:?}"
             );
+            assert_eq!(
+                error.kind(),
+                shedlock::ErrorKind::CredentialsRefused,
+                "{error}"
+            );
             assert_no_secret("the access-denied error", &error.to_string());
             assert_no_secret("the access-denied error's Debug", &format!("{error:?}"));
         })
@@ -766,6 +771,7 @@ mod mongo {
                 ),
                 "{error:?}"
             );
+            assert_eq!(error.kind(), shedlock::ErrorKind::Unreachable, "{error}");
             assert_no_secret("the SRV error", &error.to_string());
             assert_no_secret("the SRV error's Debug", &format!("{error:?}"));
         })

@@ -14,8 +14,8 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use libtest_mimic::{Arguments, Failed, Trial};
 use shedlock_core::{
-    Acquisition, Capabilities, Clock, LockAdmin, LockConfiguration, LockError, LockHandle,
-    LockProvider, LockState, TimeSource,
+    Acquisition, Capabilities, Clock, ErrorKind, LockAdmin, LockConfiguration, LockError,
+    LockHandle, LockProvider, LockState, TimeSource,
 };
 
 use super::FaultHarness;
@@ -122,6 +122,7 @@ impl<N: LockProvider + LockAdmin + 'static> DefectiveNode<N> {
         }
         if self.failed.load(Ordering::SeqCst) {
             return Err(LockError::backend_message(
+                ErrorKind::Unreachable,
                 self.inner.provider_name(),
                 shedlock_core::Operation::Acquire,
                 "any",

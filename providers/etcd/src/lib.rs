@@ -113,8 +113,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{Client, ConnectOptions};
 use shedlock_core::{
-    Acquisition, Capabilities, ConfigurationError, LockConfiguration, LockError, LockHandle,
-    LockHolder, LockProvider, Operation, TimeSource,
+    Acquisition, Capabilities, ConfigurationError, ErrorKind, LockConfiguration, LockError,
+    LockHandle, LockHolder, LockProvider, Operation, TimeSource,
 };
 use tokio::time::Instant;
 use tracing::debug;
@@ -312,7 +312,9 @@ impl EtcdLockProviderBuilder {
         let client = tokio::time::timeout(timeout, Client::connect(endpoints, Some(options)))
             .await
             .map_err(|_| {
+                // Connecting (and, with credentials, authenticating) got no answer in time.
                 LockError::backend_message(
+                    ErrorKind::Unreachable,
                     PROVIDER,
                     Operation::Connect,
                     "",
@@ -323,6 +325,7 @@ impl EtcdLockProviderBuilder {
             })?
             .map_err(|error| {
                 LockError::backend(
+                    kind_of(Operation::Connect, &error),
                     PROVIDER,
                     Operation::Connect,
                     "",
@@ -360,6 +363,7 @@ impl EtcdLockProviderBuilder {
             return Ok(tls);
         };
         Err(LockError::backend_message(
+            ErrorKind::Configuration,
             PROVIDER,
             Operation::Connect,
             "",
@@ -468,6 +472,7 @@ fn check_endpoint_scheme(endpoint: &str) -> Result<(), LockError> {
         )
     };
     Err(LockError::backend_message(
+        ErrorKind::Configuration,
         PROVIDER,
         Operation::Connect,
         "",
@@ -477,6 +482,7 @@ fn check_endpoint_scheme(endpoint: &str) -> Result<(), LockError> {
 
 fn invalid_setting(what: &str, value: &str, rule: &str) -> LockError {
     LockError::backend_message(
+        ErrorKind::Configuration,
         PROVIDER,
         Operation::Connect,
         "",
@@ -635,6 +641,7 @@ impl Inner {
             "failed"
         };
         Err(LockError::backend(
+            kind_of(operation, &error),
             PROVIDER,
             operation,
             name,
@@ -742,6 +749,92 @@ impl Inner {
     }
 }
 
+/// What kind of failure an etcd client error is, for an error met during `operation`: the one
+/// place this provider reads the client's errors and etcd's gRPC status codes (etcd's own
+/// messages are in `api/v3rpc/rpctypes`).
+///
+/// Only a connection that never opened (the gRPC stack's connect error: TCP, DNS or the TLS
+/// handshake) is unreachable once a lock operation has begun; any other failure of a request
+/// already sent leaves its outcome unknown. While connecting, every failure that is not the
+/// credentials, the settings or a limit means the server could not be reached.
+fn kind_of(operation: Operation, error: &etcd_client::Error) -> ErrorKind {
+    use etcd_client::Error;
+    let kind = match error {
+        // Refused by the client before anything was sent: the endpoints or their TLS settings
+        // (etcd-client makes a transport error only while building its channel, before it
+        // connects).
+        Error::InvalidArgs(_)
+        | Error::InvalidUri(_)
+        | Error::EndpointError(_)
+        | Error::EndpointsNotManaged
+        | Error::TransportError(_) => ErrorKind::Configuration,
+        Error::IoError(io) if never_connected(io.kind()) => ErrorKind::Unreachable,
+        Error::GRpcStatus(status) => {
+            let message = status.message();
+            match status.code() {
+                // "etcdserver: invalid auth token", "etcdserver: permission denied".
+                tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => {
+                    ErrorKind::CredentialsRefused
+                }
+                tonic::Code::InvalidArgument if message.contains("authentication failed") => {
+                    ErrorKind::CredentialsRefused
+                }
+                // Credentials given to a cluster that has authentication off.
+                tonic::Code::FailedPrecondition
+                    if message.contains("authentication is not enabled") =>
+                {
+                    ErrorKind::Configuration
+                }
+                // "etcdserver: request is too large", "too many operations in txn request".
+                tonic::Code::InvalidArgument
+                    if message.contains("too large") || message.contains("too many operations") =>
+                {
+                    ErrorKind::Limit
+                }
+                // "etcdserver: too many requests" is etcd shedding load for a while, which
+                // passes; anything else exhausted is a quota ("mvcc: database space exceeded")
+                // or a size limit.
+                tonic::Code::ResourceExhausted if message.contains("too many requests") => {
+                    ErrorKind::OutcomeUnknown
+                }
+                tonic::Code::ResourceExhausted => ErrorKind::Limit,
+                tonic::Code::Unimplemented => ErrorKind::Configuration,
+                // The gRPC stack says Unavailable both for a connection it could not open
+                // (nothing sent) and for a server that dropped the request or has no leader.
+                tonic::Code::Unavailable if connect_failed(status) => ErrorKind::Unreachable,
+                _ => ErrorKind::OutcomeUnknown,
+            }
+        }
+        _ => ErrorKind::OutcomeUnknown,
+    };
+    match (operation, kind) {
+        (Operation::Connect, ErrorKind::OutcomeUnknown) => ErrorKind::Unreachable,
+        (_, kind) => kind,
+    }
+}
+
+/// Whether an I/O error of this kind means no connection was ever made.
+fn never_connected(kind: std::io::ErrorKind) -> bool {
+    use std::io::ErrorKind as Io;
+    matches!(
+        kind,
+        Io::ConnectionRefused | Io::HostUnreachable | Io::NetworkUnreachable | Io::AddrNotAvailable
+    )
+}
+
+/// Whether `status` is the gRPC stack's failure to open a connection (TCP, DNS or the TLS
+/// handshake), found as a [`tonic::ConnectError`] in its sources: the request was never sent.
+fn connect_failed(status: &tonic::Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(cause) = source {
+        if cause.is::<tonic::ConnectError>() {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
 /// A duration as whole seconds for a lease, refusing what etcd cannot store.
 fn lease_secs(operation: Operation, name: &str, duration: Duration) -> Result<i64, LockError> {
     storage::lease_secs(duration).ok_or_else(|| {
@@ -794,6 +887,7 @@ impl LockProvider for EtcdLockProvider {
             Ok(AcquireOutcome::Held { value: Some(value) }) if !storage::is_lock_value(&value) => {
                 inner.recycle(vec![lease]);
                 Err(LockError::backend_message(
+                    ErrorKind::CorruptData,
                     PROVIDER,
                     Operation::Acquire,
                     name,
@@ -976,5 +1070,113 @@ impl LockHandle for EtcdLockHandle {
         }
         self.move_to_new_lease(Operation::Extend, &mut state, ttl)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: tonic::Code, message: &str) -> etcd_client::Error {
+        etcd_client::Error::GRpcStatus(tonic::Status::new(code, message))
+    }
+
+    #[test]
+    fn client_errors_are_classified_by_what_reached_etcd() {
+        use tonic::Code;
+        let refused = || std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        // The gRPC stack's own error for a connection it could not open: nothing was sent.
+        let not_connected = etcd_client::Error::GRpcStatus(tonic::Status::from_error(Box::new(
+            tonic::ConnectError(Box::new(refused())),
+        )));
+        let cases = [
+            (not_connected, ErrorKind::Unreachable),
+            (
+                etcd_client::Error::IoError(refused()),
+                ErrorKind::Unreachable,
+            ),
+            (
+                etcd_client::Error::IoError(std::io::ErrorKind::ConnectionReset.into()),
+                ErrorKind::OutcomeUnknown,
+            ),
+            // etcd's own Unavailable answers come after the request was sent.
+            (
+                status(Code::Unavailable, "etcdserver: leader changed"),
+                ErrorKind::OutcomeUnknown,
+            ),
+            (
+                status(Code::Unavailable, "etcdserver: request timed out"),
+                ErrorKind::OutcomeUnknown,
+            ),
+            (
+                status(Code::Cancelled, "Timeout expired"),
+                ErrorKind::OutcomeUnknown,
+            ),
+            (
+                status(
+                    Code::InvalidArgument,
+                    "etcdserver: authentication failed, invalid user ID or password",
+                ),
+                ErrorKind::CredentialsRefused,
+            ),
+            (
+                status(Code::Unauthenticated, "etcdserver: invalid auth token"),
+                ErrorKind::CredentialsRefused,
+            ),
+            (
+                status(Code::PermissionDenied, "etcdserver: permission denied"),
+                ErrorKind::CredentialsRefused,
+            ),
+            (
+                status(
+                    Code::FailedPrecondition,
+                    "etcdserver: authentication is not enabled",
+                ),
+                ErrorKind::Configuration,
+            ),
+            (
+                status(
+                    Code::ResourceExhausted,
+                    "etcdserver: mvcc: database space exceeded",
+                ),
+                ErrorKind::Limit,
+            ),
+            (
+                status(Code::ResourceExhausted, "etcdserver: too many requests"),
+                ErrorKind::OutcomeUnknown,
+            ),
+            (
+                status(Code::InvalidArgument, "etcdserver: request is too large"),
+                ErrorKind::Limit,
+            ),
+            (
+                etcd_client::Error::InvalidArgs("empty endpoints".to_owned()),
+                ErrorKind::Configuration,
+            ),
+        ];
+        for (error, kind) in cases {
+            assert_eq!(kind_of(Operation::Acquire, &error), kind, "{error}");
+        }
+        // While connecting, what is not the credentials, the settings or a limit is an
+        // unreachable server.
+        for (error, kind) in [
+            (
+                status(Code::Unavailable, "etcdserver: no leader"),
+                ErrorKind::Unreachable,
+            ),
+            (
+                status(Code::PermissionDenied, "etcdserver: permission denied"),
+                ErrorKind::CredentialsRefused,
+            ),
+            (
+                status(
+                    Code::FailedPrecondition,
+                    "etcdserver: authentication is not enabled",
+                ),
+                ErrorKind::Configuration,
+            ),
+        ] {
+            assert_eq!(kind_of(Operation::Connect, &error), kind, "{error}");
+        }
     }
 }

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, LeaseTimeToLiveOptions, PutOptions, Txn, TxnOp};
 use shedlock_core::{
-    Acquisition, LockConfiguration, LockError, LockHandle, LockProvider, LockingTaskExecutor,
+    Acquisition, ErrorKind, LockConfiguration, LockError, LockHandle, LockProvider,
+    LockingTaskExecutor,
 };
 use shedlock_etcd::{EtcdLockProvider, EtcdLockProviderBuilder};
 use tokio::time::Instant;
@@ -219,6 +220,7 @@ async fn a_key_another_application_wrote_is_refused_by_name_and_left_as_it_is() 
             ),
             "{error:?}"
         );
+        assert_eq!(error.kind(), ErrorKind::CorruptData, "{error}");
         let text = error.to_string();
         for part in [
             &format!("the key {key:?} at "),
@@ -572,6 +574,7 @@ async fn names_keep_their_own_keys_and_bad_settings_are_refused() {
     ] {
         let error = builder.connect(&etcd_url()).await.unwrap_err();
         assert!(error.to_string().contains(what), "{error}");
+        assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
     }
 }
 
@@ -585,6 +588,7 @@ async fn an_unreachable_server_is_a_clear_error_within_the_timeout() {
         .unwrap_err();
     assert_answered_within(started, Duration::from_secs(3));
     assert!(error.to_string().contains("http://127.0.0.1:1"), "{error}");
+    assert_eq!(error.kind(), ErrorKind::Unreachable, "{error}");
 
     let lazy = EtcdLockProvider::builder()
         .operation_timeout(Duration::from_secs(1))
@@ -602,6 +606,10 @@ async fn an_unreachable_server_is_a_clear_error_within_the_timeout() {
             matches!(error, LockError::Backend { .. } | LockError::Timeout { .. }),
             "{error:?}"
         );
+        // A refused connection sent nothing (a timeout would leave the outcome unknown).
+        if matches!(error, LockError::Backend { .. }) {
+            assert_eq!(error.kind(), ErrorKind::Unreachable, "{error}");
+        }
         assert!(error.to_string().contains("job"), "{error}");
     }
 }
@@ -618,6 +626,7 @@ async fn credentials_never_appear_in_errors_or_debug_output() {
     let text = full_text(&error);
     assert!(!text.contains(SECRET), "{text}");
     assert!(text.contains("root:***@127.0.0.1:1"), "{text}");
+    assert_eq!(error.kind(), ErrorKind::Unreachable, "{error}");
 
     // Through the builder: its Debug output hides the password.
     let builder = EtcdLockProvider::builder().credentials("root", SECRET);
@@ -633,6 +642,10 @@ async fn credentials_never_appear_in_errors_or_debug_output() {
         Err(error) => {
             let text = full_text(&error);
             assert!(!text.contains(SECRET), "{text}");
+            // Credentials for a cluster with authentication off: the settings must change.
+            if text.contains("authentication is not enabled") {
+                assert_eq!(error.kind(), ErrorKind::Configuration, "{text}");
+            }
         }
         Ok(provider) => {
             let debug = format!("{provider:?}");
@@ -693,6 +706,7 @@ async fn endpoints_of_other_backends_and_a_mix_of_tls_and_plain_are_refused_befo
         let error = EtcdLockProvider::connect(&url).await.unwrap_err();
         let message = error.to_string();
         assert!(message.contains(expected), "{message}");
+        assert_eq!(error.kind(), ErrorKind::Configuration, "{message}");
         assert!(
             !format!("{message} {error:?}").contains(SECRET),
             "{message}"

@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use shedlock_core::{LockConfiguration, LockError, LockProvider};
+use shedlock_core::{ErrorKind, LockConfiguration, LockError, LockProvider};
 use shedlock_etcd::{EtcdLockProvider, EtcdLockProviderBuilder};
 
 fn env(var: &str, what: &str, example: &str) -> String {
@@ -88,6 +88,7 @@ async fn the_tls_member_refuses_plain_http() {
     let plain = format!("http://{}", tls_url().split_once("://").unwrap().1);
     let error = within(builder().connect(&plain)).await.unwrap_err();
     assert!(chain(&error).contains("etcd"), "{}", chain(&error));
+    assert_eq!(error.kind(), ErrorKind::Unreachable, "{}", chain(&error));
 }
 
 #[tokio::test]
@@ -96,6 +97,8 @@ async fn a_certificate_no_trusted_ca_signed_is_refused() {
     let error = within(builder().connect(&tls_url())).await.unwrap_err();
     let text = chain(&error);
     assert!(text.contains("UnknownIssuer"), "{text}");
+    // A failed handshake: nothing was sent.
+    assert_eq!(error.kind(), ErrorKind::Unreachable, "{text}");
 }
 
 #[tokio::test]
@@ -110,6 +113,7 @@ async fn a_host_name_the_certificate_does_not_name_is_refused() {
         text.contains("certificate not valid for name") && text.contains("127.0.0.1"),
         "{text}"
     );
+    assert_eq!(error.kind(), ErrorKind::Unreachable, "{text}");
     assert!(
         !format!("{text} {error:?}").contains("tls-test-secret"),
         "{text}"
@@ -130,4 +134,5 @@ async fn a_ca_certificate_with_plain_endpoints_is_refused_before_connecting() {
         ),
         "{text}"
     );
+    assert_eq!(error.kind(), ErrorKind::Configuration, "{text}");
 }

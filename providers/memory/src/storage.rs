@@ -6,9 +6,9 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use shedlock_core::{
-    AcquisitionId, Capabilities, Clock, HeldRecord, LockAdmin, LockError, LockHolder, LockInfo,
-    LockPage, LockRecord, LockState, LockStorage, NodeTime, Operation, PageCursor, PageRequest,
-    RecordOutcome, TimeSource,
+    AcquisitionId, Capabilities, Clock, ErrorKind, HeldRecord, LockAdmin, LockError, LockHolder,
+    LockInfo, LockPage, LockRecord, LockState, LockStorage, NodeTime, Operation, PageCursor,
+    PageRequest, RecordOutcome, TimeSource,
 };
 
 /// One lock's record, shaped like ShedLock's row, plus the fencing counter.
@@ -107,6 +107,7 @@ fn deadline(
 ) -> Result<SystemTime, LockError> {
     now.checked_add(duration).ok_or_else(|| {
         LockError::backend_message(
+            ErrorKind::Limit,
             "memory",
             operation,
             name,

@@ -26,8 +26,8 @@ use mongodb::bson::{Bson, DateTime, Document, doc};
 use mongodb::error::Error as DriverError;
 use mongodb::options::Collation;
 use shedlock_core::{
-    AcquisitionId, ConfigurationError, LockAdmin, LockError, LockInfo, LockPage, LockProvider,
-    LockState, Operation, PageCursor, PageRequest,
+    AcquisitionId, ConfigurationError, ErrorKind, LockAdmin, LockError, LockInfo, LockPage,
+    LockProvider, LockState, Operation, PageCursor, PageRequest,
 };
 
 use crate::storage::{FENCING_TOKEN, LOCK_UNTIL, LOCKED_AT, LOCKED_BY};
@@ -215,24 +215,31 @@ impl MongoLockProvider {
     /// this provider's, takes such a document, and force-unlock does not free it either; it
     /// has to be fixed or deleted by hand.
     fn lock_info(&self, operation: Operation, document: &Document) -> Result<LockInfo, LockError> {
-        let unexpected = |what: String| {
+        let unexpected = |kind: ErrorKind, what: String| {
             LockError::backend_message(
+                kind,
                 PROVIDER,
                 operation,
                 "",
                 format!("{} answered {what}", self.storage.target),
             )
         };
+        // A document whose _id no lock name can be: another application's, in the collection.
         let Some(Bson::String(name)) = document.get("_id") else {
-            return Err(unexpected(format!(
-                "a document whose _id is not a string: {:?}",
-                document.get("_id")
-            )));
+            return Err(unexpected(
+                ErrorKind::CorruptData,
+                format!(
+                    "a document whose _id is not a string: {:?}",
+                    document.get("_id")
+                ),
+            ));
         };
+        // A server that does not evaluate $$NOW in a projection lacks what the provider needs.
         let Some(Bson::DateTime(now)) = document.get(NOW) else {
-            return Err(unexpected(format!(
-                "{name:?} without $$NOW, which the command asked for"
-            )));
+            return Err(unexpected(
+                ErrorKind::Configuration,
+                format!("{name:?} without $$NOW, which the command asked for"),
+            ));
         };
         let locked_by = match document.get(LOCKED_BY) {
             Some(Bson::String(locked_by)) => Some(locked_by.as_str()),

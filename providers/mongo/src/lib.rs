@@ -202,7 +202,7 @@ use mongodb::options::{
 };
 use mongodb::{Client, Collection};
 use shedlock_core::{
-    Acquisition, Capabilities, LockConfiguration, LockError, LockProvider, Operation,
+    Acquisition, Capabilities, ErrorKind, LockConfiguration, LockError, LockProvider, Operation,
     StorageBasedLockProvider,
 };
 
@@ -346,16 +346,24 @@ impl MongoLockProviderBuilder {
         let mut options = match tokio::time::timeout(self.operation_timeout, parsing).await {
             Ok(Ok(options)) => options,
             Ok(Err(error)) => {
-                return Err(connect_error(format!(
-                    "{shown} is not a usable MongoDB connection string: {}",
-                    credentials::scrub(&error.to_string(), url)
-                )));
+                // A malformed string, or for mongodb+srv:// a DNS lookup that failed.
+                return Err(connect_error(
+                    storage::kind_of(Operation::Connect, &error),
+                    format!(
+                        "{shown} is not a usable MongoDB connection string: {}",
+                        credentials::scrub(&error.to_string(), url)
+                    ),
+                ));
             }
             Err(_) => {
-                return Err(connect_error(format!(
-                    "resolving {shown} took longer than {:?}",
-                    self.operation_timeout
-                )));
+                // Only a mongodb+srv:// URL takes time to parse: its DNS lookup did not end.
+                return Err(connect_error(
+                    ErrorKind::Unreachable,
+                    format!(
+                        "resolving {shown} took longer than {:?}",
+                        self.operation_timeout
+                    ),
+                ));
             }
         };
         options.server_selection_timeout = Some(self.server_selection_timeout);
@@ -363,17 +371,23 @@ impl MongoLockProviderBuilder {
         let database = match (&self.database, &options.default_database) {
             (Some(database), _) | (None, Some(database)) => database.clone(),
             (None, None) => {
-                return Err(connect_error(format!(
-                    "{shown} names no database: put it in the URL's path \
+                return Err(connect_error(
+                    ErrorKind::Configuration,
+                    format!(
+                        "{shown} names no database: put it in the URL's path \
                      (mongodb://host/<database>) or call .database(...)"
-                )));
+                    ),
+                ));
             }
         };
         let client = Client::with_options(options).map_err(|error| {
-            connect_error(format!(
-                "{shown} is not a usable MongoDB connection string: {}",
-                credentials::scrub(&error.to_string(), url)
-            ))
+            connect_error(
+                storage::kind_of(Operation::Connect, &error),
+                format!(
+                    "{shown} is not a usable MongoDB connection string: {}",
+                    credentials::scrub(&error.to_string(), url)
+                ),
+            )
         })?;
         self.finish(&client, &database, shown, true)
     }
@@ -391,6 +405,7 @@ impl MongoLockProviderBuilder {
             (None, Some(database)) => database.name().to_owned(),
             (None, None) => {
                 return Err(connect_error(
+                    ErrorKind::Configuration,
                     "the given client has no default database: call .database(...)".to_owned(),
                 ));
             }
@@ -470,18 +485,24 @@ fn check_url_scheme(url: &str) -> Result<(), LockError> {
         }
         _ => "the text is not a URL (no scheme:// in front)".to_owned(),
     };
-    Err(connect_error(format!(
-        "{refused}, which is not a MongoDB connection string: the mongo provider accepts \
+    Err(connect_error(
+        ErrorKind::Configuration,
+        format!(
+            "{refused}, which is not a MongoDB connection string: the mongo provider accepts \
          mongodb://... or mongodb+srv://..."
-    )))
+        ),
+    ))
 }
 
-fn connect_error(message: String) -> LockError {
-    LockError::backend_message(PROVIDER, Operation::Connect, "", message)
+fn connect_error(kind: ErrorKind, message: String) -> LockError {
+    LockError::backend_message(kind, PROVIDER, Operation::Connect, "", message)
 }
 
 fn invalid_setting(what: &str, value: &str, rule: &str) -> LockError {
-    connect_error(format!("invalid {what} {value:?}: {rule}"))
+    connect_error(
+        ErrorKind::Configuration,
+        format!("invalid {what} {value:?}: {rule}"),
+    )
 }
 
 /// MongoDB's rules for database names, checked here so a bad name is refused with the rule
@@ -661,6 +682,7 @@ impl MongoLockProvider {
                     format!("could not reach MongoDB at {target}: is it running and reachable?")
                 };
                 return Err(LockError::backend(
+                    storage::kind_of(Operation::Connect, &error),
                     PROVIDER,
                     Operation::Connect,
                     "",
@@ -669,10 +691,13 @@ impl MongoLockProvider {
                 ));
             }
             Err(_) => {
-                return Err(connect_error(format!(
-                    "MongoDB at {target} did not answer within {:?}: is it running and reachable?",
-                    self.operation_timeout
-                )));
+                return Err(connect_error(
+                    ErrorKind::Unreachable,
+                    format!(
+                        "MongoDB at {target} did not answer within {:?}: is it running and reachable?",
+                        self.operation_timeout
+                    ),
+                ));
             }
         };
         let wire_version = hello
@@ -684,13 +709,17 @@ impl MongoLockProvider {
             })
             .unwrap_or(0);
         if wire_version < MIN_WIRE_VERSION {
-            return Err(connect_error(format!(
-                "the server at {target} reports wire version {wire_version}; the provider needs \
+            return Err(connect_error(
+                ErrorKind::Configuration,
+                format!(
+                    "the server at {target} reports wire version {wire_version}; the provider needs \
                  MongoDB 4.2 or later (wire version {MIN_WIRE_VERSION}: pipeline updates and $$NOW)"
-            )));
+                ),
+            ));
         }
         probe.map(|_| ()).map_err(|error| {
             LockError::backend(
+                storage::kind_of(Operation::Connect, &error),
                 PROVIDER,
                 Operation::Connect,
                 "",
@@ -748,11 +777,14 @@ impl MongoLockProvider {
             "collection" => return Ok(()),
             _ => "is not an ordinary collection",
         };
-        Err(connect_error(format!(
-            "{} {rule}: the lock collection must be an ordinary collection; nothing was \
+        Err(connect_error(
+            ErrorKind::Configuration,
+            format!(
+                "{} {rule}: the lock collection must be an ordinary collection; nothing was \
              written (give the provider another with MongoLockProviderBuilder::collection)",
-            storage.target
-        )))
+                storage.target
+            ),
+        ))
     }
 }
 

@@ -10,11 +10,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use mongodb::Collection;
 use mongodb::bson::{Bson, Document, doc};
-use mongodb::error::{Error as DriverError, ErrorKind, WriteFailure};
+use mongodb::error::{Error as DriverError, ErrorKind as DriverErrorKind, WriteFailure};
 use mongodb::options::ReturnDocument;
 use shedlock_core::{
-    Capabilities, HeldRecord, LockError, LockHolder, LockRecord, LockStorage, NodeTime, Operation,
-    RecordOutcome, TimeSource,
+    Capabilities, ErrorKind, HeldRecord, LockError, LockHolder, LockRecord, LockStorage, NodeTime,
+    Operation, RecordOutcome, TimeSource,
 };
 
 use crate::{MAX_LOCK_DURATION, MAX_NAME_CHARS, PROVIDER};
@@ -189,6 +189,7 @@ fn type_name(value: Option<&Bson>) -> &'static str {
 impl MongoStorage {
     fn wrong_shape(&self, operation: Operation, name: &str, problem: String) -> LockError {
         LockError::backend_message(
+            ErrorKind::CorruptData,
             PROVIDER,
             operation,
             name,
@@ -212,42 +213,42 @@ impl MongoStorage {
     ) -> LockError {
         let target = &self.target;
         let (what, refused) = match &*error.kind {
-            ErrorKind::ServerSelection { .. } => (
+            DriverErrorKind::ServerSelection { .. } => (
                 format!(
                     "no usable MongoDB server at {target} answered in time (server selection): \
                      is it running and reachable, and is there a primary?"
                 ),
                 false,
             ),
-            ErrorKind::Io(_) | ErrorKind::ConnectionPoolCleared { .. } => {
+            DriverErrorKind::Io(_) | DriverErrorKind::ConnectionPoolCleared { .. } => {
                 (format!("the connection to {target} failed"), false)
             }
-            ErrorKind::Authentication { .. } => {
+            DriverErrorKind::Authentication { .. } => {
                 (format!("authentication at {target} failed"), true)
             }
             // The driver answers so before selecting a server: nothing reached the server.
-            ErrorKind::Shutdown => (
+            DriverErrorKind::Shutdown => (
                 format!(
                     "the MongoDB client of {target} was shut down (MongoLockProvider::shutdown \
                      or Client::shutdown), so nothing was sent"
                 ),
                 true,
             ),
-            ErrorKind::Command(command) => (
+            DriverErrorKind::Command(command) => (
                 format!(
                     "{target} refused the command: {} ({}): {}",
                     command.code, command.code_name, command.message
                 ),
                 true,
             ),
-            ErrorKind::Write(WriteFailure::WriteError(write)) => (
+            DriverErrorKind::Write(WriteFailure::WriteError(write)) => (
                 format!(
                     "{target} refused the write: {}: {}",
                     write.code, write.message
                 ),
                 true,
             ),
-            ErrorKind::Write(WriteFailure::WriteConcernError(concern)) => (
+            DriverErrorKind::Write(WriteFailure::WriteConcernError(concern)) => (
                 format!(
                     "{target} did not confirm the write concern: {} ({}): {}",
                     concern.code, concern.code_name, concern.message
@@ -276,6 +277,7 @@ impl MongoStorage {
             (_, false) => "whether the lock was extended is unknown",
         };
         LockError::backend(
+            kind_of(operation, &error),
             PROVIDER,
             operation,
             name,
@@ -325,7 +327,9 @@ impl MongoStorage {
                 Err(error) => return Err(self.driver_error(Operation::Acquire, name, error)),
             }
         }
+        // The server answered, but not what MongoDB answers: the write may have been made.
         Err(LockError::backend_message(
+            ErrorKind::OutcomeUnknown,
             PROVIDER,
             Operation::Acquire,
             name,
@@ -375,6 +379,7 @@ impl MongoStorage {
                 fencing_token: Some(token),
             }),
             _ => Err(LockError::backend_message(
+                token_kind(document.get(FENCING_TOKEN)),
                 PROVIDER,
                 Operation::Acquire,
                 name,
@@ -409,10 +414,110 @@ impl MongoStorage {
     }
 }
 
+/// What kind of failure an acquire that found no valid `fencingToken` after its increment is:
+/// a counter that passed the largest 64-bit integer (the server's `$add` then makes it a
+/// double) is at its limit; anything else (a negative number, a date, a double or a decimal
+/// set by hand) is a field this provider did not write.
+fn token_kind(token: Option<&Bson>) -> ErrorKind {
+    match token {
+        Some(Bson::Double(token)) if *token >= i64::MAX as f64 => ErrorKind::Limit,
+        _ => ErrorKind::CorruptData,
+    }
+}
+
+/// What kind of failure a driver error is, for an error met during `operation`: the one place
+/// this provider reads the driver's error kinds and the server's error codes.
+///
+/// The driver reports "no server selected" only when no earlier attempt of the command failed
+/// after being sent (else it returns that attempt's error), so it means nothing was sent. Any
+/// other failure of a command already sent leaves its outcome unknown. While connecting, every
+/// failure that is not the credentials, the settings, the data or a limit means the server
+/// could not be reached.
+pub(crate) fn kind_of(operation: Operation, error: &DriverError) -> ErrorKind {
+    let kind = match &*error.kind {
+        DriverErrorKind::ServerSelection { .. }
+        | DriverErrorKind::ConnectionPoolCleared { .. }
+        | DriverErrorKind::DnsResolve { .. } => ErrorKind::Unreachable,
+        DriverErrorKind::Io(io) if never_connected(io.kind()) => ErrorKind::Unreachable,
+        DriverErrorKind::Authentication { .. } => ErrorKind::CredentialsRefused,
+        // Refused by the driver before sending: the URL's or the builder's settings, or a
+        // server without what the provider needs. A shut-down client never sends again: the
+        // application must not use the provider after `shutdown`.
+        DriverErrorKind::InvalidArgument { .. }
+        | DriverErrorKind::InvalidTlsConfig { .. }
+        | DriverErrorKind::IncompatibleServer { .. }
+        | DriverErrorKind::SessionsNotSupported
+        | DriverErrorKind::Shutdown => ErrorKind::Configuration,
+        // A document the driver cannot read as BSON: not one this provider wrote.
+        DriverErrorKind::BsonDeserialization(_) => ErrorKind::CorruptData,
+        DriverErrorKind::Command(command) => kind_of_code(command.code),
+        DriverErrorKind::Write(WriteFailure::WriteError(write)) => kind_of_code(write.code),
+        DriverErrorKind::Write(WriteFailure::WriteConcernError(concern))
+            if matches!(
+                concern.code,
+                UNKNOWN_REPL_WRITE_CONCERN | UNSATISFIABLE_WRITE_CONCERN
+            ) =>
+        {
+            ErrorKind::Configuration
+        }
+        _ => ErrorKind::OutcomeUnknown,
+    };
+    match (operation, kind) {
+        (Operation::Connect, ErrorKind::OutcomeUnknown) => ErrorKind::Unreachable,
+        (_, kind) => kind,
+    }
+}
+
+/// Whether an I/O error of this kind means no connection was ever made.
+fn never_connected(kind: std::io::ErrorKind) -> bool {
+    use std::io::ErrorKind as Io;
+    matches!(
+        kind,
+        Io::ConnectionRefused | Io::HostUnreachable | Io::NetworkUnreachable | Io::AddrNotAvailable
+    )
+}
+
+/// MongoDB's `Unauthorized`: the user lacks a privilege the command needs.
+const UNAUTHORIZED: i32 = 13;
+/// MongoDB's `AuthenticationFailed`.
+const AUTHENTICATION_FAILED: i32 = 18;
+/// A write concern naming a tag set the replica set does not define.
+const UNKNOWN_REPL_WRITE_CONCERN: i32 = 79;
+/// A write concern asking more members than the deployment has.
+const UNSATISFIABLE_WRITE_CONCERN: i32 = 100;
+
+/// What kind of failure a server's refusal with `code` is. This provider's commands compute
+/// only on the stored fields, so arithmetic the server refuses means a field of another type
+/// than ShedLock's.
+fn kind_of_code(code: i32) -> ErrorKind {
+    match code {
+        UNAUTHORIZED | AUTHENTICATION_FAILED => ErrorKind::CredentialsRefused,
+        // A command, stage, operator or option the server lacks, a collection that is a view,
+        // or settings the deployment cannot meet: CommandNotFound, InvalidOptions,
+        // CommandNotSupported, ReadConcernMajorityNotEnabled, CommandNotSupportedOnView,
+        // InvalidPipelineOperator, unrecognized pipeline stage.
+        59
+        | 72
+        | UNKNOWN_REPL_WRITE_CONCERN
+        | UNSATISFIABLE_WRITE_CONCERN
+        | 115
+        | 148
+        | 166
+        | 168
+        | 40324 => ErrorKind::Configuration,
+        // TypeMismatch, "$add only supports numeric or date types" (older servers),
+        // ConversionFailure: `fencingToken` or `lockedAt` is not a number or a date.
+        14 | 16554 | 241 => ErrorKind::CorruptData,
+        // BSONObjectTooLarge, a document grown past 16 MiB by an update, OutOfDiskSpace.
+        10334 | 17419 | 14031 => ErrorKind::Limit,
+        _ => ErrorKind::OutcomeUnknown,
+    }
+}
+
 fn is_duplicate_key(error: &DriverError) -> bool {
     match &*error.kind {
-        ErrorKind::Command(command) => command.code == DUPLICATE_KEY,
-        ErrorKind::Write(WriteFailure::WriteError(write)) => write.code == DUPLICATE_KEY,
+        DriverErrorKind::Command(command) => command.code == DUPLICATE_KEY,
+        DriverErrorKind::Write(WriteFailure::WriteError(write)) => write.code == DUPLICATE_KEY,
         _ => false,
     }
 }
@@ -472,5 +577,65 @@ impl LockStorage for MongoStorage {
             date_plus(&format!("${LOCKED_AT}"), at_least),
         ] } } }];
         self.update_own(Operation::Release, held, update).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn driver_errors_are_classified_by_what_reached_the_server() {
+        let io = |kind: std::io::ErrorKind| DriverError::from(kind);
+        assert_eq!(
+            kind_of(
+                Operation::Acquire,
+                &io(std::io::ErrorKind::ConnectionRefused)
+            ),
+            ErrorKind::Unreachable
+        );
+        assert_eq!(
+            kind_of(Operation::Acquire, &io(std::io::ErrorKind::ConnectionReset)),
+            ErrorKind::OutcomeUnknown
+        );
+        assert_eq!(
+            kind_of(Operation::Connect, &io(std::io::ErrorKind::ConnectionReset)),
+            ErrorKind::Unreachable
+        );
+        let shut_down = DriverError::from(DriverErrorKind::Shutdown);
+        assert_eq!(
+            kind_of(Operation::Release, &shut_down),
+            ErrorKind::Configuration
+        );
+        for (code, kind) in [
+            (UNAUTHORIZED, ErrorKind::CredentialsRefused),
+            (AUTHENTICATION_FAILED, ErrorKind::CredentialsRefused),
+            (166, ErrorKind::Configuration),
+            (UNSATISFIABLE_WRITE_CONCERN, ErrorKind::Configuration),
+            (14, ErrorKind::CorruptData),
+            (241, ErrorKind::CorruptData),
+            (10334, ErrorKind::Limit),
+            (14031, ErrorKind::Limit),
+            (50, ErrorKind::OutcomeUnknown),
+            (189, ErrorKind::OutcomeUnknown),
+        ] {
+            assert_eq!(kind_of_code(code), kind, "{code}");
+        }
+    }
+
+    #[test]
+    fn a_counter_past_the_largest_integer_is_a_limit_and_any_other_bad_token_corrupt() {
+        // The server's $add turns i64::MAX + 1 into a double.
+        let overflowed = Bson::Double(i64::MAX as f64);
+        assert_eq!(token_kind(Some(&overflowed)), ErrorKind::Limit);
+        for other in [
+            Bson::Int64(-3),
+            Bson::Int64(0),
+            Bson::Double(7.0),
+            Bson::String("seven".to_owned()),
+        ] {
+            assert_eq!(token_kind(Some(&other)), ErrorKind::CorruptData, "{other}");
+        }
+        assert_eq!(token_kind(None), ErrorKind::CorruptData);
     }
 }

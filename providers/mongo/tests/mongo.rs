@@ -17,8 +17,8 @@ use mongodb::event::command::CommandEvent;
 use mongodb::options::{ClientOptions, ReadConcern, WriteConcern};
 use mongodb::{Client, Collection};
 use shedlock_core::{
-    Acquisition, LockConfiguration, LockError, LockHandle, LockProvider, LockingTaskExecutor,
-    TaskOutcome,
+    Acquisition, ErrorKind, LockConfiguration, LockError, LockHandle, LockProvider,
+    LockingTaskExecutor, TaskOutcome,
 };
 use shedlock_mongo::{
     MAX_LOCK_DURATION, MAX_NAME_CHARS, MongoLockProvider, MongoLockProviderBuilder,
@@ -334,6 +334,7 @@ async fn documents_of_the_wrong_shape_are_errors_and_stay_unchanged() {
         let error = provider.try_lock(&minute(name)).await.unwrap_err();
         let text = error.to_string();
         assert!(matches!(error, LockError::Backend { .. }), "{error:?}");
+        assert_eq!(error.kind(), ErrorKind::CorruptData, "{text}");
         assert!(
             text.contains(expected) && text.contains("not a ShedLock lock document"),
             "{name}: {text}"
@@ -357,6 +358,12 @@ async fn documents_of_the_wrong_shape_are_errors_and_stay_unchanged() {
     collection.insert_one(planted.clone()).await.unwrap();
     let error = provider.try_lock(&minute("bad-token")).await.unwrap_err();
     assert!(error.to_string().contains("nothing was written"), "{error}");
+    assert_eq!(
+        error.kind(),
+        ErrorKind::CorruptData,
+        "{}",
+        full_text(&error)
+    );
     assert_eq!(read(&collection, "bad-token").await.unwrap(), planted);
 
     // A document holding only its name holds no lock.
@@ -468,6 +475,7 @@ async fn a_view_or_a_capped_collection_is_refused_at_connect() {
             ),
             "{error:?}"
         );
+        assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
         let text = error.to_string();
         for part in [
             &format!("(collection {DATABASE}.{collection}) {rule}"),
@@ -494,6 +502,7 @@ async fn a_view_or_a_capped_collection_is_refused_at_connect() {
             && error.to_string().contains("nothing was written"),
         "{error}"
     );
+    assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
     for collection in [&view, &base, &capped] {
         raw(collection).await.drop().await.unwrap();
     }
@@ -701,11 +710,13 @@ async fn bad_settings_are_refused_with_the_rule() {
     ] {
         let error = builder.connect(&url).await.unwrap_err();
         assert!(error.to_string().contains(what), "{what}: {error}");
+        assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
     }
     let client = Client::with_uri_str(mongo_url()).await.unwrap();
     if client.default_database().is_none() {
         let error = MongoLockProvider::builder().build(&client).unwrap_err();
         assert!(error.to_string().contains("no default database"), "{error}");
+        assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
     }
     let error = MongoLockProvider::connect("postgres://127.0.0.1/x")
         .await
@@ -716,6 +727,7 @@ async fn bad_settings_are_refused_with_the_rule() {
             .contains("the URL's scheme is \"postgres\", which is not a MongoDB connection string"),
         "{error}"
     );
+    assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -733,6 +745,7 @@ async fn an_unreachable_server_is_a_clear_error_within_the_timeouts() {
         started.elapsed()
     );
     assert!(error.to_string().contains("127.0.0.1:1"), "{error}");
+    assert_eq!(error.kind(), ErrorKind::Unreachable, "{error}");
 
     let lazy = MongoLockProvider::builder()
         .server_selection_timeout(Duration::from_millis(800))
@@ -753,6 +766,8 @@ async fn an_unreachable_server_is_a_clear_error_within_the_timeouts() {
             && text.contains("\"job\""),
         "{text}"
     );
+    // No server was selected: the command was never sent.
+    assert_eq!(error.kind(), ErrorKind::Unreachable, "{text}");
 
     // The executor fails closed: the task does not run.
     let executor = LockingTaskExecutor::new(lazy);
@@ -811,6 +826,7 @@ async fn credentials_never_appear_in_errors_or_debug_output() {
     let text = full_text(&error);
     assert!(!text.contains(SECRET), "{text}");
     assert!(text.contains("app:***@127.0.0.1:1"), "{text}");
+    assert_eq!(error.kind(), ErrorKind::Unreachable, "{text}");
 
     let lazy = fast().connect_lazy(&url).await.unwrap();
     let debug = format!("{lazy:?}");
@@ -834,6 +850,7 @@ async fn credentials_never_appear_in_errors_or_debug_output() {
         let text = full_text(&error);
         assert!(!text.contains(SECRET), "{text}");
         assert!(text.contains("connection string"), "{text}");
+        assert_eq!(error.kind(), ErrorKind::Configuration, "{text}");
     }
 
     // Against the real server, which does not know this user: it answered, so the error
@@ -853,6 +870,7 @@ async fn credentials_never_appear_in_errors_or_debug_output() {
                         && !error.to_string().contains("is it running"),
                     "{error}"
                 );
+                assert_eq!(error.kind(), ErrorKind::CredentialsRefused, "{text}");
             }
         }
         Ok(provider) => {
@@ -886,6 +904,7 @@ async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting() 
             message.contains("accepts mongodb://... or mongodb+srv://..."),
             "{message}"
         );
+        assert_eq!(error.kind(), ErrorKind::Configuration, "{message}");
         assert!(
             !format!("{message} {error:?}").contains(SECRET),
             "{message}"

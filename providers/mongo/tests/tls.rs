@@ -7,7 +7,7 @@
 use std::error::Error as _;
 use std::time::Duration;
 
-use shedlock_core::{LockConfiguration, LockError, LockProvider};
+use shedlock_core::{ErrorKind, LockConfiguration, LockError, LockProvider};
 use shedlock_mongo::{MongoLockProvider, MongoLockProviderBuilder};
 use tokio::time::Instant;
 
@@ -126,6 +126,7 @@ async fn the_tls_only_server_refuses_a_connection_without_tls() {
     let text = chain(&error);
     assert!(text.contains("localhost:27018"), "{text}");
     assert!(text.contains("erver selection"), "{text}");
+    assert_eq!(error.kind(), ErrorKind::Unreachable, "{text}");
 }
 
 #[tokio::test]
@@ -139,6 +140,7 @@ async fn a_host_name_the_certificate_does_not_name_is_refused() {
         text.contains("invalid peer certificate: certificate not valid for name \"127.0.0.1\""),
         "the error says the certificate is not for this name: {text}"
     );
+    assert_eq!(error.kind(), ErrorKind::Unreachable, "{text}");
 }
 
 #[tokio::test]
@@ -151,4 +153,5 @@ async fn a_certificate_no_trusted_ca_signed_is_refused() {
         text.contains("certificate") && text.contains("UnknownIssuer"),
         "the error says who signed the certificate is not trusted: {text}"
     );
+    assert_eq!(error.kind(), ErrorKind::Unreachable, "{text}");
 }

@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
-use shedlock_core::{HeldRecord, LockError, LockRecord, NodeTime, Operation, TimeSource};
+use shedlock_core::{
+    ErrorKind, HeldRecord, LockError, LockRecord, NodeTime, Operation, TimeSource,
+};
 use shedlock_sql::{
     AcquireAnswer, AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement,
     LockSelection, LockStatements, LockTable, SqlBackend, StoredAcquisition, StoredLock,
@@ -339,6 +341,7 @@ impl MySqlBackend {
                 // node's clock; binding anything else would compare with an undeclared clock.
                 (Param::Now, None) => {
                     return Err(LockError::backend_message(
+                        ErrorKind::Configuration,
                         Self::PROVIDER,
                         operation,
                         name,
@@ -469,6 +472,7 @@ impl SqlBackend for MySqlBackend {
             let extra = get(8)?.unwrap_or_default();
             if extra.to_ascii_lowercase().contains("auto_increment") {
                 return Err(LockError::backend_message(
+                    ErrorKind::Configuration,
                     Self::PROVIDER,
                     Operation::Connect,
                     "",
@@ -534,6 +538,7 @@ impl SqlBackend for MySqlBackend {
         let schema = table.check_columns(DIALECT, Self::PROVIDER, &columns, &ddl)?;
         if !matches!(name_key.as_str(), "PRI" | "UNI") {
             return Err(LockError::backend_message(
+                ErrorKind::Configuration,
                 Self::PROVIDER,
                 Operation::Connect,
                 "",
@@ -555,6 +560,7 @@ impl SqlBackend for MySqlBackend {
                     .map_err(connect_error)?;
             if offset != 0 {
                 return Err(LockError::backend_message(
+                    ErrorKind::Configuration,
                     Self::PROVIDER,
                     Operation::Connect,
                     "",
@@ -659,6 +665,7 @@ impl SqlBackend for MySqlBackend {
         }
         if done.rows_affected() == 0 {
             return Err(LockError::backend_message(
+                ErrorKind::OutcomeUnknown,
                 Self::PROVIDER,
                 Operation::Acquire,
                 record.name,

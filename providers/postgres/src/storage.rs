@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
 use shedlock_core::{
-    HeldRecord, LockError, LockHolder, LockRecord, NodeTime, Operation, TimeSource,
+    ErrorKind, HeldRecord, LockError, LockHolder, LockRecord, NodeTime, Operation, TimeSource,
 };
 use shedlock_sql::{
     AcquireAnswer, AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement,
@@ -320,6 +320,7 @@ impl SqlBackend for PostgresBackend {
         .map_err(connect_error)?;
         if !name_is_unique {
             return Err(LockError::backend_message(
+                ErrorKind::Configuration,
                 Self::PROVIDER,
                 Operation::Connect,
                 "",

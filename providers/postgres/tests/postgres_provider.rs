@@ -160,8 +160,13 @@ async fn a_missing_table_is_an_error_that_shows_how_to_create_it() {
         .table_name(&table)
         .build()
         .await
-        .unwrap_err()
-        .to_string();
+        .unwrap_err();
+    assert_eq!(
+        error.kind(),
+        shedlock_core::ErrorKind::Configuration,
+        "{error}"
+    );
+    let error = error.to_string();
     assert!(
         error.contains(&format!("{table} does not exist")),
         "{error}"

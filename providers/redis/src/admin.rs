@@ -24,8 +24,8 @@ use async_trait::async_trait;
 use redis::Script;
 use redis::aio::ConnectionLike;
 use shedlock_core::{
-    AcquisitionId, LockAdmin, LockError, LockInfo, LockPage, LockState, Operation, PageCursor,
-    PageRequest,
+    AcquisitionId, ErrorKind, LockAdmin, LockError, LockInfo, LockPage, LockState, Operation,
+    PageCursor, PageRequest,
 };
 
 use crate::{PROVIDER, RedisLockProvider, storage};
@@ -510,7 +510,9 @@ where
             )
             .await?;
         let shape = |error: redis::RedisError| {
+            // The reply is not in the script's shape: an answer that cannot be trusted.
             LockError::backend(
+                ErrorKind::OutcomeUnknown,
                 PROVIDER,
                 Operation::Inspect,
                 name,
@@ -531,6 +533,7 @@ where
             let kind: String = redis::from_redis_value(kind)
                 .map_err(|error| shape(redis::RedisError::from(error)))?;
             return Err(LockError::backend_message(
+                ErrorKind::CorruptData,
                 PROVIDER,
                 Operation::Inspect,
                 name,

@@ -54,6 +54,13 @@ impl RedisConnection {
             route: Route::Sentinel(connection),
         }
     }
+
+    /// Whether a command may be sent again after its connection dropped before the answer
+    /// came: the cluster client does that; a server's connection manager and the sentinel
+    /// connection do not (the latter resends only a command a replica refused unrun).
+    pub(crate) fn may_resend(&self) -> bool {
+        matches!(self.route, Route::Cluster(_))
+    }
 }
 
 /// Names the topology only: addresses and credentials are the provider's to show, redacted.

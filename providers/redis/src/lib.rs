@@ -150,6 +150,7 @@ mod sentinel;
 mod storage;
 mod topology;
 
+use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -160,8 +161,8 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
 use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
 use redis::{AsyncConnectionConfig, ConnectionAddr};
 use shedlock_core::{
-    Acquisition, Capabilities, ConfigurationError, LockConfiguration, LockError, LockHandle,
-    LockHolder, LockProvider, Operation, TimeSource,
+    Acquisition, Capabilities, ConfigurationError, ErrorKind, LockConfiguration, LockError,
+    LockHandle, LockHolder, LockProvider, Operation, TimeSource,
 };
 use tokio::time::Instant;
 use tracing::debug;
@@ -360,7 +361,9 @@ impl RedisLockProviderBuilder {
                 let (client, config) = self.client(url, &endpoint, scheme.tls)?;
                 let manager =
                     ConnectionManager::new_lazy_with_config(client, config).map_err(|error| {
+                        // Nothing connects yet: only the client's own settings can be refused.
                         LockError::backend(
+                            ErrorKind::Configuration,
                             PROVIDER,
                             Operation::Connect,
                             "",
@@ -414,6 +417,7 @@ impl RedisLockProviderBuilder {
             .await
             .map_err(|_| {
                 LockError::backend_message(
+                    ErrorKind::Unreachable,
                     PROVIDER,
                     Operation::Connect,
                     "",
@@ -450,6 +454,7 @@ impl RedisLockProviderBuilder {
                     "is it running and reachable?"
                 };
                 LockError::backend(
+                    kind_of(&error, Operation::Connect, false),
                     PROVIDER,
                     Operation::Connect,
                     "",
@@ -470,6 +475,7 @@ impl RedisLockProviderBuilder {
     ) -> Result<(redis::Client, ConnectionManagerConfig), LockError> {
         let client = self.open_client(url, tls).map_err(|error| {
             LockError::backend(
+                ErrorKind::Configuration,
                 PROVIDER,
                 Operation::Connect,
                 "",
@@ -652,6 +658,7 @@ impl RedisLockProviderBuilder {
     fn check_replica_wait(&self, scheme: UrlScheme) -> Result<(), LockError> {
         if self.replica_wait.is_some() && scheme.topology == Topology::Cluster {
             return Err(LockError::backend_message(
+                ErrorKind::Configuration,
                 PROVIDER,
                 Operation::Connect,
                 "",
@@ -672,6 +679,7 @@ impl RedisLockProviderBuilder {
         #[cfg(feature = "tls")]
         if self.tls_root_certificate.is_some() && !scheme.tls {
             return Err(LockError::backend_message(
+                ErrorKind::Configuration,
                 PROVIDER,
                 Operation::Connect,
                 "",
@@ -686,9 +694,10 @@ impl RedisLockProviderBuilder {
         Ok(())
     }
 
-    fn finish<C>(self, connection: C, endpoint: String) -> RedisLockProvider<C> {
+    fn finish<C: 'static>(self, connection: C, endpoint: String) -> RedisLockProvider<C> {
         RedisLockProvider {
             inner: Arc::new(Inner {
+                resends: may_resend(&connection),
                 connection,
                 scripts: Scripts::new(),
                 key_prefix: self.key_prefix,
@@ -766,6 +775,7 @@ fn check_url_scheme(url: &str) -> Result<UrlScheme, LockError> {
         (Some(name), Some(scheme)) => {
             if scheme.tls && !cfg!(feature = "tls") {
                 return Err(LockError::backend_message(
+                    ErrorKind::Configuration,
                     PROVIDER,
                     Operation::Connect,
                     "",
@@ -782,6 +792,7 @@ fn check_url_scheme(url: &str) -> Result<UrlScheme, LockError> {
         (None, _) => "the text is not a URL (no scheme:// in front)".to_owned(),
     };
     Err(LockError::backend_message(
+        ErrorKind::Configuration,
         PROVIDER,
         Operation::Connect,
         "",
@@ -808,6 +819,7 @@ fn connect_target(topology: Topology) -> &'static str {
 /// A URL of `topology` that broke `rule`; nothing was connected.
 fn invalid_url(topology: Topology, endpoint: &str, rule: &str) -> LockError {
     LockError::backend_message(
+        ErrorKind::Configuration,
         PROVIDER,
         Operation::Connect,
         "",
@@ -818,6 +830,7 @@ fn invalid_url(topology: Topology, endpoint: &str, rule: &str) -> LockError {
 /// A URL of `topology` that the `redis` crate refused; nothing was connected.
 fn invalid_url_error(topology: Topology, endpoint: &str, error: redis::RedisError) -> LockError {
     LockError::backend(
+        ErrorKind::Configuration,
         PROVIDER,
         Operation::Connect,
         "",
@@ -864,6 +877,7 @@ const FENCING_BRACES_RULE: &str = "with fencing on it must not contain '{' or '}
 
 fn invalid_setting(what: &str, value: &str, rule: &str) -> LockError {
     LockError::backend_message(
+        ErrorKind::Configuration,
         PROVIDER,
         Operation::Connect,
         "",
@@ -900,6 +914,9 @@ struct Inner<C> {
     replica_wait: Option<storage::ReplicaWait>,
     /// Where the connection goes, with any password masked.
     endpoint: String,
+    /// Whether the connection may send a command again after its connection dropped
+    /// ([`may_resend`]).
+    resends: bool,
 }
 
 impl<C> fmt::Debug for RedisLockProvider<C> {
@@ -1036,12 +1053,75 @@ where
             "failed"
         };
         Err(LockError::backend(
+            kind_of(&error, operation, self.resends),
             PROVIDER,
             operation,
             name,
             format!("Redis at {} {cause}; {consequence}", self.endpoint),
             error,
         ))
+    }
+}
+
+/// Whether `connection` may send a command again after its connection dropped before the
+/// answer came, as the cluster client does: then a refused connection at the end does not prove
+/// that the first attempt never ran. A connection type this crate does not know is assumed to.
+fn may_resend<C: 'static>(connection: &C) -> bool {
+    let connection: &dyn Any = connection;
+    if let Some(connection) = connection.downcast_ref::<RedisConnection>() {
+        return connection.may_resend();
+    }
+    !(connection.is::<ConnectionManager>() || connection.is::<redis::aio::MultiplexedConnection>())
+}
+
+/// What kind of failure the client error `error` is, met during `operation` on a connection
+/// that [`may_resend`] (`resends`) commands: from the `redis` crate's error kinds and the
+/// server's error codes. The message says the same in words; this is what callers branch on.
+fn kind_of(error: &redis::RedisError, operation: Operation, resends: bool) -> ErrorKind {
+    use redis::ErrorKind as Client;
+    let text = error.to_string();
+    // A server error code, as the reply's code or inside a script's error (Redis before 7
+    // words a script's failed call as `ERR Error running script ...: WRONGTYPE ...`).
+    let code = |code: &str| error.code() == Some(code) || text.contains(code);
+    if refused_credentials(error) || code("NOPERM") {
+        return ErrorKind::CredentialsRefused;
+    }
+    // A host name that resolves to nothing, which the redis crate words as a client setting
+    // when the lookup answered no address.
+    let unresolved = text.contains("failed to lookup address information")
+        || text.contains("No address found for host");
+    let misconfigured = matches!(
+        error.kind(),
+        Client::InvalidClientConfig | Client::EmptySentinelList | Client::RESP3NotSupported
+    )
+        // The URL's database past the server's `databases`, a cluster URL for a single server.
+        || text.contains("DB index is out of range")
+        || text.contains("cluster support disabled");
+    if misconfigured && !unresolved {
+        return ErrorKind::Configuration;
+    }
+    // Every command here acts on a lock key or its fencing counter, so a key of another type
+    // is another application's data under the lock's key.
+    if code("WRONGTYPE") {
+        return ErrorKind::CorruptData;
+    }
+    if operation == Operation::Connect {
+        return ErrorKind::Unreachable;
+    }
+    // No connection to send on: the connection manager's reconnect was refused, the cluster
+    // has no node for the slot, the sentinels name no master.
+    let unsent = unresolved
+        || error.is_connection_refusal()
+        || matches!(
+            error.kind(),
+            Client::ClusterConnectionNotFound
+                | Client::MasterNameNotFoundBySentinel
+                | Client::NoValidReplicasFoundBySentinel
+        );
+    if unsent && !resends {
+        ErrorKind::Unreachable
+    } else {
+        ErrorKind::OutcomeUnknown
     }
 }
 
@@ -1092,7 +1172,9 @@ where
             Ok((storage::AcquireReply::Acquired(token), acknowledged)) => {
                 if let Some(short) = inner.unacknowledged(acknowledged) {
                     self.clean_up_unknown_acquire(key, value);
+                    // Written, but whether the write survives a failover is unknown.
                     return Err(LockError::backend_message(
+                        ErrorKind::OutcomeUnknown,
                         PROVIDER,
                         Operation::Acquire,
                         name,
@@ -1113,6 +1195,7 @@ where
             Ok((storage::AcquireReply::Held { value: held_by, .. }, _)) if held_by == value => {
                 self.clean_up_unknown_acquire(key, value);
                 return Err(LockError::backend_message(
+                    ErrorKind::OutcomeUnknown,
                     PROVIDER,
                     Operation::Acquire,
                     name,
@@ -1142,6 +1225,7 @@ where
             }
             Ok((storage::AcquireReply::OtherType(kind), _)) => {
                 return Err(LockError::backend_message(
+                    ErrorKind::CorruptData,
                     PROVIDER,
                     Operation::Acquire,
                     name,
@@ -1157,6 +1241,7 @@ where
             }
             Ok((storage::AcquireReply::BadCounter(found), _)) => {
                 return Err(LockError::backend_message(
+                    ErrorKind::CorruptData,
                     PROVIDER,
                     Operation::Acquire,
                     name,
@@ -1244,6 +1329,7 @@ where
 fn ttl_millis(operation: Operation, name: &str, duration: Duration) -> Result<u64, LockError> {
     storage::ceil_millis(duration).ok_or_else(|| {
         LockError::backend_message(
+            ErrorKind::Limit,
             PROVIDER,
             operation,
             name,
@@ -1369,7 +1455,9 @@ where
         // The master has the new expiry either way (a release computes from it), but a
         // promoted replica may still have the old one.
         if let Some(short) = inner.unacknowledged(acknowledged) {
+            // Written, but whether the new expiry survives a failover is unknown.
             return Err(LockError::backend_message(
+                ErrorKind::OutcomeUnknown,
                 PROVIDER,
                 Operation::Extend,
                 &self.name,
@@ -1381,5 +1469,139 @@ where
             ));
         }
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io(kind: std::io::ErrorKind, text: &str) -> redis::RedisError {
+        std::io::Error::new(kind, text.to_owned()).into()
+    }
+
+    fn server(code: &str, detail: &str) -> redis::RedisError {
+        redis::make_extension_error(code.to_owned(), Some(detail.to_owned()))
+    }
+
+    #[test]
+    fn client_errors_are_classified_by_what_happened() {
+        let refused = || io(std::io::ErrorKind::ConnectionRefused, "refused");
+        let reset = || io(std::io::ErrorKind::ConnectionReset, "reset by peer");
+        let cases = [
+            (
+                server("WRONGPASS", "invalid username-password pair"),
+                Operation::Acquire,
+                false,
+                ErrorKind::CredentialsRefused,
+            ),
+            (
+                server(
+                    "NOPERM",
+                    "this user has no permissions to run the 'evalsha' command",
+                ),
+                Operation::Release,
+                false,
+                ErrorKind::CredentialsRefused,
+            ),
+            (
+                redis::RedisError::from((redis::ErrorKind::AuthenticationFailed, "refused")),
+                Operation::Connect,
+                false,
+                ErrorKind::CredentialsRefused,
+            ),
+            (
+                redis::RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "Address does not point to a sentinel node",
+                )),
+                Operation::Connect,
+                false,
+                ErrorKind::Configuration,
+            ),
+            (
+                server("ERR", "DB index is out of range"),
+                Operation::Connect,
+                false,
+                ErrorKind::Configuration,
+            ),
+            (
+                redis::RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "No address found for host",
+                )),
+                Operation::Connect,
+                false,
+                ErrorKind::Unreachable,
+            ),
+            (
+                server(
+                    "WRONGTYPE",
+                    "Operation against a key holding the wrong kind of value",
+                ),
+                Operation::Inspect,
+                false,
+                ErrorKind::CorruptData,
+            ),
+            (
+                server(
+                    "ERR",
+                    "Error running script: @user_script:3: WRONGTYPE Operation",
+                ),
+                Operation::List,
+                false,
+                ErrorKind::CorruptData,
+            ),
+            (reset(), Operation::Connect, false, ErrorKind::Unreachable),
+            // A reconnect refused: the command was never sent...
+            (refused(), Operation::Acquire, false, ErrorKind::Unreachable),
+            // ...unless the connection resends commands, as a cluster's does after a drop.
+            (
+                refused(),
+                Operation::Acquire,
+                true,
+                ErrorKind::OutcomeUnknown,
+            ),
+            (
+                reset(),
+                Operation::Acquire,
+                false,
+                ErrorKind::OutcomeUnknown,
+            ),
+            (
+                server("BUSY", "Redis is busy running a script"),
+                Operation::Extend,
+                false,
+                ErrorKind::OutcomeUnknown,
+            ),
+        ];
+        for (error, operation, resends, kind) in cases {
+            assert_eq!(
+                kind_of(&error, operation, resends),
+                kind,
+                "{error} during {operation} (resends: {resends})"
+            );
+        }
+    }
+
+    #[test]
+    fn only_a_cluster_connection_or_an_unknown_one_may_resend() {
+        let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
+        let cluster = ClusterClient::new(vec!["redis://127.0.0.1:1"]).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let manager =
+                ConnectionManager::new_lazy_with_config(client, ConnectionManagerConfig::new())
+                    .unwrap();
+            assert!(!may_resend(&manager));
+            assert!(!may_resend(&RedisConnection::from(manager)));
+            let cluster = cluster.get_pending_async_connection_with_config(ClusterConfig::new());
+            assert!(may_resend(&cluster));
+            assert!(may_resend(&RedisConnection::from(cluster)));
+            assert!(may_resend(&"a connection of the application's own type"));
+        });
     }
 }

@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime};
 use redis::aio::MultiplexedConnection;
 use shedlock_conformance::CountingProxy;
 use shedlock_core::{
-    Acquisition, AcquisitionId, LockAdmin, LockConfiguration, LockError, LockHandle, LockInfo,
-    LockProvider, LockState, Operation, PageCursor, PageRequest,
+    Acquisition, AcquisitionId, ErrorKind, LockAdmin, LockConfiguration, LockError, LockHandle,
+    LockInfo, LockProvider, LockState, Operation, PageCursor, PageRequest,
 };
 use shedlock_redis::RedisLockProvider;
 
@@ -520,6 +520,7 @@ async fn a_key_of_another_type_is_named_by_inspect_and_never_freed() {
         ),
         "{error:?}"
     );
+    assert_eq!(error.kind(), ErrorKind::CorruptData, "{error}");
     let text = error.to_string();
     for part in [
         &format!("{key:?}"),

@@ -13,7 +13,8 @@ use redis::AsyncCommands;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use shedlock_conformance::EDGE_CASE_NAMES;
 use shedlock_core::{
-    Acquisition, LockConfiguration, LockError, LockHandle, LockProvider, LockingTaskExecutor,
+    Acquisition, ErrorKind, LockConfiguration, LockError, LockHandle, LockProvider,
+    LockingTaskExecutor,
 };
 use shedlock_redis::{RedisLockProvider, RedisLockProviderBuilder};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -244,6 +245,7 @@ async fn a_key_of_another_type_is_refused_by_name_and_left_as_it_is() {
             else {
                 panic!("a refusal with no unknown outcome behind it: {error:?}");
             };
+            assert_eq!(error.kind(), ErrorKind::CorruptData, "{error}");
             let text = error.to_string();
             for part in [
                 &format!("{key:?}"),
@@ -310,6 +312,7 @@ async fn a_fencing_counter_that_is_no_counter_refuses_the_lock_before_writing() 
             .try_lock(&config(name, Duration::from_secs(5)))
             .await
             .unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::CorruptData, "{error}");
         let text = error.to_string();
         for part in [
             &format!("the fencing counter {counter:?}"),
@@ -350,6 +353,7 @@ async fn durations_past_a_redis_ttl_are_refused_before_anything_is_written() {
             ),
             "{error:?}"
         );
+        assert_eq!(error.kind(), ErrorKind::Limit, "{error}");
         let text = error.to_string();
         assert!(
             text.contains(&format!("{too_long:?} is longer than a Redis TTL"))
@@ -368,6 +372,7 @@ async fn durations_past_a_redis_ttl_are_refused_before_anything_is_written() {
         .await
         .unwrap_err();
     assert!(error.to_string().contains("nothing was written"), "{error}");
+    assert_eq!(error.kind(), ErrorKind::Limit, "{error}");
     let after: i64 = conn.pttl(&key).await.unwrap();
     assert!(
         after <= ttl,
@@ -662,6 +667,7 @@ async fn env_and_prefix_that_would_make_keys_ambiguous_are_refused() {
         let error = builder.connect(&url).await.unwrap_err();
         let text = error.to_string();
         assert!(text.contains(what), "{text}");
+        assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
     }
     let error = RedisLockProvider::builder()
         .env("a:b")
@@ -692,6 +698,7 @@ async fn an_unreachable_server_is_a_clear_error_within_the_timeout() {
             ..
         }
     ));
+    assert_eq!(error.kind(), ErrorKind::Unreachable, "{error}");
 
     // A provider that connects lazily answers every acquire with an error, never "not acquired".
     let lazy = RedisLockProvider::builder()
@@ -709,6 +716,10 @@ async fn an_unreachable_server_is_a_clear_error_within_the_timeout() {
             matches!(error, LockError::Backend { .. } | LockError::Timeout { .. }),
             "{error:?}"
         );
+        // The reconnect was refused, so the acquire was never sent.
+        if let LockError::Backend { .. } = error {
+            assert_eq!(error.kind(), ErrorKind::Unreachable, "{error}");
+        }
         assert!(error.to_string().contains("job"), "{error}");
     }
 }
@@ -946,6 +957,7 @@ async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting() 
         let error = RedisLockProvider::connect(&url).await.unwrap_err();
         let message = error.to_string();
         assert!(message.contains(refused), "{url}: {message}");
+        assert_eq!(error.kind(), ErrorKind::Configuration, "{url}: {message}");
         assert!(
             message.contains("accepts redis://..., rediss://..."),
             "{message}"
@@ -961,6 +973,7 @@ async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting() 
         .unwrap_err();
     let message = error.to_string();
     assert!(message.contains("Invalid database number"), "{message}");
+    assert_eq!(error.kind(), ErrorKind::Configuration, "{message}");
     assert!(!message.contains(SECRET), "{message}");
 }
 
@@ -982,6 +995,7 @@ async fn a_database_number_the_server_lacks_is_named() {
         "{text}"
     );
     assert!(!text.contains("reachable"), "{text}");
+    assert_eq!(error.kind(), ErrorKind::Configuration, "{text}");
 }
 
 /// A private `redis-server` that asks for a password, on a free loopback port; stopped when
@@ -1037,6 +1051,7 @@ async fn a_server_that_wants_a_password_refuses_the_connect_without_one() {
     let text = error.to_string();
     assert!(text.contains("it refused the credentials"), "{text}");
     assert!(!text.contains("reachable"), "{text}");
+    assert_eq!(error.kind(), ErrorKind::CredentialsRefused, "{text}");
     let provider =
         RedisLockProvider::connect(&format!("redis://:{SECRET}@127.0.0.1:{}", server.port))
             .await
@@ -1072,6 +1087,8 @@ async fn refused_credentials_are_reported_as_such() {
     let text = error.to_string();
     assert!(text.contains("refused the credentials"), "{text}");
     assert!(!text.contains("reachable"), "{text}");
+    assert_eq!(error.kind(), ErrorKind::CredentialsRefused, "{text}");
+    assert!(!error.retryable(), "{text}");
     let full = full_text(&error);
     assert!(!full.contains(SECRET), "{full}");
     // The server's own words appear once, in the source, not again in the message.

@@ -16,6 +16,11 @@ async fn rediss_without_tls_names_the_feature_to_enable() {
                 .await
                 .unwrap_err();
         let message = error.to_string();
+        assert_eq!(
+            error.kind(),
+            shedlock_core::ErrorKind::Configuration,
+            "{message}"
+        );
         assert!(
             message.ends_with(&format!(
                 "the URL's scheme \"{scheme}\" asks for TLS, which this build leaves out: enable \
@@ -36,7 +41,7 @@ async fn rediss_without_tls_names_the_feature_to_enable() {
 mod over_tls {
     use std::time::Duration;
 
-    use shedlock_core::{LockConfiguration, LockError, LockProvider};
+    use shedlock_core::{ErrorKind, LockConfiguration, LockError, LockProvider};
     use shedlock_redis::{RedisLockProvider, RedisLockProviderBuilder};
 
     fn env(var: &str, what: &str, example: &str) -> String {
@@ -149,6 +154,11 @@ mod over_tls {
             "{}",
             chain(&plain_to_tls)
         );
+        assert_eq!(
+            plain_to_tls.kind(),
+            ErrorKind::Unreachable,
+            "{plain_to_tls}"
+        );
         // ...and the plain server does not speak TLS, so what works above really is TLS. (It
         // answers the TLS greeting with nothing a TLS client reads, so this ends in the timeout.)
         let tls_to_plain = within(
@@ -165,6 +175,7 @@ mod over_tls {
                 || text.contains("did not answer within 1s"),
             "{text}"
         );
+        assert_eq!(tls_to_plain.kind(), ErrorKind::Unreachable, "{text}");
     }
 
     #[tokio::test]
@@ -181,6 +192,8 @@ mod over_tls {
             "the error says the certificate is not for this name: {text}"
         );
         assert!(!text.contains("tls-test-secret"), "{text}");
+        // A failed handshake: nothing reached the server.
+        assert_eq!(error.kind(), ErrorKind::Unreachable, "{text}");
         assert!(
             !format!("{error:?}").contains("tls-test-secret"),
             "{error:?}"
@@ -196,6 +209,7 @@ mod over_tls {
             text.contains("UnknownIssuer") && text.contains("tls_root_certificate"),
             "the error says who signed the certificate is not trusted: {text}"
         );
+        assert_eq!(error.kind(), ErrorKind::Unreachable, "{text}");
     }
 
     /// The TLS test server is a plain single server, so a cluster or sentinel URL to it fails
@@ -222,6 +236,8 @@ mod over_tls {
                 .unwrap_err();
             let text = chain(&error);
             assert!(text.contains(past_the_handshake), "{url}: {text}");
+            // The server is not of the deployment kind the URL names.
+            assert_eq!(error.kind(), ErrorKind::Configuration, "{url}: {text}");
 
             // Without the CA the same handshake is refused, and the error says what to do.
             let error = within(builder().connect(&url)).await.unwrap_err();
@@ -234,6 +250,7 @@ mod over_tls {
                 text.contains("give that CA to RedisLockProviderBuilder::tls_root_certificate"),
                 "{url}: {text}"
             );
+            assert_eq!(error.kind(), ErrorKind::Unreachable, "{url}: {text}");
         }
     }
 
@@ -249,5 +266,6 @@ mod over_tls {
             text.contains("a TLS root certificate was set but redis://:***@localhost:1 does not use TLS: use rediss://"),
             "{text}"
         );
+        assert_eq!(error.kind(), ErrorKind::Configuration, "{text}");
     }
 }

@@ -12,7 +12,9 @@ use std::error::Error as _;
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use shedlock_core::{Acquisition, LockConfiguration, LockError, LockHandle, LockProvider};
+use shedlock_core::{
+    Acquisition, ErrorKind, LockConfiguration, LockError, LockHandle, LockProvider,
+};
 use shedlock_redis::{RedisLockProvider, RedisLockProviderBuilder};
 use tokio::time::Instant;
 use topologies::{cluster_admin, cluster_url, master_admin, sentinel_url};
@@ -206,6 +208,7 @@ async fn an_unreachable_cluster_or_sentinel_is_a_clear_error_within_the_timeout(
             text.contains(&format!("{target} at {url}")),
             "{url}: {text}"
         );
+        assert_eq!(error.kind(), ErrorKind::Unreachable, "{url}: {text}");
 
         let lazy = builder()
             .operation_timeout(Duration::from_secs(1))
@@ -223,6 +226,9 @@ async fn an_unreachable_cluster_or_sentinel_is_a_clear_error_within_the_timeout(
                 matches!(error, LockError::Backend { .. } | LockError::Timeout { .. }),
                 "{url}: {error:?}"
             );
+            // Unreachable, or, as a cluster client may have sent a command before its
+            // connection was refused, an unknown outcome: either way worth trying again.
+            assert!(error.retryable(), "{url}: {error}");
         }
     }
 }
@@ -282,6 +288,9 @@ async fn a_master_name_the_sentinels_do_not_know_is_named_as_such() {
         text.contains("the sentinels name no reachable master of that name"),
         "{text}"
     );
+    // The sentinels answer the same for a master that is down mid-failover: trying again may
+    // work, so it is not reported as a configuration that must change.
+    assert_eq!(error.kind(), ErrorKind::Unreachable, "{text}");
     assert!(text.contains("/no-such-master"), "{text}");
 }
 
@@ -335,7 +344,13 @@ async fn malformed_urls_are_refused_naming_the_rule_and_never_the_password() {
         let text = full_text(&error);
         assert!(text.contains(rule), "{rule}: {text}");
         assert!(!text.contains(SECRET), "{text}");
+        assert_eq!(error.kind(), ErrorKind::Configuration, "{rule}: {text}");
         let lazy = builder().connect_lazy(&url).unwrap_err();
+        assert_eq!(
+            lazy.kind(),
+            ErrorKind::Configuration,
+            "{rule} (lazy): {lazy}"
+        );
         assert!(
             full_text(&lazy).contains(rule),
             "{rule} (lazy): {}",
@@ -351,6 +366,7 @@ async fn malformed_urls_are_refused_naming_the_rule_and_never_the_password() {
         text.contains("the URL's scheme is \"redis+shard\""),
         "{text}"
     );
+    assert_eq!(error.kind(), ErrorKind::Configuration, "{text}");
     assert!(
         text.contains("redis+cluster://..., rediss+cluster://..."),
         "{text}"
@@ -386,6 +402,11 @@ async fn passwords_of_cluster_and_sentinel_urls_never_show() {
         assert!(
             error.to_string().contains("it refused the credentials"),
             "a refused password is named as such, not as an unreachable server: {error}"
+        );
+        assert_eq!(
+            error.kind(),
+            ErrorKind::CredentialsRefused,
+            "{url}: {error}"
         );
 
         let lazy = builder()
@@ -427,5 +448,6 @@ async fn a_url_of_the_wrong_topology_says_what_the_server_is_not() {
             .await
             .unwrap_err();
         assert!(error.to_string().contains(hint), "{url}: {error}");
+        assert_eq!(error.kind(), ErrorKind::Configuration, "{url}: {error}");
     }
 }

@@ -6,7 +6,8 @@ use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use shedlock_core::{
-    BoxError, HeldRecord, LockError, LockHolder, LockRecord, NodeTime, Operation, TimeSource,
+    BoxError, ErrorKind, HeldRecord, LockError, LockHolder, LockRecord, NodeTime, Operation,
+    TimeSource,
 };
 use sqlx::{Connection, Database};
 
@@ -337,6 +338,7 @@ pub fn client_time_parameter<B: SqlBackend>(
 ) -> Result<Option<SystemTime>, LockError> {
     let mismatch = |what: &str| {
         Err(LockError::backend_message(
+            ErrorKind::Configuration,
             B::PROVIDER,
             operation,
             name,
@@ -376,7 +378,78 @@ pub fn statement_error<B: SqlBackend>(
         sqlx::Error::Io(_) => "the connection to the database failed".to_owned(),
         _ => "the statement failed".to_owned(),
     };
-    LockError::backend(B::PROVIDER, operation, name, message, cause_of(error))
+    let kind = kind_of(operation, &error);
+    LockError::backend(kind, B::PROVIDER, operation, name, message, cause_of(error))
+}
+
+/// What kind of failure `error` is for `operation`: what a caller can do about it.
+///
+/// No free connection in time, or a connection that could not be opened, means nothing was
+/// sent. The database's own refusals are read by SQLSTATE (PostgreSQL's and MySQL's codes share
+/// the standard classes). Anything else on a statement already sent leaves its outcome unknown.
+pub(crate) fn kind_of(operation: Operation, error: &sqlx::Error) -> ErrorKind {
+    let unanswered = if operation == Operation::Connect {
+        ErrorKind::Unreachable
+    } else {
+        ErrorKind::OutcomeUnknown
+    };
+    match error {
+        sqlx::Error::Configuration(_) => ErrorKind::Configuration,
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) => {
+            ErrorKind::Unreachable
+        }
+        sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
+            ErrorKind::Unreachable
+        }
+        sqlx::Error::Database(refusal) => {
+            let code = refusal.code();
+            let code = code.as_deref().unwrap_or("");
+            // PostgreSQL and MySQL give a five-character SQLSTATE; SQLite its result code, a
+            // number of at most four digits.
+            if code.len() < 5
+                && let Ok(result) = code.parse::<u32>()
+            {
+                return sqlite_kind(result & 0xff, unanswered);
+            }
+            let class = |prefix: &str| code.starts_with(prefix);
+            if class("28") || code == "42501" {
+                // Refused credentials, or a permission the user lacks.
+                ErrorKind::CredentialsRefused
+            } else if class("08") || class("53") || class("57P") {
+                // The server would not take (or keep) the connection.
+                unanswered
+            } else if class("3D") || class("42") {
+                // A database, table or column that is not there, or not of the layout asked.
+                ErrorKind::Configuration
+            } else if code == "22001" {
+                // A value longer than its column.
+                ErrorKind::Limit
+            } else {
+                ErrorKind::OutcomeUnknown
+            }
+        }
+        sqlx::Error::ColumnNotFound(_)
+        | sqlx::Error::ColumnIndexOutOfBounds { .. }
+        | sqlx::Error::TypeNotFound { .. } => ErrorKind::Configuration,
+        sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => ErrorKind::CorruptData,
+        _ => unanswered,
+    }
+}
+
+/// The kind of an SQLite primary result code (<https://sqlite.org/rescode.html>).
+fn sqlite_kind(primary: u32, unanswered: ErrorKind) -> ErrorKind {
+    match primary {
+        // SQLITE_ERROR (no such table or column), SQLITE_PERM, SQLITE_READONLY,
+        // SQLITE_CANTOPEN: the file or its table is not what the provider needs.
+        1 | 3 | 8 | 14 => ErrorKind::Configuration,
+        // SQLITE_AUTH.
+        23 => ErrorKind::CredentialsRefused,
+        // SQLITE_CORRUPT, SQLITE_NOTADB.
+        11 | 26 => ErrorKind::CorruptData,
+        // SQLITE_FULL, SQLITE_TOOBIG.
+        13 | 18 => ErrorKind::Limit,
+        _ => unanswered,
+    }
 }
 
 /// What the database refused, by the SQLSTATE class of its error (PostgreSQL's and MySQL's
@@ -410,7 +483,39 @@ pub(crate) fn cause_of(error: sqlx::Error) -> BoxError {
 
 #[cfg(test)]
 mod tests {
-    use super::refusal_of;
+    use super::{kind_of, refusal_of};
+    use shedlock_core::{ErrorKind, Operation};
+
+    #[test]
+    fn kinds_say_whether_anything_was_sent_and_what_to_fix() {
+        let on = |operation, error| kind_of(operation, &error);
+        assert_eq!(
+            on(Operation::Acquire, sqlx::Error::PoolTimedOut),
+            ErrorKind::Unreachable
+        );
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(
+            on(Operation::Release, sqlx::Error::Io(refused)),
+            ErrorKind::Unreachable
+        );
+        let reset = || std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert_eq!(
+            on(Operation::Acquire, sqlx::Error::Io(reset())),
+            ErrorKind::OutcomeUnknown
+        );
+        assert_eq!(
+            on(Operation::Connect, sqlx::Error::Io(reset())),
+            ErrorKind::Unreachable
+        );
+        assert_eq!(
+            on(Operation::Inspect, sqlx::Error::ColumnNotFound("x".into())),
+            ErrorKind::Configuration
+        );
+        assert_eq!(
+            on(Operation::List, sqlx::Error::Decode("not a time".into())),
+            ErrorKind::CorruptData
+        );
+    }
 
     #[test]
     fn refusals_are_named_by_their_sqlstate_class() {

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use shedlock_core::{
-    Acquisition, Capabilities, Clock, DEFAULT_OPERATION_TIMEOUT, LockConfiguration, LockError,
-    LockProvider, Operation, StorageBasedLockProvider, SystemClock, TimeSource, redact_url,
+    Acquisition, Capabilities, Clock, DEFAULT_OPERATION_TIMEOUT, ErrorKind, LockConfiguration,
+    LockError, LockProvider, Operation, StorageBasedLockProvider, SystemClock, TimeSource,
+    redact_url,
 };
 use sqlx::Pool;
 
@@ -200,9 +201,12 @@ impl<B: SqlBackend> SqlLockProviderBuilder<B> {
                 match own.open().await {
                     Ok(connection) => own.adopt(connection),
                     Err(sqlx::Error::PoolTimedOut) => {
-                        return Err(connect_error::<B>(format!(
-                            "{target}: no connection within {timeout:?} (is the server reachable?)"
-                        )));
+                        return Err(connect_error::<B>(
+                            ErrorKind::Unreachable,
+                            format!(
+                                "{target}: no connection within {timeout:?} (is the server reachable?)"
+                            ),
+                        ));
                     }
                     Err(e) => return Err(cannot_connect::<B>(&target, e)),
                 }
@@ -219,9 +223,10 @@ impl<B: SqlBackend> SqlLockProviderBuilder<B> {
         let storage = match tokio::time::timeout(timeout, connecting).await {
             Ok(result) => result.map_err(|e| add_target(e, &target))?,
             Err(_) => {
-                return Err(connect_error::<B>(format!(
-                    "{target}: no answer within {timeout:?} (is the server reachable?)"
-                )));
+                return Err(connect_error::<B>(
+                    ErrorKind::Unreachable,
+                    format!("{target}: no answer within {timeout:?} (is the server reachable?)"),
+                ));
             }
         };
         Ok(SqlLockProvider::new(
@@ -268,13 +273,17 @@ impl<B: SqlBackend> SqlLockProviderBuilder<B> {
 /// TLS that this build of sqlx lacks (sqlx's own message names none of this crate's features).
 fn cannot_connect<B: SqlBackend>(target: &str, error: sqlx::Error) -> LockError {
     if matches!(&error, sqlx::Error::Tls(tls) if tls.to_string().contains("without TLS support")) {
-        return connect_error::<B>(format!(
-            "{target} asks for TLS, which this build leaves out: enable the \"tls-rustls\" \
+        return connect_error::<B>(
+            ErrorKind::Configuration,
+            format!(
+                "{target} asks for TLS, which this build leaves out: enable the \"tls-rustls\" \
              feature of shedlock-{provider} (on by default), or the \"rustls\" feature of shedlock",
-            provider = B::PROVIDER
-        ));
+                provider = B::PROVIDER
+            ),
+        );
     }
     LockError::backend(
+        crate::backend::kind_of(Operation::Connect, &error),
         B::PROVIDER,
         Operation::Connect,
         "",
@@ -283,12 +292,16 @@ fn cannot_connect<B: SqlBackend>(target: &str, error: sqlx::Error) -> LockError 
     )
 }
 
-fn connect_error<B: SqlBackend>(message: String) -> LockError {
-    LockError::backend_message(B::PROVIDER, Operation::Connect, "", message)
+/// A connect that failed for a reason of `kind` with no client error behind it.
+fn connect_error<B: SqlBackend>(kind: ErrorKind, message: String) -> LockError {
+    LockError::backend_message(kind, B::PROVIDER, Operation::Connect, "", message)
 }
 
 fn bad_table<B: SqlBackend>(error: IdentifierError) -> LockError {
-    connect_error::<B>(format!("bad lock table configuration: {error}"))
+    connect_error::<B>(
+        ErrorKind::Configuration,
+        format!("bad lock table configuration: {error}"),
+    )
 }
 
 /// Parses `url` into connect options with the backend's session settings.
@@ -313,6 +326,7 @@ fn url_options<B: SqlBackend>(
     install_ring_provider();
     let options = ConnectOptionsOf::<B::Database>::from_str(url).map_err(|e| {
         LockError::backend(
+            ErrorKind::Configuration,
             B::PROVIDER,
             Operation::Connect,
             "",
@@ -336,12 +350,15 @@ fn check_url_scheme<B: SqlBackend>(url: &str) -> Result<(), LockError> {
     if B::ACCEPTS_FILE_PATH {
         accepted.push("a file path".to_owned());
     }
-    Err(connect_error::<B>(format!(
-        "{refused}, which is not a {} URL: the {} provider accepts {}",
-        B::DATABASE_NAME,
-        B::PROVIDER,
-        accepted.join(" or ")
-    )))
+    Err(connect_error::<B>(
+        ErrorKind::Configuration,
+        format!(
+            "{refused}, which is not a {} URL: the {} provider accepts {}",
+            B::DATABASE_NAME,
+            B::PROVIDER,
+            accepted.join(" or ")
+        ),
+    ))
 }
 
 /// What is wrong with `url` for a database whose client reads `schemes` (and file paths, when
@@ -384,12 +401,14 @@ fn is_url_scheme(text: &str) -> bool {
 fn add_target(error: LockError, target: &str) -> LockError {
     match error {
         LockError::Backend {
+            kind,
             provider,
             operation,
             name,
             message,
             source,
         } => LockError::Backend {
+            kind,
             provider,
             operation,
             name,

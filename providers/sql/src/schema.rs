@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use shedlock_core::{LockError, Operation};
+use shedlock_core::{ErrorKind, LockError, Operation};
 
 use crate::identifier::Dialect;
 use crate::table::{Column, LockTable};
@@ -275,6 +275,7 @@ impl LockTable {
     ) -> Result<TableSchema, LockError> {
         let fail = |message: String| {
             Err(LockError::backend_message(
+                ErrorKind::Configuration,
                 provider,
                 Operation::Connect,
                 "",

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use shedlock_core::{
-    Capabilities, HeldRecord, LockError, LockRecord, LockStorage, NodeTime, Operation,
+    Capabilities, ErrorKind, HeldRecord, LockError, LockRecord, LockStorage, NodeTime, Operation,
     RecordOutcome, TimeSource,
 };
 use sqlx::Pool;
@@ -121,6 +121,7 @@ impl<B: SqlBackend> SqlStorage<B> {
     fn check_locked_by(&self, name: &str, locked_by: &str) -> Result<(), LockError> {
         match self.schema.max_locked_by_chars {
             Some(max) if locked_by.chars().count() > max => Err(LockError::backend_message(
+                ErrorKind::Limit,
                 B::PROVIDER,
                 Operation::Acquire,
                 name,

@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use shedlock_core::{HeldRecord, LockError, LockRecord, NodeTime, Operation, TimeSource};
+use shedlock_core::{
+    ErrorKind, HeldRecord, LockError, LockRecord, NodeTime, Operation, TimeSource,
+};
 use shedlock_sql::{
     AcquireAnswer, AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement,
     LockSelection, LockStatements, LockTable, SqlBackend, StoredAcquisition, StoredLock,
@@ -239,6 +241,7 @@ impl SqlBackend for SqliteBackend {
         let name_column = table.column(Column::Name);
         if !(key_columns.len() == 1 && name_column.matches_column(DIALECT, &key_columns[0])) {
             return Err(LockError::backend_message(
+                ErrorKind::Configuration,
                 Self::PROVIDER,
                 Operation::Connect,
                 "",

@@ -185,6 +185,7 @@ async fn a_holder_longer_than_the_locked_by_column_is_refused_before_writing() {
         .try_lock(&shared::config("other-job", MINUTE, Duration::ZERO))
         .await
         .unwrap_err();
+    assert_eq!(error.kind(), shedlock_core::ErrorKind::Limit, "{error}");
     let message = error.to_string();
     for part in [
         "sqlite",
@@ -218,8 +219,13 @@ async fn a_missing_table_wrong_types_and_a_missing_key_are_explained() {
     let missing = SqliteLockProvider::builder(pool.clone())
         .build()
         .await
-        .unwrap_err()
-        .to_string();
+        .unwrap_err();
+    assert_eq!(
+        missing.kind(),
+        shedlock_core::ErrorKind::Configuration,
+        "{missing}"
+    );
+    let missing = missing.to_string();
     assert!(missing.contains("shedlock does not exist"), "{missing}");
     assert!(
         missing.contains("CREATE TABLE IF NOT EXISTS \"shedlock\""),

@@ -37,8 +37,8 @@ use std::future::Future;
 
 use async_trait::async_trait;
 use shedlock_core::{
-    AcquisitionId, LockAdmin, LockError, LockInfo, LockPage, LockState, Operation, PageCursor,
-    PageRequest,
+    AcquisitionId, ErrorKind, LockAdmin, LockError, LockInfo, LockPage, LockState, Operation,
+    PageCursor, PageRequest,
 };
 use tokio::time::Instant;
 use zookeeper_client::{Client, MultiReadResult, Stat};
@@ -279,7 +279,9 @@ impl ZookeeperLockProvider {
             let results = match inner.request(operation, "", deadline, answer).await? {
                 Ok(results) => results,
                 Err(error @ zookeeper_client::Error::Unimplemented) => {
+                    // A server too old for the request: the deployment must change.
                     return Err(LockError::backend(
+                        ErrorKind::Configuration,
                         PROVIDER,
                         operation,
                         "",
@@ -303,7 +305,9 @@ impl ZookeeperLockProvider {
                         return Err(inner.failure(client, operation, "", err).await);
                     }
                     other => {
+                        // An answer of another kind than asked, to a request already sent.
                         return Err(LockError::backend_message(
+                            ErrorKind::OutcomeUnknown,
                             PROVIDER,
                             operation,
                             "",

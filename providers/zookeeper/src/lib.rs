@@ -237,8 +237,8 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use shedlock_core::{
-    Acquisition, Capabilities, ConfigurationError, LockConfiguration, LockError, LockHandle,
-    LockHolder, LockProvider, Operation, TimeSource,
+    Acquisition, Capabilities, ConfigurationError, ErrorKind, LockConfiguration, LockError,
+    LockHandle, LockHolder, LockProvider, Operation, TimeSource,
 };
 use tokio::time::Instant;
 use tracing::debug;
@@ -429,6 +429,7 @@ impl ZookeeperLockProviderBuilder {
         paths::validate_root(&self.root)?;
         if let Some(scheme) = &connect_string.foreign_scheme {
             return Err(LockError::backend_message(
+                ErrorKind::Configuration,
                 PROVIDER,
                 Operation::Connect,
                 "",
@@ -484,6 +485,7 @@ impl ZookeeperLockProviderBuilder {
         #[cfg(not(feature = "tls-rustls"))]
         if connect_string.tls {
             return Err(LockError::backend_message(
+                ErrorKind::Configuration,
                 PROVIDER,
                 Operation::Connect,
                 "",
@@ -515,6 +517,7 @@ impl ZookeeperLockProviderBuilder {
         }
         tls::Tls::new(&self.tls).map(Some).map_err(|rule| {
             LockError::backend_message(
+                ErrorKind::Configuration,
                 PROVIDER,
                 Operation::Connect,
                 "",
@@ -526,6 +529,7 @@ impl ZookeeperLockProviderBuilder {
 
 fn invalid_setting(what: &str, value: &str, rule: &str) -> LockError {
     LockError::backend_message(
+        ErrorKind::Configuration,
         PROVIDER,
         Operation::Connect,
         "",
@@ -646,9 +650,10 @@ impl Inner {
         connector.connect(&self.servers).await
     }
 
-    /// Why a TLS session could not be opened, when a handshake of the provider's own can tell
-    /// (see the `tls` module); `None` for plain connections.
-    async fn tls_failure(&self) -> Option<String> {
+    /// Why a TLS session could not be opened, and what kind of failure that is, when a
+    /// handshake of the provider's own can tell (see the `tls` module); `None` for plain
+    /// connections.
+    async fn tls_failure(&self) -> Option<(ErrorKind, String)> {
         #[cfg(feature = "tls-rustls")]
         if let Some(tls) = &self.tls {
             return tls
@@ -679,7 +684,7 @@ impl Inner {
             Ok(Ok(_)) => None,
             _ => self.tls_failure().await,
         };
-        if let Some(reason) = failure {
+        if let Some((kind, reason)) = failure {
             let message = after_failure(
                 format!(
                     "could not open a TLS session with ZooKeeper at {}: {reason}",
@@ -688,14 +693,17 @@ impl Inner {
                 operation,
             );
             return Err(match connected {
-                Ok(Err(error)) => LockError::backend(PROVIDER, operation, name, message, error),
-                _ => LockError::backend_message(PROVIDER, operation, name, message),
+                Ok(Err(error)) => {
+                    LockError::backend(kind, PROVIDER, operation, name, message, error)
+                }
+                _ => LockError::backend_message(kind, PROVIDER, operation, name, message),
             });
         }
         let client = match connected {
             Ok(Ok(client)) => client,
             Ok(Err(error)) => {
                 return Err(LockError::backend(
+                    connect_kind(&error),
                     PROVIDER,
                     operation,
                     name,
@@ -709,6 +717,7 @@ impl Inner {
             }
             Err(_) => {
                 return Err(LockError::backend_message(
+                    ErrorKind::Unreachable,
                     PROVIDER,
                     operation,
                     name,
@@ -778,6 +787,7 @@ impl Inner {
     ) -> LockError {
         self.forget_ended_session(client, &error).await;
         LockError::backend(
+            kind_of(&error),
             PROVIDER,
             operation,
             name,
@@ -866,7 +876,10 @@ impl Inner {
     }
 
     fn root_kept_disappearing(&self, operation: Operation, name: &str) -> LockError {
+        // Someone deletes the root between the provider's writes: a fault mid-operation, which
+        // may be over on the next try. The root nodes it created may remain.
         LockError::backend_message(
+            ErrorKind::OutcomeUnknown,
             PROVIDER,
             operation,
             name,
@@ -954,7 +967,9 @@ impl Inner {
             .await?
         {
             Ok((data, _)) if !data.is_empty() => {
+                // The configured root is another application's node: the setting must change.
                 return Err(LockError::backend_message(
+                    ErrorKind::Configuration,
                     PROVIDER,
                     operation,
                     name,
@@ -1052,6 +1067,49 @@ fn consequence(operation: Operation) -> &'static str {
             "the lock keeps its previous expiry, or the new one if the write landed"
         }
         _ => "is it running and reachable?",
+    }
+}
+
+/// What kind of failure a ZooKeeper error is, for a request sent in an open session.
+///
+/// - refused authentication (`AuthFailed`) or an ACL that denies the user (`NoAuth`):
+///   [`ErrorKind::CredentialsRefused`];
+/// - no server reachable (`NoHosts`), and a session that had ended (`SessionExpired`,
+///   `SessionMoved`, `ClientClosed`): [`ErrorKind::Unreachable`]. ZooKeeper runs no request of
+///   an ended session: the client fails those it had not sent, and the server answers the ones
+///   it had with this error after having answered every earlier one, so nothing was written
+///   (the premise on which an acquire or release refused this way is sent again in a new
+///   session);
+/// - a path or ACL the client or server refuses (`BadArguments`, `InvalidAcl`), and a request
+///   the server does not implement (`Unimplemented`, a server too old):
+///   [`ErrorKind::Configuration`];
+/// - a quota on the root (`QuotaExceeded`): [`ErrorKind::Limit`];
+/// - everything else, a lost connection (`ConnectionLoss`) above all, is an error after the
+///   request may have been sent: [`ErrorKind::OutcomeUnknown`].
+///
+/// Opening a session classifies its errors with [`connect_kind`].
+fn kind_of(error: &zookeeper_client::Error) -> ErrorKind {
+    use zookeeper_client::Error;
+    match error {
+        Error::AuthFailed | Error::NoAuth => ErrorKind::CredentialsRefused,
+        Error::NoHosts | Error::SessionExpired | Error::SessionMoved | Error::ClientClosed => {
+            ErrorKind::Unreachable
+        }
+        Error::BadArguments(_) | Error::InvalidAcl | Error::Unimplemented => {
+            ErrorKind::Configuration
+        }
+        Error::QuotaExceeded => ErrorKind::Limit,
+        _ => ErrorKind::OutcomeUnknown,
+    }
+}
+
+/// What kind of failure an error opening a session is: refused credentials and a connect
+/// string the client refuses keep their kind; anything else means no session was opened, so
+/// no request was sent: [`ErrorKind::Unreachable`].
+fn connect_kind(error: &zookeeper_client::Error) -> ErrorKind {
+    match kind_of(error) {
+        kind @ (ErrorKind::CredentialsRefused | ErrorKind::Configuration) => kind,
+        _ => ErrorKind::Unreachable,
     }
 }
 
@@ -1180,6 +1238,7 @@ impl ZookeeperLockProvider {
                 Ok((held, stat)) => {
                     let Some(current_until) = storage::parse_lock_until(&held) else {
                         return Err(LockError::backend_message(
+                            ErrorKind::CorruptData,
                             PROVIDER,
                             Operation::Acquire,
                             name,
@@ -1529,6 +1588,66 @@ impl LockHandle for ZookeeperLockHandle {
                 state.finished = true;
                 Ok(false)
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zookeeper_client::Error;
+
+    #[test]
+    fn zookeeper_errors_are_classified_by_what_they_say_of_the_request() {
+        for (error, kind) in [
+            (Error::AuthFailed, ErrorKind::CredentialsRefused),
+            (Error::NoAuth, ErrorKind::CredentialsRefused),
+            (Error::NoHosts, ErrorKind::Unreachable),
+            (Error::SessionExpired, ErrorKind::Unreachable),
+            (Error::SessionMoved, ErrorKind::Unreachable),
+            (Error::ClientClosed, ErrorKind::Unreachable),
+            (Error::Unimplemented, ErrorKind::Configuration),
+            (Error::InvalidAcl, ErrorKind::Configuration),
+            (Error::QuotaExceeded, ErrorKind::Limit),
+            (Error::ConnectionLoss, ErrorKind::OutcomeUnknown),
+            (Error::Timeout, ErrorKind::OutcomeUnknown),
+            (Error::Throttled, ErrorKind::OutcomeUnknown),
+            (Error::MarshallingError, ErrorKind::OutcomeUnknown),
+            (Error::UnexpectedErrorCode(-999), ErrorKind::OutcomeUnknown),
+        ] {
+            assert_eq!(kind_of(&error), kind, "{error:?}");
+        }
+    }
+
+    #[test]
+    fn a_session_that_could_not_be_opened_sent_nothing() {
+        for (error, kind) in [
+            (Error::ConnectionLoss, ErrorKind::Unreachable),
+            (Error::Timeout, ErrorKind::Unreachable),
+            (Error::NoHosts, ErrorKind::Unreachable),
+            (Error::SessionExpired, ErrorKind::Unreachable),
+            (Error::QuotaExceeded, ErrorKind::Unreachable),
+            (Error::AuthFailed, ErrorKind::CredentialsRefused),
+            (Error::InvalidAcl, ErrorKind::Configuration),
+        ] {
+            assert_eq!(connect_kind(&error), kind, "{error:?}");
+        }
+    }
+
+    #[test]
+    fn bad_settings_are_configuration_errors() {
+        let builder = ZookeeperLockProvider::builder;
+        for error in [
+            builder().root("relative").connect_lazy("127.0.0.1:2181"),
+            builder()
+                .operation_timeout(Duration::ZERO)
+                .connect_lazy("127.0.0.1:2181"),
+            builder().connect_lazy("redis://127.0.0.1:6379"),
+            builder().connect_lazy("127.0.0.1:2181/a//b"),
+        ]
+        .map(Result::unwrap_err)
+        {
+            assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
         }
     }
 }

@@ -84,6 +84,7 @@ pub(crate) fn validate_root(root: &str) -> Result<(), LockError> {
     };
     match rule {
         Some(rule) => Err(LockError::backend_message(
+            shedlock_core::ErrorKind::Configuration,
             PROVIDER,
             shedlock_core::Operation::Connect,
             "",

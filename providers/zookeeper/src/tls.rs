@@ -14,6 +14,7 @@ use std::time::Duration;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
+use shedlock_core::ErrorKind;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
@@ -170,11 +171,21 @@ impl Tls {
         self.options.clone()
     }
 
-    /// Why no TLS session could be opened with `servers` (`host:port,...[/chroot]`), found by
-    /// a handshake of its own with each server in turn until `deadline`: the first handshake
-    /// that fails, or that the server ends at once, is the answer; `None` when every server
-    /// that answered completed a handshake (the cause lies beyond TLS).
-    pub(crate) async fn explain(&self, servers: &str, deadline: Instant) -> Option<String> {
+    /// Why no TLS session could be opened with `servers` (`host:port,...[/chroot]`), and what
+    /// kind of failure that is, found by a handshake of its own with each server in turn until
+    /// `deadline`: the first handshake that fails, or that the server ends at once, is the
+    /// answer; `None` when every server that answered completed a handshake (the cause lies
+    /// beyond TLS).
+    ///
+    /// A server that refuses the client's certificate (or its absence) refused the client's
+    /// credentials: [`ErrorKind::CredentialsRefused`]. A host name TLS cannot verify is
+    /// [`ErrorKind::Configuration`]. Every other failure, the server's certificate refused
+    /// by the client included, is a failed handshake, before any request: [`ErrorKind::Unreachable`].
+    pub(crate) async fn explain(
+        &self,
+        servers: &str,
+        deadline: Instant,
+    ) -> Option<(ErrorKind, String)> {
         let hosts = servers.split('/').next().unwrap_or_default();
         let mut unreachable = Vec::new();
         for server in hosts.split(',').map(str::trim) {
@@ -193,14 +204,20 @@ impl Tls {
                 }
             };
             let Ok(name) = ServerName::try_from(host.to_owned()) else {
-                return Some(format!("{host:?} is not a host name TLS can verify"));
+                return Some((
+                    ErrorKind::Configuration,
+                    format!("{host:?} is not a host name TLS can verify"),
+                ));
             };
             let mut tls = match timeout_at(deadline, self.connector.connect(name, stream)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(error)) => {
-                    return Some(format!(
-                        "the TLS handshake with {server} failed: {error}{}",
-                        self.hint(&error)
+                    return Some((
+                        refusal_kind(&error),
+                        format!(
+                            "the TLS handshake with {server} failed: {error}{}",
+                            self.hint(&error)
+                        ),
                     ));
                 }
                 Err(_) => {
@@ -211,45 +228,39 @@ impl Tls {
             let wait = deadline.min(Instant::now() + REFUSAL_WAIT);
             match timeout_at(wait, tls.read(&mut [0; 1])).await {
                 Ok(Err(error)) => {
-                    return Some(format!(
-                        "{server} refused the TLS connection: {error}{}",
-                        self.hint(&error)
+                    return Some((
+                        refusal_kind(&error),
+                        format!(
+                            "{server} refused the TLS connection: {error}{}",
+                            self.hint(&error)
+                        ),
                     ));
                 }
                 Ok(Ok(0)) => {
-                    return Some(format!(
-                        "{server} closed the TLS connection right after the handshake"
+                    return Some((
+                        ErrorKind::Unreachable,
+                        format!("{server} closed the TLS connection right after the handshake"),
                     ));
                 }
                 // Bytes before any request, or silence: the server accepted the handshake.
                 Ok(Ok(_)) | Err(_) => {}
             }
         }
-        (!unreachable.is_empty()).then(|| format!("cannot reach {}", unreachable.join(", ")))
+        (!unreachable.is_empty()).then(|| {
+            (
+                ErrorKind::Unreachable,
+                format!("cannot reach {}", unreachable.join(", ")),
+            )
+        })
     }
 }
 
 impl Tls {
     /// What to do about a server's alert that refuses the client's certificate, or nothing.
     fn hint(&self, error: &std::io::Error) -> &'static str {
-        use rustls::AlertDescription::{
-            AccessDenied, BadCertificate, CertificateRequired, CertificateUnknown, UnknownCA,
-            UnsupportedCertificate,
-        };
-        let alert = error
-            .get_ref()
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>());
-        let Some(rustls::Error::AlertReceived(
-            BadCertificate
-            | CertificateRequired
-            | CertificateUnknown
-            | UnknownCA
-            | UnsupportedCertificate
-            | AccessDenied,
-        )) = alert
-        else {
+        if !refuses_client_certificate(error) {
             return "";
-        };
+        }
         if self.presents_certificate {
             " (the server did not accept the client certificate: it must be signed by a CA the \
              server trusts, for client authentication)"
@@ -257,6 +268,38 @@ impl Tls {
             " (the server asks for a client certificate: give one to \
              ZookeeperLockProviderBuilder::tls_client_certificate)"
         }
+    }
+}
+
+/// Whether `error` is the server's alert refusing the client's certificate, or its absence.
+fn refuses_client_certificate(error: &std::io::Error) -> bool {
+    use rustls::AlertDescription::{
+        AccessDenied, BadCertificate, CertificateRequired, CertificateUnknown, UnknownCA,
+        UnsupportedCertificate,
+    };
+    let alert = error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+    matches!(
+        alert,
+        Some(rustls::Error::AlertReceived(
+            BadCertificate
+                | CertificateRequired
+                | CertificateUnknown
+                | UnknownCA
+                | UnsupportedCertificate
+                | AccessDenied,
+        ))
+    )
+}
+
+/// The kind of a failed handshake or of the server's refusal right after one: the client's
+/// certificate refused is refused credentials; anything else left no connection to send on.
+fn refusal_kind(error: &std::io::Error) -> ErrorKind {
+    if refuses_client_certificate(error) {
+        ErrorKind::CredentialsRefused
+    } else {
+        ErrorKind::Unreachable
     }
 }
 
@@ -282,6 +325,38 @@ fn host_and_port(server: &str) -> Option<(&str, u16)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_client_certificate_is_refused_credentials() {
+        let alert = |description| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                rustls::Error::AlertReceived(description),
+            )
+        };
+        for description in [
+            rustls::AlertDescription::BadCertificate,
+            rustls::AlertDescription::CertificateRequired,
+            rustls::AlertDescription::UnknownCA,
+        ] {
+            assert_eq!(
+                refusal_kind(&alert(description)),
+                ErrorKind::CredentialsRefused,
+                "{description:?}"
+            );
+        }
+        assert_eq!(
+            refusal_kind(&alert(rustls::AlertDescription::HandshakeFailure)),
+            ErrorKind::Unreachable
+        );
+        let untrusted = std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+        );
+        assert_eq!(refusal_kind(&untrusted), ErrorKind::Unreachable);
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert_eq!(refusal_kind(&reset), ErrorKind::Unreachable);
+    }
 
     #[test]
     fn servers_are_read_as_zookeeper_client_reads_them() {

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant, SystemTime};
 use chrono::{DateTime, SecondsFormat, Utc};
 use futures_util::TryStreamExt;
 use shedlock_core::{
-    Acquisition, AcquisitionId, ConfigurationError, LockAdmin, LockConfiguration, LockError,
-    LockHandle, LockInfo, LockProvider, LockState, Operation, PageCursor, PageRequest,
+    Acquisition, AcquisitionId, ConfigurationError, ErrorKind, LockAdmin, LockConfiguration,
+    LockError, LockHandle, LockInfo, LockProvider, LockState, Operation, PageCursor, PageRequest,
     list_all_locks,
 };
 use shedlock_zookeeper::ZookeeperLockProvider;
@@ -748,5 +748,6 @@ async fn an_unreachable_server_fails_each_admin_operation_in_bounded_time_withou
         assert!(text.contains(&operation.to_string()), "{text}");
         assert!(!text.contains(secret), "{text}");
         assert!(text.contains("127.0.0.1:1"), "{text}");
+        assert_eq!(error.kind(), ErrorKind::Unreachable, "{text}");
     }
 }

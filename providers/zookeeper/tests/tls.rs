@@ -13,6 +13,11 @@ async fn zk_tls_without_tls_names_the_feature_to_enable() {
         .connect_lazy("zk+tls://app:secret-pass@localhost:2282")
         .unwrap_err();
     let message = error.to_string();
+    assert_eq!(
+        error.kind(),
+        shedlock_core::ErrorKind::Configuration,
+        "{message}"
+    );
     assert!(
         message.ends_with(
             "zk+tls://app:***@localhost:2282 asks for TLS, which this build leaves out: enable \
@@ -33,7 +38,7 @@ mod over_tls {
     use std::error::Error as _;
     use std::time::Duration;
 
-    use shedlock_core::{LockConfiguration, LockError, LockProvider};
+    use shedlock_core::{ErrorKind, LockConfiguration, LockError, LockProvider};
     use shedlock_zookeeper::{ZookeeperLockProvider, ZookeeperLockProviderBuilder};
     use tokio::time::Instant;
 
@@ -141,9 +146,9 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
         text
     }
 
-    /// Connects with `builder` to `url`, which must fail; the error, after checking it came
-    /// within twice the connect timeout (plus a margin for a slow machine).
-    async fn refused(builder: ZookeeperLockProviderBuilder, url: &str) -> String {
+    /// Connects with `builder` to `url`, which must fail; the error's text and kind, after
+    /// checking it came within twice the connect timeout (plus a margin for a slow machine).
+    async fn refused(builder: ZookeeperLockProviderBuilder, url: &str) -> (String, ErrorKind) {
         let started = Instant::now();
         let error = within(builder.connect_timeout(CONNECT_TIMEOUT).connect(url))
             .await
@@ -153,7 +158,7 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
             took < 2 * CONNECT_TIMEOUT + Duration::from_secs(2),
             "refused in {took:?}"
         );
-        chain(&error)
+        (chain(&error), error.kind())
     }
 
     #[tokio::test]
@@ -194,7 +199,7 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
         let builder = ZookeeperLockProvider::builder()
             .tls_root_certificate(OTHER_CA)
             .tls_client_certificate(certificate, key);
-        let text = refused(builder, &with_host_and_password(&tls_url(), "localhost")).await;
+        let (text, kind) = refused(builder, &with_host_and_password(&tls_url(), "localhost")).await;
         assert!(
             text.contains(
                 "could not open a TLS session with ZooKeeper at zk+tls://app:***@localhost:"
@@ -202,23 +207,28 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
                 && text.contains("invalid peer certificate: UnknownIssuer"),
             "the error says the server's certificate is not from the trusted CA: {text}"
         );
+        // A failed handshake: no request was sent.
+        assert_eq!(kind, ErrorKind::Unreachable, "{text}");
     }
 
     #[tokio::test]
     async fn a_host_name_the_certificate_does_not_name_is_refused() {
         // The certificate names localhost; 127.0.0.1 is the same server under another name.
-        let text = refused(builder(), &with_host_and_password(&tls_url(), "127.0.0.1")).await;
+        let (text, kind) =
+            refused(builder(), &with_host_and_password(&tls_url(), "127.0.0.1")).await;
         assert!(
             text.contains("the TLS handshake with 127.0.0.1:")
                 && text.contains("certificate not valid for name \"127.0.0.1\""),
             "the error says the certificate is not for this name: {text}"
         );
+        assert_eq!(kind, ErrorKind::Unreachable, "{text}");
     }
 
     #[tokio::test]
     async fn the_server_refuses_a_client_without_a_certificate() {
         let builder = ZookeeperLockProvider::builder().tls_root_certificate(ca());
-        let text = refused(builder, &tls_url()).await;
+        let (text, kind) = refused(builder, &tls_url()).await;
+        assert_eq!(kind, ErrorKind::CredentialsRefused, "{text}");
         // TLS 1.2 refuses it within the handshake, TLS 1.3 right after.
         assert!(
             text.contains("localhost:2282")
@@ -253,11 +263,12 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
         let builder = ZookeeperLockProvider::builder()
             .tls_root_certificate(ca())
             .tls_client_certificate(certificate, key);
-        let text = refused(builder, &tls_url()).await;
+        let (text, kind) = refused(builder, &tls_url()).await;
         assert!(
             text.contains("the server did not accept the client certificate"),
             "{text}"
         );
+        assert_eq!(kind, ErrorKind::CredentialsRefused, "{text}");
     }
 
     #[tokio::test]
@@ -283,6 +294,7 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
             )),
             "{text}"
         );
+        assert_eq!(error.kind(), ErrorKind::Unreachable, "{text}");
     }
 
     #[test]
@@ -299,6 +311,7 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
             ),
             "{text}"
         );
+        assert_eq!(error.kind(), ErrorKind::Configuration, "{text}");
     }
 
     #[test]
@@ -311,6 +324,7 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
             chain(&error).contains("the TLS root certificate holds no CERTIFICATE in PEM"),
             "{error}"
         );
+        assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
 
         let (certificate, _) = client_certificate();
         let error = ZookeeperLockProvider::builder()
@@ -324,6 +338,7 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
             "{text}"
         );
         assert!(!text.contains("not-a-key-but-secret"), "{text}");
+        assert_eq!(error.kind(), ErrorKind::Configuration, "{text}");
 
         // A key that is not the certificate's.
         let (_, key) = client_certificate();
@@ -336,6 +351,7 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
             chain(&error).contains("the TLS client key does not fit its certificate"),
             "{error}"
         );
+        assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
     }
 
     #[test]
@@ -350,6 +366,7 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
                 text.contains("a TLS root or client certificate was set, but the connect string does not use TLS: write zk+tls:// in front of it"),
                 "{text}"
             );
+            assert_eq!(error.kind(), ErrorKind::Configuration, "{text}");
         }
     }
 
@@ -368,6 +385,7 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
                 text.contains("a server must not carry a scheme of its own"),
                 "{text}"
             );
+            assert_eq!(error.kind(), ErrorKind::Configuration, "{text}");
         }
     }
 }

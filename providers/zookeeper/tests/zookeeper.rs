@@ -14,7 +14,8 @@ use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use shedlock_core::{
-    Acquisition, LockConfiguration, LockError, LockHandle, LockProvider, LockingTaskExecutor,
+    Acquisition, ErrorKind, LockConfiguration, LockError, LockHandle, LockProvider,
+    LockingTaskExecutor,
 };
 use shedlock_zookeeper::{ZookeeperLockProvider, ZookeeperLockProviderBuilder, lock_name};
 use tokio::net::{TcpListener, TcpStream};
@@ -341,6 +342,7 @@ async fn a_node_with_unreadable_data_is_an_error_and_is_left_alone() {
             && text.contains("nothing was written"),
         "{text}"
     );
+    assert_eq!(error.kind(), ErrorKind::CorruptData, "{error}");
     assert_eq!(client.get_data(&path).await.unwrap(), before);
     for data in [
         "",
@@ -359,6 +361,7 @@ async fn a_node_with_unreadable_data_is_an_error_and_is_left_alone() {
             text.contains(&path) && text.contains("ISO-8601"),
             "the error names the node and the rule: {text}"
         );
+        assert_eq!(error.kind(), ErrorKind::CorruptData, "{error}");
         assert_eq!(read(&client, &path).await, before, "nothing was written");
     }
     remove_test_root(&path).await;
@@ -463,12 +466,14 @@ async fn bad_settings_are_refused_with_what_is_wrong() {
     ] {
         let error = builder.connect(&zookeeper_url()).await.unwrap_err();
         assert!(error.to_string().contains(what), "{error}");
+        assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
     }
     for connect_string in ["", "a:2181,,b:2181", "u:p@"] {
         let error = ZookeeperLockProvider::builder()
             .connect_lazy(connect_string)
             .unwrap_err();
         assert!(error.to_string().contains("connect string"), "{error}");
+        assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
     }
     // A chroot that is no ZooKeeper path is refused by its rule before anything connects,
     // never reported as an unreachable server; the password stays hidden.
@@ -497,6 +502,7 @@ async fn bad_settings_are_refused_with_what_is_wrong() {
             text.contains("invalid connect string \"app:***@") && !text.contains(SECRET),
             "{text}"
         );
+        assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
     }
     // A chroot of the root alone, or of a plain path, is one.
     for chroot in ["/", "/apps/locks"] {
@@ -535,6 +541,8 @@ async fn a_root_holding_another_applications_data_is_refused_and_left_as_it_is()
         ),
         "{error:?}"
     );
+    // The root setting names another application's node: the deployment must change.
+    assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
     let text = error.to_string();
     for part in [
         &format!("the root node {config_root} at "),
@@ -562,6 +570,7 @@ async fn a_root_holding_another_applications_data_is_refused_and_left_as_it_is()
         error.to_string().contains("ShedLock's root holds no data"),
         "{error}"
     );
+    assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
     assert_eq!(
         read(&client, &config_root).await,
         before,
@@ -594,6 +603,8 @@ async fn an_unreachable_server_is_a_clear_error_within_the_timeouts() {
         started.elapsed()
     );
     assert!(error.to_string().contains("127.0.0.1:1"), "{error}");
+    assert_eq!(error.kind(), ErrorKind::Unreachable, "{error}");
+    assert!(error.retryable(), "{error}");
 
     let lazy = ZookeeperLockProvider::builder()
         .connect_timeout(Duration::from_secs(1))
@@ -614,6 +625,8 @@ async fn an_unreachable_server_is_a_clear_error_within_the_timeouts() {
             matches!(error, LockError::Backend { .. } | LockError::Timeout { .. }),
             "{error:?}"
         );
+        // No session could be opened, so no request of the acquire was sent.
+        assert_eq!(error.kind(), ErrorKind::Unreachable, "{error}");
         let text = error.to_string();
         assert!(
             text.contains("job") && text.contains("must not run"),
@@ -633,6 +646,7 @@ async fn credentials_never_appear_in_errors_or_debug_output() {
     let text = full_text(&error);
     assert!(!text.contains(SECRET), "{text}");
     assert!(text.contains("app:***@127.0.0.1:1"), "{text}");
+    assert_eq!(error.kind(), ErrorKind::Unreachable, "{error}");
 
     // Through the builder.
     let with_auth = builder(&unique_root()).digest_auth("app", SECRET);
@@ -902,6 +916,7 @@ async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting() 
             message.contains("optionally after zk:// or zookeeper://"),
             "{message}"
         );
+        assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
         assert!(
             !format!("{message} {error:?}").contains(SECRET),
             "{message}"
@@ -935,7 +950,10 @@ async fn a_duration_past_what_shedlocks_data_can_carry_is_refused_and_nothing_is
     ];
     for config in &too_long {
         let error = match node.try_lock(config).await {
-            Err(error) => error.to_string(),
+            Err(error) => {
+                assert_eq!(error.kind(), ErrorKind::InvalidRequest, "{error}");
+                error.to_string()
+            }
             Ok(acquisition) => panic!("{config:?}: {}", acquisition.is_acquired()),
         };
         assert!(
@@ -967,6 +985,68 @@ async fn a_duration_past_what_shedlocks_data_can_carry_is_refused_and_nothing_is
     assert_eq!(read(&client, &path).await.0, data);
     assert!(handle.unlock().await.unwrap());
     remove_test_root(&path).await;
+}
+
+/// A root whose ACL lets in only the identity that created it: a provider without that
+/// identity, or with another one, is refused for its credentials at connect, and the owner's
+/// credentials take and free a lock there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_root_whose_acl_keeps_this_user_out_is_refused_for_its_credentials() {
+    let root = unique_root();
+    let guarded = format!("{root}/guarded");
+    let owner = Client::connector()
+        .with_auth("digest", b"owner:owner-pw")
+        .connect(&zookeeper_url())
+        .await
+        .unwrap();
+    owner
+        .mkdir(&root, &CreateMode::Persistent.with_acls(Acls::anyone_all()))
+        .await
+        .unwrap();
+    owner
+        .create(
+            &guarded,
+            b"",
+            &CreateMode::Persistent.with_acls(Acls::creator_all()),
+        )
+        .await
+        .unwrap();
+
+    for (who, builder) in [
+        ("no credentials", builder(&guarded)),
+        (
+            "another user",
+            builder(&guarded).digest_auth("intruder", SECRET),
+        ),
+    ] {
+        let error = builder.connect(&zookeeper_url()).await.unwrap_err();
+        assert_eq!(
+            error.kind(),
+            ErrorKind::CredentialsRefused,
+            "{who}: {}",
+            full_text(&error)
+        );
+        assert!(!error.retryable(), "{who}: {error}");
+        assert!(!full_text(&error).contains(SECRET), "{who}: {error:?}");
+    }
+
+    let provider = builder(&guarded)
+        .digest_auth("owner", "owner-pw")
+        .connect(&zookeeper_url())
+        .await
+        .unwrap();
+    let handle = acquire(&provider, &config("job", Duration::from_secs(5))).await;
+    assert!(handle.unlock().await.unwrap());
+
+    // Only the owner can list the guarded root to empty it.
+    for child in owner.list_children(&guarded).await.unwrap() {
+        owner
+            .delete(&format!("{guarded}/{child}"), None)
+            .await
+            .unwrap();
+    }
+    owner.delete(&guarded, None).await.unwrap();
+    remove_test_root(&root).await;
 }
 
 /// A new deployment: 16 nodes connect at the same instant under a root that does not exist

@@ -138,7 +138,7 @@ fn report_tick(report: &RunReport) {
                 ));
             }
         }
-        RunOutcome::LockFailed { error } => say(&format!("other {tick} lock failed: {error}")),
+        RunOutcome::LockFailed { error, .. } => say(&format!("other {tick} lock failed: {error}")),
         RunOutcome::Failed { error } => say(&format!("other {tick} job failed: {error}")),
         RunOutcome::Panicked { message } => say(&format!("other {tick} job panicked: {message}")),
         other => say(&format!("other {tick} {other:?}")),

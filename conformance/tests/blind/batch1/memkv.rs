@@ -11,8 +11,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use shedlock_conformance::{Clock, ConformanceHarness, SetupError, Support, async_trait};
 use shedlock_core::{
-    Acquisition, Capabilities, LockConfiguration, LockError, LockHandle, LockHolder, LockProvider,
-    Operation, TimeSource, default_holder,
+    Acquisition, Capabilities, ErrorKind, LockConfiguration, LockError, LockHandle, LockHolder,
+    LockProvider, Operation, TimeSource, default_holder,
 };
 
 use super::common::{Net, NetError, ServerClock, ceil_ms, unix_ms};
@@ -415,7 +415,13 @@ fn lock_error(error: MemError, operation: Operation, name: &str) -> LockError {
             name: name.to_owned(),
             after,
         },
-        MemError::Client(message) => LockError::backend_message(PROVIDER, operation, name, message),
+        MemError::Client(message) => LockError::backend_message(
+            ErrorKind::OutcomeUnknown,
+            PROVIDER,
+            operation,
+            name,
+            message,
+        ),
     }
 }
 

@@ -12,9 +12,9 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use shedlock_conformance::{Clock, ConformanceHarness, SetupError, Support, async_trait};
 use shedlock_core::{
-    Acquisition, AcquisitionId, Capabilities, LockAdmin, LockConfiguration, LockError, LockHandle,
-    LockHolder, LockInfo, LockPage, LockProvider, LockState, Operation, PageCursor, PageRequest,
-    TimeSource, default_holder,
+    Acquisition, AcquisitionId, Capabilities, ErrorKind, LockAdmin, LockConfiguration, LockError,
+    LockHandle, LockHolder, LockInfo, LockPage, LockProvider, LockState, Operation, PageCursor,
+    PageRequest, TimeSource, default_holder,
 };
 
 use super::common::{Net, NetError, ceil_ms, from_unix_ms, unix_ms};
@@ -331,11 +331,23 @@ fn lock_error(error: KvError, operation: Operation, name: &str) -> LockError {
             name: name.to_owned(),
             after,
         },
-        KvError::KeyExists => LockError::backend_message(PROVIDER, operation, name, "key exists"),
-        KvError::WrongLastSequence => {
-            LockError::backend_message(PROVIDER, operation, name, "wrong last sequence")
+        KvError::KeyExists => LockError::backend_message(
+            ErrorKind::OutcomeUnknown,
+            PROVIDER,
+            operation,
+            name,
+            "key exists",
+        ),
+        KvError::WrongLastSequence => LockError::backend_message(
+            ErrorKind::OutcomeUnknown,
+            PROVIDER,
+            operation,
+            name,
+            "wrong last sequence",
+        ),
+        KvError::BadKey(m) => {
+            LockError::backend_message(ErrorKind::OutcomeUnknown, PROVIDER, operation, name, m)
         }
-        KvError::BadKey(m) => LockError::backend_message(PROVIDER, operation, name, m),
     }
 }
 
@@ -418,8 +430,16 @@ fn name_for(key: &str, bug: Option<NatsBug>) -> String {
 }
 
 fn parse(value: &str, operation: Operation, name: &str) -> Result<Record, LockError> {
-    serde_json::from_str(value)
-        .map_err(|e| LockError::backend(PROVIDER, operation, name, "unreadable lock record", e))
+    serde_json::from_str(value).map_err(|e| {
+        LockError::backend(
+            ErrorKind::CorruptData,
+            PROVIDER,
+            operation,
+            name,
+            "unreadable lock record",
+            e,
+        )
+    })
 }
 
 fn ms_of(d: Duration) -> i64 {
@@ -779,6 +799,7 @@ impl LockAdmin for NatsNode {
             }
         }
         Err(LockError::backend_message(
+            ErrorKind::OutcomeUnknown,
             PROVIDER,
             Operation::ForceUnlock,
             name,

@@ -17,9 +17,9 @@ use shedlock_conformance::{
     Clock, ConformanceHarness, PlantedRecord, SetupError, Support, async_trait,
 };
 use shedlock_core::{
-    Acquisition, AcquisitionId, Capabilities, LockAdmin, LockConfiguration, LockError, LockHandle,
-    LockHolder, LockInfo, LockPage, LockProvider, LockState, Operation, PageCursor, PageRequest,
-    TimeSource, default_holder,
+    Acquisition, AcquisitionId, Capabilities, ErrorKind, LockAdmin, LockConfiguration, LockError,
+    LockHandle, LockHolder, LockInfo, LockPage, LockProvider, LockState, Operation, PageCursor,
+    PageRequest, TimeSource, default_holder,
 };
 
 use super::common::{Net, NetError, ServerClock, add_ms, ceil_ms, from_unix_ms, unix_ms};
@@ -545,9 +545,13 @@ fn lock_error(error: SqlError, operation: Operation, name: &str) -> LockError {
             name: name.to_owned(),
             after,
         },
-        SqlError::DuplicateKey => {
-            LockError::backend_message(PROVIDER, operation, name, "duplicate key")
-        }
+        SqlError::DuplicateKey => LockError::backend_message(
+            ErrorKind::OutcomeUnknown,
+            PROVIDER,
+            operation,
+            name,
+            "duplicate key",
+        ),
     }
 }
 

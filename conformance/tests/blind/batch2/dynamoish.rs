@@ -26,9 +26,9 @@ use shedlock_conformance::{
     Clock, ConformanceHarness, PlantedRecord, SetupError, Support, async_trait,
 };
 use shedlock_core::{
-    Acquisition, AcquisitionId, Capabilities, LockAdmin, LockConfiguration, LockError, LockHandle,
-    LockHolder, LockInfo, LockPage, LockProvider, LockState, Operation, PageCursor, PageRequest,
-    TimeSource, default_holder,
+    Acquisition, AcquisitionId, Capabilities, ErrorKind, LockAdmin, LockConfiguration, LockError,
+    LockHandle, LockHolder, LockInfo, LockPage, LockProvider, LockState, Operation, PageCursor,
+    PageRequest, TimeSource, default_holder,
 };
 
 use super::common::{
@@ -667,18 +667,27 @@ fn lock_error(error: DynError, operation: Operation, name: &str) -> LockError {
             name: name.to_owned(),
             after,
         },
-        DynError::ConditionalCheckFailed => {
-            LockError::backend_message(PROVIDER, operation, name, "ConditionalCheckFailedException")
-        }
+        DynError::ConditionalCheckFailed => LockError::backend_message(
+            ErrorKind::OutcomeUnknown,
+            PROVIDER,
+            operation,
+            name,
+            "ConditionalCheckFailedException",
+        ),
         DynError::Throttled => LockError::backend_message(
+            ErrorKind::OutcomeUnknown,
             PROVIDER,
             operation,
             name,
             "ProvisionedThroughputExceededException after retries",
         ),
-        DynError::Validation(message) => {
-            LockError::backend_message(PROVIDER, operation, name, message)
-        }
+        DynError::Validation(message) => LockError::backend_message(
+            ErrorKind::OutcomeUnknown,
+            PROVIDER,
+            operation,
+            name,
+            message,
+        ),
     }
 }
 
@@ -923,6 +932,7 @@ impl DynNode {
             Ok(Some(core)) => Ok(Outcome::Acquired(core)),
             Ok(None) => Ok(Outcome::NotAcquired(None)),
             Err(message) => Err(LockError::backend_message(
+                ErrorKind::OutcomeUnknown,
                 PROVIDER,
                 Operation::Acquire,
                 name,

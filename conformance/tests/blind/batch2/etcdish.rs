@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use shedlock_conformance::{Clock, ConformanceHarness, SetupError, Support, async_trait};
 use shedlock_core::{
-    Acquisition, AcquisitionId, Capabilities, LockAdmin, LockConfiguration, LockError, LockHandle,
-    LockHolder, LockInfo, LockPage, LockProvider, LockState, Operation, PageCursor, PageRequest,
-    TimeSource, default_holder,
+    Acquisition, AcquisitionId, Capabilities, ErrorKind, LockAdmin, LockConfiguration, LockError,
+    LockHandle, LockHolder, LockInfo, LockPage, LockProvider, LockState, Operation, PageCursor,
+    PageRequest, TimeSource, default_holder,
 };
 
 use super::common::{Net, NetError, ceil_secs, unix_ms};
@@ -557,9 +557,13 @@ fn lock_error(error: EtcdError, operation: Operation, name: &str) -> LockError {
             name: name.to_owned(),
             after,
         },
-        EtcdError::Server(message) => {
-            LockError::backend_message(PROVIDER, operation, name, message)
-        }
+        EtcdError::Server(message) => LockError::backend_message(
+            ErrorKind::OutcomeUnknown,
+            PROVIDER,
+            operation,
+            name,
+            message,
+        ),
     }
 }
 

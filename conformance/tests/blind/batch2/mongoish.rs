@@ -22,9 +22,9 @@ use shedlock_conformance::{
     Clock, ConformanceHarness, PlantedRecord, SetupError, Support, async_trait,
 };
 use shedlock_core::{
-    Acquisition, AcquisitionId, Capabilities, LockAdmin, LockConfiguration, LockError, LockHandle,
-    LockHolder, LockInfo, LockPage, LockProvider, LockState, Operation, PageCursor, PageRequest,
-    TimeSource, default_holder,
+    Acquisition, AcquisitionId, Capabilities, ErrorKind, LockAdmin, LockConfiguration, LockError,
+    LockHandle, LockHolder, LockInfo, LockPage, LockProvider, LockState, Operation, PageCursor,
+    PageRequest, TimeSource, default_holder,
 };
 
 use super::common::{Net, NetError, ServerClock, ceil_ms, from_unix_ms, is_invisible, unix_ms};
@@ -500,12 +500,14 @@ fn lock_error(error: MongoError, operation: Operation, name: &str) -> LockError 
             after,
         },
         MongoError::DuplicateKey => LockError::backend_message(
+            ErrorKind::OutcomeUnknown,
             PROVIDER,
             operation,
             name,
             "E11000 duplicate key error collection: shedLock index: _id_",
         ),
         MongoError::KeyTooLarge(bytes) => LockError::backend_message(
+            ErrorKind::Limit,
             PROVIDER,
             operation,
             name,
@@ -570,6 +572,7 @@ impl MongoNode {
             && by.split_once('#').is_none()
         {
             return Err(LockError::backend_message(
+                ErrorKind::CorruptData,
                 PROVIDER,
                 Operation::Acquire,
                 name,
