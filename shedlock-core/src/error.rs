@@ -94,6 +94,30 @@ impl ErrorKind {
         matches!(self, ErrorKind::Unreachable | ErrorKind::OutcomeUnknown)
     }
 
+    /// The kind of a client's I/O error during `operation`: [`Unreachable`](Self::Unreachable)
+    /// when no connection was ever made (refused, no route, no address), else a connection
+    /// lost with a request on it, [`OutcomeUnknown`](Self::OutcomeUnknown) (see
+    /// [`during`](Self::during)). Every provider reads its client's I/O errors this way.
+    pub fn of_io(error: std::io::ErrorKind, operation: Operation) -> ErrorKind {
+        use std::io::ErrorKind as Io;
+        match error {
+            Io::ConnectionRefused
+            | Io::HostUnreachable
+            | Io::NetworkUnreachable
+            | Io::AddrNotAvailable => ErrorKind::Unreachable,
+            _ => ErrorKind::OutcomeUnknown.during(operation),
+        }
+    }
+
+    /// This kind as it applies to `operation`: a connect concerns no lock, so a connect whose
+    /// outcome is unknown is a server that could not be reached.
+    pub fn during(self, operation: Operation) -> ErrorKind {
+        match (operation, self) {
+            (Operation::Connect, ErrorKind::OutcomeUnknown) => ErrorKind::Unreachable,
+            (_, kind) => kind,
+        }
+    }
+
     /// The kind in a few words, as logs and reports write it ("outcome unknown").
     pub fn as_str(self) -> &'static str {
         match self {
@@ -435,6 +459,53 @@ mod tests {
             assert_eq!(error.kind(), kind, "{error}");
         }
         assert_eq!(ErrorKind::OutcomeUnknown.to_string(), "outcome unknown");
+        use std::io::ErrorKind as Io;
+        for (io, operation, kind) in [
+            (
+                Io::ConnectionRefused,
+                Operation::Acquire,
+                ErrorKind::Unreachable,
+            ),
+            (
+                Io::HostUnreachable,
+                Operation::Release,
+                ErrorKind::Unreachable,
+            ),
+            (
+                Io::NetworkUnreachable,
+                Operation::Extend,
+                ErrorKind::Unreachable,
+            ),
+            (
+                Io::AddrNotAvailable,
+                Operation::List,
+                ErrorKind::Unreachable,
+            ),
+            (
+                Io::ConnectionReset,
+                Operation::Acquire,
+                ErrorKind::OutcomeUnknown,
+            ),
+            (
+                Io::ConnectionReset,
+                Operation::Connect,
+                ErrorKind::Unreachable,
+            ),
+        ] {
+            assert_eq!(
+                ErrorKind::of_io(io, operation),
+                kind,
+                "{io:?} on {operation}"
+            );
+        }
+        assert_eq!(
+            ErrorKind::CredentialsRefused.during(Operation::Connect),
+            ErrorKind::CredentialsRefused
+        );
+        assert_eq!(
+            ErrorKind::OutcomeUnknown.during(Operation::Release),
+            ErrorKind::OutcomeUnknown
+        );
         assert_eq!(
             ErrorKind::CredentialsRefused.as_str(),
             "credentials refused"

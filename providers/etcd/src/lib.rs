@@ -768,7 +768,7 @@ fn kind_of(operation: Operation, error: &etcd_client::Error) -> ErrorKind {
         | Error::EndpointError(_)
         | Error::EndpointsNotManaged
         | Error::TransportError(_) => ErrorKind::Configuration,
-        Error::IoError(io) if never_connected(io.kind()) => ErrorKind::Unreachable,
+        Error::IoError(io) => ErrorKind::of_io(io.kind(), operation),
         Error::GRpcStatus(status) => {
             let message = status.message();
             match status.code() {
@@ -807,19 +807,7 @@ fn kind_of(operation: Operation, error: &etcd_client::Error) -> ErrorKind {
         }
         _ => ErrorKind::OutcomeUnknown,
     };
-    match (operation, kind) {
-        (Operation::Connect, ErrorKind::OutcomeUnknown) => ErrorKind::Unreachable,
-        (_, kind) => kind,
-    }
-}
-
-/// Whether an I/O error of this kind means no connection was ever made.
-fn never_connected(kind: std::io::ErrorKind) -> bool {
-    use std::io::ErrorKind as Io;
-    matches!(
-        kind,
-        Io::ConnectionRefused | Io::HostUnreachable | Io::NetworkUnreachable | Io::AddrNotAvailable
-    )
+    kind.during(operation)
 }
 
 /// Whether `status` is the gRPC stack's failure to open a connection (TCP, DNS or the TLS

@@ -438,7 +438,7 @@ pub(crate) fn kind_of(operation: Operation, error: &DriverError) -> ErrorKind {
         DriverErrorKind::ServerSelection { .. }
         | DriverErrorKind::ConnectionPoolCleared { .. }
         | DriverErrorKind::DnsResolve { .. } => ErrorKind::Unreachable,
-        DriverErrorKind::Io(io) if never_connected(io.kind()) => ErrorKind::Unreachable,
+        DriverErrorKind::Io(io) => ErrorKind::of_io(io.kind(), operation),
         DriverErrorKind::Authentication { .. } => ErrorKind::CredentialsRefused,
         // Refused by the driver before sending: the URL's or the builder's settings, or a
         // server without what the provider needs. A shut-down client never sends again: the
@@ -462,19 +462,7 @@ pub(crate) fn kind_of(operation: Operation, error: &DriverError) -> ErrorKind {
         }
         _ => ErrorKind::OutcomeUnknown,
     };
-    match (operation, kind) {
-        (Operation::Connect, ErrorKind::OutcomeUnknown) => ErrorKind::Unreachable,
-        (_, kind) => kind,
-    }
-}
-
-/// Whether an I/O error of this kind means no connection was ever made.
-fn never_connected(kind: std::io::ErrorKind) -> bool {
-    use std::io::ErrorKind as Io;
-    matches!(
-        kind,
-        Io::ConnectionRefused | Io::HostUnreachable | Io::NetworkUnreachable | Io::AddrNotAvailable
-    )
+    kind.during(operation)
 }
 
 /// MongoDB's `Unauthorized`: the user lacks a privilege the command needs.

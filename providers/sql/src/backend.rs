@@ -388,19 +388,13 @@ pub fn statement_error<B: SqlBackend>(
 /// sent. The database's own refusals are read by SQLSTATE (PostgreSQL's and MySQL's codes share
 /// the standard classes). Anything else on a statement already sent leaves its outcome unknown.
 pub(crate) fn kind_of(operation: Operation, error: &sqlx::Error) -> ErrorKind {
-    let unanswered = if operation == Operation::Connect {
-        ErrorKind::Unreachable
-    } else {
-        ErrorKind::OutcomeUnknown
-    };
+    let unanswered = ErrorKind::OutcomeUnknown.during(operation);
     match error {
         sqlx::Error::Configuration(_) => ErrorKind::Configuration,
         sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) => {
             ErrorKind::Unreachable
         }
-        sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
-            ErrorKind::Unreachable
-        }
+        sqlx::Error::Io(io) => ErrorKind::of_io(io.kind(), operation),
         sqlx::Error::Database(refusal) => {
             let code = refusal.code();
             let code = code.as_deref().unwrap_or("");
