@@ -11,7 +11,7 @@ use crate::names::NameSpace;
 use crate::timing::Timing;
 use crate::trace::{HeldLock, Timed, Trace, config};
 
-use super::{Attempt, node, probe_at, timing_of, until_conclusive};
+use super::{Attempt, diagnose_refusal, node, probe_at, timing_of, until_conclusive};
 
 /// Extend: the holder extends past the original at-most, and others stay out until the new
 /// expiry, counted from the extend with the extend's own duration, probed right after the
@@ -82,7 +82,7 @@ pub async fn check_extend<H: ConformanceHarness>(
             trace.note("node A vanishes: its handle is dropped without unlock");
             let surely_free = timing.surely_over_by(&extend, extended_to);
             trace.sleep_until(surely_free).await;
-            trace
+            let freed = trace
                 .must_acquire_and_release(
                     "B",
                     &b,
@@ -94,7 +94,10 @@ pub async fn check_extend<H: ConformanceHarness>(
                         trace.at(surely_free)
                     ),
                 )
-                .await?;
+                .await;
+            if let Err(failure) = freed {
+                return Err(diagnose_refusal(harness, &trace, failure, Rule::EXTEND, &lock).await);
+            }
             Ok(Attempt::Proven)
         },
     )
@@ -133,10 +136,10 @@ pub async fn check_extend<H: ConformanceHarness>(
         "a shortened lock freed at its new at-most",
         async |attempt| {
             shorten(
+                harness,
                 &trace,
                 &timing,
-                &a,
-                &b,
+                (&a, &b),
                 &names.name(&format!("short{attempt}")),
             )
             .await
@@ -192,11 +195,11 @@ pub async fn check_extend<H: ConformanceHarness>(
 /// Node A takes the lock for 10 units and, a unit later, shortens it to 2 units and a
 /// fraction: B is refused just before the new at-most and takes the lock right after it, long
 /// before the original at-most.
-async fn shorten(
+async fn shorten<H: ConformanceHarness>(
+    harness: &H,
     trace: &Trace,
     timing: &Timing,
-    a: &dyn LockProvider,
-    b: &dyn LockProvider,
+    (a, b): (&dyn LockProvider, &dyn LockProvider),
     name: &str,
 ) -> Result<Attempt, CheckFailure> {
     let at_most = timing.units(10);
@@ -235,7 +238,7 @@ async fn shorten(
             "the probe after the shortened at-most came so late that the original had passed too",
         ));
     }
-    trace
+    let freed = trace
         .must_acquire_and_release(
             "B",
             b,
@@ -248,7 +251,12 @@ async fn shorten(
                 trace.at(original_until)
             ),
         )
-        .await?;
+        .await;
+    if let Err(failure) = freed {
+        // A refusal the backend did not make (it had the lock free) is the acquire path's
+        // fault, not the extend's.
+        return Err(diagnose_refusal(harness, trace, failure, Rule::EXTEND, &lock).await);
+    }
     Ok(Attempt::Proven)
 }
 
