@@ -9,6 +9,8 @@
 
 use std::error::Error;
 
+use shedlock::scheme::{Backend, Scheme};
+
 /// A failure of the backend's own driver.
 pub type DriverError = Box<dyn Error + Send + Sync>;
 
@@ -606,29 +608,30 @@ impl AnyDriver {
     /// or Sentinel, etcd or ZooKeeper over TLS), is an error that says so: a figure without its
     /// floor would be a figure without meaning.
     pub async fn connect(url: &str) -> Result<Self, DriverError> {
-        let scheme = url
-            .split_once(':')
-            .map(|(scheme, _)| scheme.to_ascii_lowercase())
-            .unwrap_or_default();
+        let text = Scheme::text_of(url)
+            .unwrap_or_default()
+            .to_ascii_lowercase();
         #[allow(unused_variables)] // With few backends built, some arms are compiled out.
         let rest = url.split_once("://").map_or("", |(_, rest)| rest);
-        match scheme.as_str() {
+        // A cluster or a sentinel set is many servers: one connection cannot be its floor.
+        let one_server = Scheme::named(&text).filter(|scheme| {
+            !scheme.name.ends_with("+cluster") && !scheme.name.ends_with("+sentinel")
+        });
+        match one_server.map(|scheme| (scheme.backend, scheme.tls)) {
             #[cfg(feature = "memory")]
-            "memory" => Ok(Self::Memory(MemoryDriver::default())),
+            Some((Backend::Memory, _)) => Ok(Self::Memory(MemoryDriver::default())),
             #[cfg(feature = "sqlite")]
-            "sqlite" => Ok(Self::Sqlite(SqlDriver::sqlite(url).await?)),
+            Some((Backend::Sqlite, _)) => Ok(Self::Sqlite(SqlDriver::sqlite(url).await?)),
             #[cfg(feature = "postgres")]
-            "postgres" | "postgresql" => Ok(Self::Postgres(SqlDriver::postgres(url).await?)),
+            Some((Backend::Postgres, _)) => Ok(Self::Postgres(SqlDriver::postgres(url).await?)),
             #[cfg(feature = "mysql")]
-            "mysql" | "mariadb" => Ok(Self::Mysql(
+            Some((Backend::Mysql, _)) => Ok(Self::Mysql(
                 SqlDriver::mysql(&format!("mysql://{rest}")).await?,
             )),
             #[cfg(feature = "redis")]
-            "redis" | "rediss" | "valkey" | "valkeys" | "redis+unix" | "valkey+unix" | "unix" => {
-                Ok(Self::Redis(RedisDriver::connect(url).await?))
-            }
+            Some((Backend::Redis, _)) => Ok(Self::Redis(RedisDriver::connect(url).await?)),
             #[cfg(feature = "etcd")]
-            "etcd" => Ok(Self::Etcd(Box::new(
+            Some((Backend::Etcd, false)) => Ok(Self::Etcd(Box::new(
                 EtcdDriver::connect(
                     rest.split(',')
                         .map(|endpoint| format!("http://{}", endpoint.trim())),
@@ -636,11 +639,13 @@ impl AnyDriver {
                 .await?,
             ))),
             #[cfg(feature = "zookeeper")]
-            "zk" | "zookeeper" => Ok(Self::Zookeeper(ZookeeperDriver::connect(rest).await?)),
+            Some((Backend::Zookeeper, false)) => {
+                Ok(Self::Zookeeper(ZookeeperDriver::connect(rest).await?))
+            }
             #[cfg(feature = "mongo")]
-            "mongodb" | "mongodb+srv" => Ok(Self::Mongo(MongoDriver::connect(url).await?)),
+            Some((Backend::Mongo, _)) => Ok(Self::Mongo(MongoDriver::connect(url).await?)),
             _ => Err(format!(
-                "no floor for {scheme}:// in this build: the bench measures one server of \
+                "no floor for {text}:// in this build: the bench measures one server of \
                  memory://, sqlite:, postgres://, mysql://, redis://, rediss://, etcd://, zk:// \
                  or mongodb://, each with the backend's feature on"
             )

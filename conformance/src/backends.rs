@@ -61,17 +61,23 @@ impl Backend {
         Backend::Etcd,
     ];
 
-    /// The lower-case name used in messages.
-    pub fn name(self) -> &'static str {
+    /// The backend in the project's scheme table, which knows its URL schemes.
+    pub fn backend(self) -> shedlock_core::scheme::Backend {
+        use shedlock_core::scheme::Backend as Scheme;
         match self {
-            Backend::Postgres => "postgres",
-            Backend::Mysql => "mysql",
-            Backend::Sqlite => "sqlite",
-            Backend::Redis => "redis",
-            Backend::Mongo => "mongo",
-            Backend::Zookeeper => "zookeeper",
-            Backend::Etcd => "etcd",
+            Backend::Postgres => Scheme::Postgres,
+            Backend::Mysql => Scheme::Mysql,
+            Backend::Sqlite => Scheme::Sqlite,
+            Backend::Redis => Scheme::Redis,
+            Backend::Mongo => Scheme::Mongo,
+            Backend::Zookeeper => Scheme::Zookeeper,
+            Backend::Etcd => Scheme::Etcd,
         }
+    }
+
+    /// The lower-case name used in messages, as the scheme table writes it.
+    pub fn name(self) -> &'static str {
+        self.backend().name()
     }
 
     /// The environment variable that gives this backend's URL: `SHEDLOCK_TEST_<BACKEND>_URL`.

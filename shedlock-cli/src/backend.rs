@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use shedlock::scheme::{Backend, Scheme};
 use shedlock::{AnyLockProvider, AnyLockProviderBuilder, ConnectError, redact_url};
 
 use crate::Failure;
@@ -139,36 +140,28 @@ fn feature_disabled(scheme: &str, feature: &str) -> Failure {
 /// CLI promises exactly its own features, so it checks them itself; an unknown scheme is left
 /// to the facade, which lists the known ones.
 fn feature_left_out(url: &str) -> Option<(String, &'static str)> {
-    let scheme = scheme_of(url)?;
-    let (feature, enabled) = feature_of(&scheme)?;
-    (!enabled).then_some((scheme, feature))
+    let scheme = Scheme::of_url(url)?;
+    (!built_in(scheme.backend)).then(|| (scheme.name.to_owned(), scheme.backend.name()))
 }
 
 /// The backend `url` names, called as its feature is (`postgres` for `postgresql://` too);
 /// `None` for a scheme no backend has.
 pub fn backend_name(url: &str) -> Option<&'static str> {
-    feature_of(&scheme_of(url)?).map(|(feature, _)| feature)
+    Scheme::of_url(url).map(|scheme| scheme.backend.name())
 }
 
-fn scheme_of(url: &str) -> Option<String> {
-    Some(url.split_once(':')?.0.to_ascii_lowercase())
-}
-
-/// The feature of this CLI that `scheme`'s backend needs, and whether this build has it.
-fn feature_of(scheme: &str) -> Option<(&'static str, bool)> {
-    Some(match scheme {
-        "memory" => ("memory", cfg!(feature = "memory")),
-        "sqlite" => ("sqlite", cfg!(feature = "sqlite")),
-        "postgres" | "postgresql" => ("postgres", cfg!(feature = "postgres")),
-        "mysql" | "mariadb" => ("mysql", cfg!(feature = "mysql")),
-        "etcd" | "etcds" => ("etcd", cfg!(feature = "etcd")),
-        "mongodb" | "mongodb+srv" => ("mongo", cfg!(feature = "mongo")),
-        "zk" | "zookeeper" | "zk+tls" | "zookeeper+tls" => {
-            ("zookeeper", cfg!(feature = "zookeeper"))
-        }
-        redis if redis == "unix" || redis.starts_with("redis") || redis.starts_with("valkey") => {
-            ("redis", cfg!(feature = "redis"))
-        }
-        _ => return None,
-    })
+/// Whether this build of the CLI has `backend`'s feature.
+fn built_in(backend: Backend) -> bool {
+    match backend {
+        Backend::Memory => cfg!(feature = "memory"),
+        Backend::Sqlite => cfg!(feature = "sqlite"),
+        Backend::Postgres => cfg!(feature = "postgres"),
+        Backend::Mysql => cfg!(feature = "mysql"),
+        Backend::Redis => cfg!(feature = "redis"),
+        Backend::Etcd => cfg!(feature = "etcd"),
+        Backend::Mongo => cfg!(feature = "mongo"),
+        Backend::Zookeeper => cfg!(feature = "zookeeper"),
+        // A backend newer than this CLI: it cannot have been built in.
+        _ => false,
+    }
 }

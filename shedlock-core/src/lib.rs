@@ -33,6 +33,7 @@ mod executor;
 mod identity;
 mod log_fields;
 mod provider;
+pub mod scheme;
 mod storage;
 
 pub use admin::{

@@ -4,59 +4,11 @@
 use std::fmt;
 use std::time::Duration;
 
+use shedlock_core::scheme::{Backend, Scheme, SchemeList};
 use shedlock_core::{ErrorKind, LockError};
 use thiserror::Error;
 
 use crate::any::AnyLockProvider;
-
-/// Every scheme `connect` accepts, and the cargo feature of this crate that builds its
-/// provider in.
-const SCHEMES: &[(&str, &str)] = &[
-    ("memory", "memory"),
-    ("sqlite", "sqlite"),
-    ("postgres", "postgres"),
-    ("postgresql", "postgres"),
-    ("mysql", "mysql"),
-    ("mariadb", "mysql"),
-    ("redis", "redis"),
-    ("rediss", "redis"),
-    ("redis+unix", "redis"),
-    ("unix", "redis"),
-    ("redis+cluster", "redis"),
-    ("rediss+cluster", "redis"),
-    ("redis+sentinel", "redis"),
-    ("rediss+sentinel", "redis"),
-    ("valkey", "redis"),
-    ("valkeys", "redis"),
-    ("valkey+unix", "redis"),
-    ("valkey+cluster", "redis"),
-    ("valkeys+cluster", "redis"),
-    ("valkey+sentinel", "redis"),
-    ("valkeys+sentinel", "redis"),
-    ("etcd", "etcd"),
-    ("etcds", "etcd"),
-    ("mongodb", "mongo"),
-    ("mongodb+srv", "mongo"),
-    ("zk", "zookeeper"),
-    ("zookeeper", "zookeeper"),
-    ("zk+tls", "zookeeper"),
-    ("zookeeper+tls", "zookeeper"),
-];
-
-/// The supported schemes, for error messages.
-struct SupportedSchemes;
-
-impl fmt::Display for SupportedSchemes {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (index, (scheme, _)) in SCHEMES.iter().enumerate() {
-            if index > 0 {
-                f.write_str(", ")?;
-            }
-            write!(f, "{scheme}")?;
-        }
-        Ok(())
-    }
-}
 
 /// Why [`connect`] returned no provider.
 ///
@@ -68,13 +20,11 @@ pub enum ConnectError {
     /// The text has no `scheme://` in front, so nothing says which backend it is for.
     #[error(
         "the lock provider URL is not a URL: it does not start with a scheme such as \
-         postgres:// (supported schemes: {SupportedSchemes})"
+         postgres:// (supported schemes: {SchemeList})"
     )]
     NotAUrl,
     /// The scheme names no backend this crate knows.
-    #[error(
-        "unknown scheme {scheme:?} in the lock provider URL; supported schemes: {SupportedSchemes}"
-    )]
+    #[error("unknown scheme {scheme:?} in the lock provider URL; supported schemes: {SchemeList}")]
     UnknownScheme {
         /// The scheme as given.
         scheme: String,
@@ -337,37 +287,38 @@ impl AnyLockProviderBuilder {
 
     /// Connects to the backend `url` names; see [`connect`](crate::connect).
     pub async fn connect(self, url: &str) -> Result<AnyLockProvider, ConnectError> {
-        let scheme = scheme_of(url)?;
-        let lower = scheme.to_ascii_lowercase();
-        let Some(&(_, feature)) = SCHEMES.iter().find(|(known, _)| *known == lower) else {
+        let scheme = Scheme::text_of(url).ok_or(ConnectError::NotAUrl)?;
+        let Some(known) = Scheme::named(scheme) else {
             return Err(ConnectError::UnknownScheme {
                 scheme: scheme.to_owned(),
             });
         };
-        if self.tls_client_certificate.is_some() && feature != "zookeeper" {
+        let backend = known.backend;
+        if self.tls_client_certificate.is_some() && backend != Backend::Zookeeper {
             return Err(ConnectError::InvalidUrl {
                 scheme: scheme.to_owned(),
                 rule: "a TLS client certificate set on the builder serves zk+tls:// only"
                     .to_owned(),
             });
         }
-        if self.tls_root_certificate.is_some() && !matches!(feature, "redis" | "etcd" | "zookeeper")
+        if self.tls_root_certificate.is_some()
+            && !matches!(backend, Backend::Redis | Backend::Etcd | Backend::Zookeeper)
         {
             return Err(ConnectError::InvalidUrl {
                 scheme: scheme.to_owned(),
                 rule: format!(
                     "a TLS root certificate set on the builder serves rediss://, etcds:// and \
                      zk+tls:// only; give this backend its CA in the URL ({})",
-                    match feature {
-                        "postgres" => "sslrootcert=/path/ca.pem",
-                        "mysql" => "ssl-ca=/path/ca.pem",
-                        "mongo" => "tlsCAFile=/path/ca.pem",
+                    match backend {
+                        Backend::Postgres => "sslrootcert=/path/ca.pem",
+                        Backend::Mysql => "ssl-ca=/path/ca.pem",
+                        Backend::Mongo => "tlsCAFile=/path/ca.pem",
                         _ => "this backend is not reached over TLS",
                     }
                 ),
             });
         }
-        self.connect_to(feature, scheme, url).await
+        self.connect_to(known, scheme, url).await
     }
 
     // Without any provider feature, every scheme is refused before the URL is read.
@@ -386,22 +337,22 @@ impl AnyLockProviderBuilder {
     )]
     async fn connect_to(
         self,
-        feature: &'static str,
+        known: &'static Scheme,
         scheme: &str,
         url: &str,
     ) -> Result<AnyLockProvider, ConnectError> {
         // Each arm exists only when its feature is on; the last one answers for the others.
-        match feature {
+        match known.backend {
             #[cfg(feature = "memory")]
-            "memory" => Ok(named_memory_store(scheme, url)?.node().into()),
+            Backend::Memory => Ok(named_memory_store(scheme, url)?.node().into()),
             #[cfg(feature = "sqlite")]
-            "sqlite" => sql_provider!(self, shedlock_sqlite::SqliteLockProvider, url),
+            Backend::Sqlite => sql_provider!(self, shedlock_sqlite::SqliteLockProvider, url),
             #[cfg(feature = "postgres")]
-            "postgres" => sql_provider!(self, shedlock_postgres::PostgresLockProvider, url),
+            Backend::Postgres => sql_provider!(self, shedlock_postgres::PostgresLockProvider, url),
             #[cfg(feature = "mysql")]
-            "mysql" => sql_provider!(self, shedlock_mysql::MySqlLockProvider, url),
+            Backend::Mysql => sql_provider!(self, shedlock_mysql::MySqlLockProvider, url),
             #[cfg(feature = "redis")]
-            "redis" => {
+            Backend::Redis => {
                 let builder = shedlock_redis::RedisLockProvider::builder();
                 let builder = match self.operation_timeout {
                     Some(timeout) => builder.operation_timeout(timeout),
@@ -420,7 +371,7 @@ impl AnyLockProviderBuilder {
                 .map_err(ConnectError::from)
             }
             #[cfg(feature = "etcd")]
-            "etcd" => {
+            Backend::Etcd => {
                 let builder = shedlock_etcd::EtcdLockProvider::builder();
                 let builder = match self.operation_timeout {
                     Some(timeout) => builder.operation_timeout(timeout),
@@ -439,7 +390,7 @@ impl AnyLockProviderBuilder {
                 .map_err(ConnectError::from)
             }
             #[cfg(feature = "mongo")]
-            "mongo" => {
+            Backend::Mongo => {
                 let builder = shedlock_mongo::MongoLockProvider::builder();
                 match self.operation_timeout {
                     Some(timeout) => builder.operation_timeout(timeout),
@@ -451,7 +402,7 @@ impl AnyLockProviderBuilder {
                 .map_err(ConnectError::from)
             }
             #[cfg(feature = "zookeeper")]
-            "zookeeper" => {
+            Backend::Zookeeper => {
                 let builder = shedlock_zookeeper::ZookeeperLockProvider::builder();
                 let builder = match self.operation_timeout {
                     Some(timeout) => builder.operation_timeout(timeout),
@@ -475,7 +426,7 @@ impl AnyLockProviderBuilder {
                     return Err(tls_feature_disabled(scheme));
                 }
                 // The provider reads its schemes in lowercase; the rest of the URL is its own.
-                let tls = scheme.to_ascii_lowercase().ends_with("+tls");
+                let tls = known.tls;
                 let rest = &url[scheme.len() + "://".len()..];
                 builder
                     .connect(&format!("{}://{rest}", if tls { "zk+tls" } else { "zk" }))
@@ -485,30 +436,9 @@ impl AnyLockProviderBuilder {
             }
             disabled => Err(ConnectError::FeatureDisabled {
                 scheme: scheme.to_owned(),
-                feature: disabled,
+                feature: disabled.name(),
             }),
         }
-    }
-}
-
-/// The scheme in front of `url`: the text before `://`, or `sqlite` for SQLite's `sqlite:path`
-/// form. Anything else is not a URL; the text is never quoted, as it may hold a password.
-fn scheme_of(url: &str) -> Result<&str, ConnectError> {
-    let scheme = match url.split_once("://") {
-        Some((scheme, _)) => scheme,
-        None => url
-            .get(..7)
-            .filter(|start| start.eq_ignore_ascii_case("sqlite:"))
-            .map(|start| &start[..6])
-            .ok_or(ConnectError::NotAUrl)?,
-    };
-    let mut chars = scheme.chars();
-    let is_scheme = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
-    if is_scheme {
-        Ok(scheme)
-    } else {
-        Err(ConnectError::NotAUrl)
     }
 }
 
