@@ -1,5 +1,23 @@
 //! etcd takes its user name and password apart from the endpoint URL: they are split off here.
 
+use std::fmt;
+
+/// User name and password for etcd's authentication, never printed.
+#[derive(Clone)]
+pub(crate) struct Credentials {
+    pub(crate) user: String,
+    pub(crate) password: String,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"***")
+            .finish()
+    }
+}
+
 /// Splits `http://user:password@host:2379` into the endpoint without user info
 /// (`http://host:2379`) and the percent-decoded user name and password, which etcd takes
 /// separately. `None` when the URL has no user info.

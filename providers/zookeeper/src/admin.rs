@@ -43,8 +43,11 @@ use shedlock_core::{
 use tokio::time::Instant;
 use zookeeper_client::{Client, MultiReadResult, Stat};
 
+use crate::calibration::system_time;
+use crate::failure::session_ended;
 use crate::server_clock::ServerMicros;
-use crate::{PROVIDER, Session, ZookeeperLockProvider, paths, session_ended, storage, system_time};
+use crate::session::Session;
+use crate::{PROVIDER, ZookeeperLockProvider, paths, storage};
 
 /// How many bytes of paths one multi-read request carries at most: far below ZooKeeper's
 /// default request limit (`jute.maxbuffer`, 1 MiB), so a page of long names is split over a few

@@ -1,0 +1,157 @@
+//! [`EtcdLockHandle`]: one acquisition, released or extended by owner-checked transactions.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use shedlock_core::{ConfigurationError, LockError, LockHandle, Operation, TimeSource};
+use tokio::time::Instant;
+
+use crate::lease::{Lease, lease_secs};
+use crate::provider::Inner;
+use crate::storage;
+
+/// One acquisition of an etcd lock: the key, the unique value written to it, and the leases
+/// it may be attached to.
+pub(crate) struct EtcdLockHandle {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) name: String,
+    pub(crate) key: String,
+    pub(crate) value: String,
+    pub(crate) fencing_token: Option<u64>,
+    /// When the acquire was answered (monotonic): the rest of lock_at_least_for is counted from
+    /// here, which can only overestimate it, since etcd applied the put before answering.
+    pub(crate) acquired_at: Instant,
+    pub(crate) lock_at_least_for: Duration,
+    /// Serializes this handle's release and extend.
+    pub(crate) state: tokio::sync::Mutex<HandleState>,
+}
+
+pub(crate) struct HandleState {
+    /// Released, or found lost: this acquisition is over and nothing more is sent.
+    pub(crate) finished: bool,
+    /// The leases our key may be attached to: one, unless a move to a new lease got no answer,
+    /// in which case the key is on one of them and the others are freed once it moves again.
+    pub(crate) leases: Vec<Lease>,
+}
+
+impl fmt::Debug for EtcdLockHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdLockHandle")
+            .field("name", &self.name)
+            .field("key", &self.key)
+            .field("value", &self.value)
+            .field("fencing_token", &self.fencing_token)
+            .finish()
+    }
+}
+
+impl EtcdLockHandle {
+    /// Moves our key onto a new lease of `ttl` seconds if it is still ours. `Ok(true)`: moved,
+    /// and the old leases are kept as spares. `Ok(false)`: not ours; nothing changed.
+    async fn move_to_new_lease(
+        &self,
+        operation: Operation,
+        state: &mut HandleState,
+        ttl: i64,
+    ) -> Result<bool, LockError> {
+        let inner = &self.inner;
+        let mut client = inner.client.clone();
+        let lease = inner.lease(operation, &self.name, ttl).await?;
+        let moved = inner
+            .call(
+                operation,
+                &self.name,
+                storage::move_to_lease(&mut client, &self.key, &self.value, lease.id),
+            )
+            .await;
+        match moved {
+            Ok(true) => {
+                let old = std::mem::replace(&mut state.leases, vec![lease]);
+                inner.recycle(old);
+                Ok(true)
+            }
+            Ok(false) => {
+                // Whatever is on our old leases now is not ours to reuse (a key put there by
+                // hand, say): end them. The new one never got the key.
+                let old = std::mem::take(&mut state.leases);
+                inner.revoke_in_background(old, "lock no longer ours");
+                inner.recycle(vec![lease]);
+                state.finished = true;
+                Ok(false)
+            }
+            Err(error) => {
+                // The key may now be on the new lease or still on the old ones: keep them all.
+                state.leases.push(lease);
+                Err(error)
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl LockHandle for EtcdLockHandle {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        self.fencing_token
+    }
+
+    fn time_source(&self) -> TimeSource {
+        TimeSource::Server
+    }
+
+    async fn unlock(&self) -> Result<bool, LockError> {
+        let mut state = self.state.lock().await;
+        if state.finished {
+            return Ok(false);
+        }
+        let remaining = self
+            .lock_at_least_for
+            .saturating_sub(self.acquired_at.elapsed());
+        if !remaining.is_zero() {
+            let ttl = lease_secs(Operation::Release, &self.name, remaining)?;
+            let released = self
+                .move_to_new_lease(Operation::Release, &mut state, ttl)
+                .await?;
+            state.finished = true;
+            return Ok(released);
+        }
+        let inner = &self.inner;
+        let mut client = inner.client.clone();
+        let deleted = inner
+            .call(
+                Operation::Release,
+                &self.name,
+                storage::delete_if_ours(&mut client, &self.key, &self.value),
+            )
+            .await?;
+        let leases = std::mem::take(&mut state.leases);
+        if deleted {
+            inner.recycle(leases);
+        } else {
+            inner.revoke_in_background(leases, "lock no longer ours");
+        }
+        state.finished = true;
+        Ok(deleted)
+    }
+
+    async fn extend(&self, lock_at_most_for: Duration) -> Result<bool, LockError> {
+        if lock_at_most_for.is_zero() {
+            return Err(ConfigurationError::ZeroLockAtMostFor {
+                name: self.name.clone(),
+            }
+            .into());
+        }
+        let ttl = lease_secs(Operation::Extend, &self.name, lock_at_most_for)?;
+        let mut state = self.state.lock().await;
+        if state.finished {
+            return Ok(false);
+        }
+        self.move_to_new_lease(Operation::Extend, &mut state, ttl)
+            .await
+    }
+}

@@ -1,0 +1,168 @@
+//! The leases a lock's key is attached to: granting them, keeping keyless ones as spares for
+//! the next operation of the same TTL, and revoking the rest.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use shedlock_core::{LockError, Operation};
+use tokio::time::Instant;
+use tracing::debug;
+
+use crate::provider::Inner;
+use crate::{PROVIDER, storage};
+
+/// At most this many TTLs keep spare leases, and at most [`SPARES_PER_TTL`] each (enough for
+/// a few locks of one TTL held at once, each extended now and then); a spare past them is
+/// revoked instead, so keyless leases never pile up.
+const MAX_SPARE_TTLS: usize = 32;
+const SPARES_PER_TTL: usize = 4;
+
+/// A spare lease is only reused while this much of its life is surely left, so that the
+/// keep-alive reaches etcd before the lease ends.
+const SPARE_MARGIN: Duration = Duration::from_secs(1);
+
+/// A lease this provider granted.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Lease {
+    pub(crate) id: i64,
+    /// The TTL asked for, in seconds: what a keep-alive restarts it at (etcd may have raised
+    /// it to its minimum, the same for every lease asked with this TTL).
+    pub(crate) ttl: i64,
+    /// Before this the lease has surely not ended: its TTL counted from when the grant or
+    /// keep-alive was sent, which is no later than when etcd applied it.
+    pub(crate) alive_until: Instant,
+}
+
+impl Lease {
+    fn new(id: i64, ttl: i64, sent: Instant) -> Self {
+        Self {
+            id,
+            ttl,
+            alive_until: sent + Duration::from_secs(ttl.unsigned_abs()),
+        }
+    }
+}
+
+impl Inner {
+    /// A lease of `ttl` seconds for a key to be put on: a spare one restarted by one keep-alive,
+    /// else a new grant. Either is one request.
+    pub(crate) async fn lease(
+        &self,
+        operation: Operation,
+        name: &str,
+        ttl: i64,
+    ) -> Result<Lease, LockError> {
+        let mut client = self.client.clone();
+        let spare = self.spare_leases.lock().map_or(None, |mut spares| {
+            // The freshest is last; any before it that are too old are left to end.
+            let spare = spares.get_mut(&ttl)?.pop();
+            spare.filter(|spare| spare.alive_until > Instant::now() + SPARE_MARGIN)
+        });
+        if let Some(spare) = spare {
+            let sent = Instant::now();
+            // An error leaves a keyless lease that ends at its TTL; nothing to clean up.
+            if self
+                .call(
+                    operation,
+                    name,
+                    storage::refresh_lease(&mut client, spare.id),
+                )
+                .await?
+            {
+                return Ok(Lease::new(spare.id, ttl, sent));
+            }
+        }
+        let sent = Instant::now();
+        let id = self
+            .call(operation, name, storage::grant_lease(&mut client, ttl))
+            .await?;
+        Ok(Lease::new(id, ttl, sent))
+    }
+
+    /// Keeps leases that surely carry no key (a transaction just deleted our key, moved it off
+    /// them, or never put it) for the next acquire, extend or release of the same TTL, instead
+    /// of revoking them: a lock cycle then costs no revoke, and keyless leases do not pile up,
+    /// one spare per TTL at most. A lease too close to its end is left to end by itself (etcd
+    /// expires it); one that finds its TTL's place taken is revoked in the background.
+    pub(crate) fn recycle(self: &Arc<Self>, leases: Vec<Lease>) {
+        let mut surplus = Vec::new();
+        match self.spare_leases.lock() {
+            Ok(mut spares) => {
+                let soon = Instant::now() + SPARE_MARGIN;
+                spares.retain(|_, kept| {
+                    kept.retain(|spare| spare.alive_until > soon);
+                    !kept.is_empty()
+                });
+                for lease in leases.into_iter().filter(|lease| lease.alive_until > soon) {
+                    if !spares.contains_key(&lease.ttl) && spares.len() >= MAX_SPARE_TTLS {
+                        surplus.push(lease);
+                        continue;
+                    }
+                    let kept = spares.entry(lease.ttl).or_default();
+                    kept.push(lease);
+                    kept.sort_by_key(|spare| spare.alive_until);
+                    if kept.len() > SPARES_PER_TTL {
+                        surplus.push(kept.remove(0));
+                    }
+                }
+            }
+            Err(_) => surplus = leases,
+        }
+        self.revoke_in_background(surplus, "a spare lease of that TTL is kept already");
+    }
+
+    /// Revokes leases in the background: spares beyond what is kept, leases of an acquisition
+    /// found no longer ours (what is on them now is not known), or leases that may carry the key
+    /// of an attempt whose answer never came. Each lease is
+    /// this provider's own, so revoking it can only delete our own key. A revoke that fails
+    /// changes nothing: the lease ends at its TTL anyway.
+    pub(crate) fn revoke_in_background(self: &Arc<Self>, leases: Vec<Lease>, why: &'static str) {
+        if leases.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner = self.clone();
+        runtime.spawn(async move {
+            for Lease { id: lease, .. } in leases {
+                let mut client = inner.client.clone();
+                let outcome = tokio::time::timeout(
+                    inner.operation_timeout,
+                    storage::revoke_lease(&mut client, lease),
+                )
+                .await;
+                match outcome {
+                    Ok(Ok(())) => debug!(lease, why, "revoked lease"),
+                    Ok(Err(error)) => debug!(
+                        lease, why, endpoint = %inner.endpoint, %error,
+                        "could not revoke lease; it ends at its TTL"
+                    ),
+                    Err(_) => debug!(
+                        lease, why, endpoint = %inner.endpoint,
+                        "revoking lease timed out; it ends at its TTL"
+                    ),
+                }
+            }
+        });
+    }
+}
+
+/// A duration as whole seconds for a lease, refusing what etcd cannot store.
+pub(crate) fn lease_secs(
+    operation: Operation,
+    name: &str,
+    duration: Duration,
+) -> Result<i64, LockError> {
+    storage::lease_secs(duration).ok_or_else(|| {
+        LockError::invalid_request(
+            PROVIDER,
+            operation,
+            name,
+            format!(
+                "{duration:?} is longer than an etcd lease can be (at most {} s)",
+                storage::MAX_LEASE_SECS
+            ),
+        )
+    })
+}

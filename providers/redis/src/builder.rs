@@ -1,0 +1,361 @@
+//! The provider's settings ([`RedisLockProviderBuilder`]): what they may be, and the three ways
+//! to finish them into a provider.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use shedlock_core::{ErrorKind, LockError, Operation};
+
+use crate::connection::RedisConnection;
+use crate::failure::may_resend;
+use crate::provider::{Inner, RedisLockProvider};
+use crate::scheme::{UrlScheme, check_url_scheme};
+use crate::storage::{self, Scripts};
+use crate::topology::Topology;
+use crate::{DEFAULT_ENV, DEFAULT_KEY_PREFIX, DEFAULT_OPERATION_TIMEOUT, PROVIDER};
+
+/// Settings for a [`RedisLockProvider`]; finish with [`connect`](Self::connect),
+/// [`connect_lazy`](Self::connect_lazy) or [`build`](Self::build).
+#[derive(Debug, Clone)]
+pub struct RedisLockProviderBuilder {
+    key_prefix: String,
+    env: String,
+    holder: String,
+    pub(crate) operation_timeout: Duration,
+    fencing: bool,
+    replica_wait: Option<(u32, Duration)>,
+    #[cfg(feature = "tls")]
+    pub(crate) tls_root_certificate: Option<Vec<u8>>,
+}
+
+impl Default for RedisLockProviderBuilder {
+    fn default() -> Self {
+        Self {
+            key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
+            env: DEFAULT_ENV.to_owned(),
+            holder: shedlock_core::default_holder(),
+            operation_timeout: DEFAULT_OPERATION_TIMEOUT,
+            fencing: false,
+            replica_wait: None,
+            #[cfg(feature = "tls")]
+            tls_root_certificate: None,
+        }
+    }
+}
+
+impl RedisLockProviderBuilder {
+    /// The first segment of every key, `job-lock` as in ShedLock. It must not be empty or
+    /// contain `:`, so that a key names exactly one prefix, env and lock.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// The environment segment, `default` as in ShedLock: services that share a Redis but not
+    /// their locks use different envs. It must not be empty or contain `:`.
+    pub fn env(mut self, env: impl Into<String>) -> Self {
+        self.env = env.into();
+        self
+    }
+
+    /// Who this node is, written into each lock's value for people reading the keys (the host
+    /// name unless set). Ownership does not depend on it: every acquisition's value also
+    /// carries a fresh UUID, so two processes on one host never release each other's locks.
+    pub fn holder(mut self, holder: impl Into<String>) -> Self {
+        self.holder = holder.into();
+        self
+    }
+
+    /// The longest one lock operation may take, including reconnecting, before it fails with
+    /// [`LockError::Timeout`]. The connection manager built by [`connect`](Self::connect) uses it
+    /// as its response and connection timeout too.
+    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+
+    /// Issues fencing tokens: each acquisition increments the counter `{<lock key>}:fencing` in
+    /// the same script as its `SET NX`, and the handle carries the new value. Off by default,
+    /// because it adds one counter key per lock name that never expires, and because with it
+    /// names may not contain `{` or `}` (see the crate docs on Redis Cluster).
+    pub fn fencing(mut self, enabled: bool) -> Self {
+        self.fencing = enabled;
+        self
+    }
+
+    /// Answers "acquired" only once `replicas` replicas have acknowledged the lock, waiting at
+    /// most `timeout` for them (Redis' `WAIT`, sent behind the acquire in the same round trip);
+    /// an extend likewise. Off by default.
+    ///
+    /// Redis replicates asynchronously: without this, a lock written to a master that fails
+    /// before its replicas received it is lost in the failover, and another node can take it
+    /// while the first still runs its task (crate docs, "Failover and lost locks"). With it, an
+    /// acquire that the replicas did not acknowledge in time answers an error instead, so the
+    /// task does not run, and the lock is deleted again in the background. An extend they did
+    /// not acknowledge answers an error too (the master has the new expiry, a promoted replica
+    /// may not). The price is availability: while fewer replicas answer, every acquire fails.
+    ///
+    /// `WAIT` makes a lost lock much less likely, not impossible: a replica that acknowledged
+    /// may still not be the one promoted. `replicas` must be at least 1 and `timeout` shorter
+    /// than the operation timeout, so the acquire can tell what happened. Not available on a
+    /// Redis Cluster URL yet: the cluster client may send the `WAIT` to another node than the
+    /// key's master. A connection given to [`build`](Self::build) must send a pipeline to one
+    /// server, as a single server's or a sentinel master's connection does.
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replica_wait = Some((replicas, timeout));
+        self
+    }
+
+    /// Trusts only this CA (PEM, one or more certificates) for a `rediss://` server, instead of
+    /// the roots the crate's TLS feature brings: for a server whose certificate a private CA
+    /// signed, such as a self-signed test server or a cloud provider's own CA.
+    /// [`connect`](Self::connect) refuses it with a plain `redis://` URL, which would not use it.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use shedlock_redis::RedisLockProvider;
+    ///
+    /// let provider = RedisLockProvider::builder()
+    ///     .tls_root_certificate(std::fs::read("/etc/redis/ca.pem")?)
+    ///     .connect("rediss://redis.internal:6380")
+    ///     .await?;
+    /// # let _ = provider; Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_certificate = Some(pem.into());
+        self
+    }
+
+    /// Connects to `url` and waits until the backend answers. A URL of any other scheme is
+    /// refused before anything connects; one that breaks its form's rules is refused naming the
+    /// rule. Fails with a [`LockError::Backend`] naming the redacted URL when the backend cannot
+    /// be reached within the operation timeout.
+    ///
+    /// - `redis://[user:password@]host[:port][/db]`, `rediss://` (TLS), `redis+unix://`,
+    ///   `unix://`, and the same under Valkey's names: one server, through a connection manager
+    ///   that reconnects in the background;
+    /// - `redis+cluster://[user:password@]host[:port][,host[:port]...]`, `rediss+cluster://`:
+    ///   a Redis Cluster, from its seed nodes (crate docs, "Redis Cluster");
+    /// - `redis+sentinel://[user:password@]host[:port][,host[:port]...]/<master name>[/<db>]`,
+    ///   `rediss+sentinel://`: the master the sentinels name, followed across failovers (crate
+    ///   docs, "Redis Sentinel").
+    pub async fn connect(self, url: &str) -> Result<RedisLockProvider, LockError> {
+        let endpoint = shedlock_core::redact_url(url);
+        self.validate()?;
+        let scheme = check_url_scheme(url)?;
+        self.check_tls_settings(&endpoint, scheme)?;
+        self.check_replica_wait(scheme)?;
+        let connection = match scheme.topology {
+            Topology::Server => {
+                let (client, config) = self.client(url, &endpoint, scheme.tls)?;
+                let manager = ConnectionManager::new_with_config(client, config);
+                RedisConnection::from(self.bounded_connect(&endpoint, scheme, manager).await?)
+            }
+            Topology::Cluster => {
+                let (client, config) = self.cluster_client(url, &endpoint, scheme.tls)?;
+                let cluster = client.get_async_connection_with_config(config);
+                RedisConnection::from(self.bounded_connect(&endpoint, scheme, cluster).await?)
+            }
+            Topology::Sentinel => {
+                let master = self.sentinel_connection(url, &endpoint, scheme.tls)?;
+                self.bounded_connect(&endpoint, scheme, master.connect())
+                    .await?;
+                RedisConnection::sentinel(master)
+            }
+        };
+        // One PING: a server that wants a password accepts a connection without one and
+        // refuses every command after, which is best said now, as refused credentials, than as
+        // an unknown outcome at every acquire.
+        let mut probe = connection.clone();
+        self.bounded_connect(&endpoint, scheme, async move {
+            redis::cmd("PING").query_async::<String>(&mut probe).await
+        })
+        .await?;
+        Ok(self.finish(connection, endpoint))
+    }
+
+    /// Like [`connect`](Self::connect) but connects on first use, so an application can start
+    /// while Redis is down; each lock operation then fails (bounded by the operation timeout)
+    /// until Redis answers. The URL is checked at once all the same. Must be called inside a
+    /// Tokio runtime.
+    pub fn connect_lazy(self, url: &str) -> Result<RedisLockProvider, LockError> {
+        let endpoint = shedlock_core::redact_url(url);
+        self.validate()?;
+        let scheme = check_url_scheme(url)?;
+        self.check_tls_settings(&endpoint, scheme)?;
+        self.check_replica_wait(scheme)?;
+        let connection = match scheme.topology {
+            Topology::Server => {
+                let (client, config) = self.client(url, &endpoint, scheme.tls)?;
+                let manager =
+                    ConnectionManager::new_lazy_with_config(client, config).map_err(|error| {
+                        // Nothing connects yet: only the client's own settings can be refused.
+                        LockError::backend(
+                            ErrorKind::Configuration,
+                            PROVIDER,
+                            Operation::Connect,
+                            "",
+                            format!("could not set up a connection to Redis at {endpoint}"),
+                            error,
+                        )
+                    })?;
+                RedisConnection::from(manager)
+            }
+            Topology::Cluster => {
+                let (client, config) = self.cluster_client(url, &endpoint, scheme.tls)?;
+                RedisConnection::from(client.get_pending_async_connection_with_config(config))
+            }
+            Topology::Sentinel => {
+                RedisConnection::sentinel(self.sentinel_connection(url, &endpoint, scheme.tls)?)
+            }
+        };
+        Ok(self.finish(connection, endpoint))
+    }
+
+    /// Uses a connection the application already has: a [`ConnectionManager`], a
+    /// `MultiplexedConnection`, a Redis Cluster connection, or any other. Each operation clones
+    /// it, so it must be cheap to clone and safe to share. Wrapped in [`RedisConnection`] (it
+    /// converts from a `ConnectionManager` or a `ClusterConnection`), the provider has the same
+    /// type as one from [`connect`](Self::connect).
+    ///
+    /// A connection to a master found through Sentinel by hand stays on that node after a
+    /// failover; a `redis+sentinel://` URL given to [`connect`](Self::connect) follows the master.
+    pub fn build<C>(self, connection: C) -> Result<RedisLockProvider<C>, LockError>
+    where
+        C: ConnectionLike + Clone + Send + Sync + 'static,
+    {
+        self.validate()?;
+        Ok(self.finish(
+            connection,
+            "a connection given by the application".to_owned(),
+        ))
+    }
+
+    fn validate(&self) -> Result<(), LockError> {
+        for (what, value) in [("key prefix", &self.key_prefix), ("env", &self.env)] {
+            let rule = if value.is_empty() {
+                Some("it must not be empty".to_owned())
+            } else if value.contains(':') {
+                Some(
+                    "it must not contain ':', the separator of the key layout <prefix>:<env>:<name>; \
+                     otherwise two different env/name pairs could map to one key"
+                        .to_owned(),
+                )
+            } else if self.fencing && value.contains(['{', '}']) {
+                Some(FENCING_BRACES_RULE.to_owned())
+            } else {
+                None
+            };
+            if let Some(rule) = rule {
+                return Err(invalid_setting(what, value, &rule));
+            }
+        }
+        if self.operation_timeout.is_zero() {
+            return Err(invalid_setting(
+                "operation timeout",
+                "0s",
+                "it must be greater than zero",
+            ));
+        }
+        if let Some((replicas, timeout)) = self.replica_wait {
+            if replicas == 0 {
+                return Err(invalid_setting(
+                    "number of replicas to wait for",
+                    "0",
+                    "it must be at least 1 (leave wait_for_replicas out to wait for none)",
+                ));
+            }
+            if timeout.is_zero() || timeout >= self.operation_timeout {
+                return Err(invalid_setting(
+                    "replica wait timeout",
+                    &format!("{timeout:?}"),
+                    &format!(
+                        "it must be greater than zero (Redis' WAIT 0 waits forever) and shorter \
+                         than the operation timeout ({:?}), so an acquire can tell what happened",
+                        self.operation_timeout
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses [`wait_for_replicas`](Self::wait_for_replicas) on a Redis Cluster URL, where the
+    /// cluster client routes a `WAIT` (which names no key) to a node of its choice.
+    fn check_replica_wait(&self, scheme: UrlScheme) -> Result<(), LockError> {
+        if self.replica_wait.is_some() && scheme.topology == Topology::Cluster {
+            return Err(LockError::backend_message(
+                ErrorKind::Configuration,
+                PROVIDER,
+                Operation::Connect,
+                "",
+                format!(
+                    "wait_for_replicas is not available with a {}:// URL: the cluster client may \
+                     send Redis' WAIT to another node than the lock key's master, which would \
+                     confirm nothing; use a single server or a Sentinel URL, or leave it out",
+                    scheme.name
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses a TLS root certificate with a URL that does not use TLS, where it would be
+    /// silently ignored.
+    fn check_tls_settings(&self, endpoint: &str, scheme: UrlScheme) -> Result<(), LockError> {
+        #[cfg(feature = "tls")]
+        if self.tls_root_certificate.is_some() && !scheme.tls {
+            return Err(LockError::backend_message(
+                ErrorKind::Configuration,
+                PROVIDER,
+                Operation::Connect,
+                "",
+                format!(
+                    "a TLS root certificate was set but {endpoint} does not use TLS: use \
+                     rediss:// (or rediss+cluster://, rediss+sentinel://, or valkeys... for \
+                     Valkey), or leave the certificate out"
+                ),
+            ));
+        }
+        let _ = (endpoint, scheme);
+        Ok(())
+    }
+
+    fn finish<C: 'static>(self, connection: C, endpoint: String) -> RedisLockProvider<C> {
+        RedisLockProvider {
+            inner: Arc::new(Inner {
+                resends: may_resend(&connection),
+                connection,
+                scripts: Scripts::new(),
+                key_prefix: self.key_prefix,
+                env: self.env,
+                holder: self.holder,
+                operation_timeout: self.operation_timeout,
+                fencing: self.fencing,
+                replica_wait: self
+                    .replica_wait
+                    .map(|(replicas, timeout)| storage::ReplicaWait {
+                        replicas,
+                        timeout_ms: storage::ceil_millis(timeout).unwrap_or(storage::MAX_TTL_MS),
+                    }),
+                endpoint,
+            }),
+        }
+    }
+}
+
+pub(crate) const FENCING_BRACES_RULE: &str = "with fencing on it must not contain '{' or '}': \
+     Redis Cluster reads them as a hash tag, and the fencing counter {<lock key>}:fencing must \
+     hash to the lock key's own slot";
+
+fn invalid_setting(what: &str, value: &str, rule: &str) -> LockError {
+    LockError::backend_message(
+        ErrorKind::Configuration,
+        PROVIDER,
+        Operation::Connect,
+        "",
+        format!("invalid {what} {value:?}: {rule}"),
+    )
+}
