@@ -133,7 +133,7 @@ pub enum RecordOutcome {
 /// ```
 /// # #![deny(warnings, unused)]
 /// use std::collections::HashMap;
-/// use std::sync::Mutex;
+/// use std::sync::{Mutex, MutexGuard, PoisonError};
 /// use std::time::{Duration, SystemTime};
 ///
 /// use shedlock_core::{
@@ -163,6 +163,12 @@ pub enum RecordOutcome {
 ///         .ok_or_else(|| LockError::backend_message(ErrorKind::Configuration, "map", operation, name, missing))
 /// }
 ///
+/// /// The records, even after a panic elsewhere held their lock: every write below leaves
+/// /// the map whole, so one panic must not turn every later acquire into an error.
+/// fn records(storage: &MapStorage) -> MutexGuard<'_, HashMap<String, Record>> {
+///     storage.records.lock().unwrap_or_else(PoisonError::into_inner)
+/// }
+///
 /// fn held_by(record: &LockRecord<'_>, now: SystemTime) -> Record {
 ///     Record {
 ///         lock_until: now + record.lock_at_most_for,
@@ -184,7 +190,7 @@ pub enum RecordOutcome {
 ///
 ///     async fn insert_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
 ///         let now = node_now(record.now, Operation::Acquire, record.name)?;
-///         let mut records = self.records.lock().unwrap();
+///         let mut records = records(self);
 ///         if records.contains_key(record.name) {
 ///             // Held or not: taking an expired record over is update_record's job.
 ///             return Ok(RecordOutcome::NotAcquired(None));
@@ -195,7 +201,7 @@ pub enum RecordOutcome {
 ///
 ///     async fn update_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
 ///         let now = node_now(record.now, Operation::Acquire, record.name)?;
-///         let mut records = self.records.lock().unwrap();
+///         let mut records = records(self);
 ///         match records.get_mut(record.name) {
 ///             // Deleted behind the name cache's back: the provider inserts it again.
 ///             None => Ok(RecordOutcome::Missing),
@@ -219,7 +225,7 @@ pub enum RecordOutcome {
 ///         now: NodeTime,
 ///     ) -> Result<bool, LockError> {
 ///         let now = node_now(now, Operation::Extend, &held.name)?;
-///         let mut records = self.records.lock().unwrap();
+///         let mut records = records(self);
 ///         match records.get_mut(&held.name) {
 ///             // Only this acquisition, and only while it still holds the lock.
 ///             Some(record) if record.locked_by == held.locked_by && record.lock_until > now => {
@@ -232,7 +238,7 @@ pub enum RecordOutcome {
 ///
 ///     async fn unlock(&self, held: &HeldRecord, now: NodeTime) -> Result<bool, LockError> {
 ///         let now = node_now(now, Operation::Release, &held.name)?;
-///         let mut records = self.records.lock().unwrap();
+///         let mut records = records(self);
 ///         match records.get_mut(&held.name) {
 ///             // The record is kept: ShedLock's readers expect it.
 ///             Some(record) if record.locked_by == held.locked_by && record.lock_until > now => {
