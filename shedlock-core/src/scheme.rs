@@ -233,5 +233,7 @@ mod tests {
         assert_eq!(list.split(", ").count(), SCHEMES.len());
         assert!(Backend::Postgres.is_server() && !Backend::Sqlite.is_server());
         assert!(!Backend::Memory.is_server());
+        assert_eq!(Backend::Mongo.to_string(), "mongo");
+        assert_eq!(format!("{}", Backend::Zookeeper), "zookeeper");
     }
 }
