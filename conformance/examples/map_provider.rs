@@ -25,8 +25,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use shedlock_core::{
-    Capabilities, ErrorKind, HeldRecord, LockError, LockHolder, LockRecord, LockStorage, NodeTime,
-    Operation, RecordOutcome, TimeSource, async_trait,
+    Capabilities, ErrorKind, LockError, LockHolder, Operation, TimeSource,
+    raw::{HeldRecord, LockRecord, LockStorage, NodeTime, RecordOutcome, async_trait},
 };
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufStream};
 use tokio::net::TcpStream;
@@ -417,7 +417,7 @@ use std::sync::Arc;
 
 use shedlock_conformance::{Clock, ConformanceHarness, PlantedRecord, SetupError, Support};
 use shedlock_core::{
-    Acquisition, CancellationToken, LockConfiguration, LockProvider, StorageBasedLockProvider,
+    Acquisition, CancellationToken, LockConfiguration, LockProvider, raw::StorageBasedLockProvider,
 };
 use tokio::net::TcpListener;
 

@@ -107,7 +107,7 @@ pub trait ConformanceHarness: Send + Sync + 'static {
     ///
     /// Server-time providers may ignore `clock` for lock decisions (that is the point); a
     /// client-time provider must read it wherever it reads "now". The kit hands skewed clocks
-    /// ([`shedlock_core::SkewedClock`]) to the clock-skew check.
+    /// ([`shedlock_core::raw::SkewedClock`]) to the clock-skew check.
     async fn node(&self, clock: Arc<dyn Clock>) -> Result<Self::Node, SetupError>;
 
     /// A node whose backend cannot be reached (a closed port, a stopped server), built without

@@ -85,7 +85,10 @@ pub(crate) fn describe_acquisition(result: &Result<Acquisition, LockError>) -> S
                     Ok(left) => format!("in {:.1} ms", left.as_secs_f64() * 1000.0),
                     Err(past) => format!("{:.1} ms ago", past.duration().as_secs_f64() * 1000.0),
                 };
-                format!("until {} ({left})", shedlock_core::Rfc3339::micros(until))
+                format!(
+                    "until {} ({left})",
+                    shedlock_core::raw::Rfc3339::micros(until)
+                )
             });
             match (holder.as_ref().and_then(|h| h.locked_by.as_deref()), until) {
                 (Some(by), Some(until)) => format!("not acquired (held by {by} {until})"),

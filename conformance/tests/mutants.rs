@@ -15,10 +15,10 @@ use shedlock_conformance::{
     check_model_with,
 };
 use shedlock_core::{
-    Acquisition, AcquisitionId, Capabilities, Clock, ErrorKind, HeldRecord, LockAdmin,
-    LockConfiguration, LockError, LockHandle, LockHolder, LockInfo, LockPage, LockProvider,
-    LockRecord, LockState, LockStorage, MonotonicClock, NodeTime, Operation, PageCursor,
-    PageRequest, RecordOutcome, StorageBasedLockProvider, SystemClock, TimeSource,
+    Acquisition, AcquisitionId, Capabilities, Clock, ErrorKind, LockAdmin, LockConfiguration,
+    LockError, LockHandle, LockHolder, LockInfo, LockPage, LockProvider, LockState, MonotonicClock,
+    Operation, PageCursor, PageRequest, SystemClock, TimeSource,
+    raw::{HeldRecord, LockRecord, LockStorage, NodeTime, RecordOutcome, StorageBasedLockProvider},
 };
 
 /// The one rule a mutant breaks, and how.
@@ -880,7 +880,7 @@ impl MutantHarness {
         let timeout = if store.defect == Defect::HangsOnRelease {
             Duration::from_secs(3600)
         } else {
-            shedlock_core::DEFAULT_OPERATION_TIMEOUT
+            shedlock_core::raw::DEFAULT_OPERATION_TIMEOUT
         };
         MutantNode {
             inner: StorageBasedLockProvider::new(store.clone())

@@ -21,9 +21,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Providers live in their own crates (`shedlock-memory`, `shedlock-postgres`, ...). A backend
-//! with records implements [`LockStorage`] and gets the algorithm from
-//! [`StorageBasedLockProvider`]; others implement [`LockProvider`] directly.
+//! Providers live in their own crates (`shedlock-memory`, `shedlock-postgres`, ...). What their
+//! authors implement and use is in [`raw`]: a backend with records implements
+//! [`raw::LockStorage`] and gets the algorithm from [`raw::StorageBasedLockProvider`]; others
+//! implement [`LockProvider`] directly.
 
 mod admin;
 mod clock;
@@ -33,6 +34,7 @@ mod executor;
 mod identity;
 mod log_fields;
 mod provider;
+pub mod raw;
 pub mod scheme;
 mod storage;
 
@@ -40,23 +42,14 @@ pub use admin::{
     AcquisitionId, DEFAULT_PAGE_SIZE, LockAdmin, LockInfo, LockPage, LockState, PageCursor,
     PageRequest, list_all_locks,
 };
-/// The attribute a [`LockStorage`] or [`LockProvider`] implementation puts on its `impl`
-/// block, re-exported so a provider crate needs no dependency of its own for it.
-pub use async_trait::async_trait;
-pub use clock::{Clock, ManualClock, MonotonicClock, SkewedClock, SystemClock};
+pub use clock::{Clock, MonotonicClock, SystemClock};
 pub use credentials::redact_url;
 pub use error::{BoxError, ErrorKind, LockError, Operation};
 pub use executor::{
     LockingTaskExecutor, TaskOutcome, active_fencing_token, assert_locked, extend_active_lock,
 };
-pub use identity::{holder_of, is_acquisition_locked_by, new_locked_by};
-pub use log_fields::Rfc3339;
 pub use provider::{Acquisition, Capabilities, LockHandle, LockHolder, LockProvider, TimeSource};
 pub use shedlock_configuration::{
     ConfigurationError, DurationParseError, LockConfiguration, parse_duration,
-};
-pub use storage::{
-    DEFAULT_NAME_CACHE_CAPACITY, DEFAULT_OPERATION_TIMEOUT, HeldRecord, LockRecord, LockStorage,
-    NodeTime, RecordOutcome, StorageBasedLockProvider, default_holder,
 };
 pub use tokio_util::sync::CancellationToken;

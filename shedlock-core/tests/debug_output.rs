@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shedlock_core::{
-    Acquisition, LockConfiguration, LockHandle, LockProvider, LockingTaskExecutor,
-    StorageBasedLockProvider, SystemClock,
+    Acquisition, LockConfiguration, LockHandle, LockProvider, LockingTaskExecutor, SystemClock,
+    raw::StorageBasedLockProvider,
 };
 use shedlock_memory::MemoryLockStore;
 

@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use shedlock_core::{
     Acquisition, Capabilities, Clock, ErrorKind, LockConfiguration, LockError, LockProvider,
-    LockingTaskExecutor, ManualClock, Operation, TaskOutcome, TimeSource, active_fencing_token,
-    assert_locked, extend_active_lock,
+    LockingTaskExecutor, Operation, TaskOutcome, TimeSource, active_fencing_token, assert_locked,
+    extend_active_lock, raw::ManualClock,
 };
 use shedlock_memory::{MemoryLockProvider, MemoryLockStore};
 

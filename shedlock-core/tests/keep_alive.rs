@@ -11,9 +11,9 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use shedlock_core::{
-    Acquisition, CancellationToken, Capabilities, Clock, ErrorKind, HeldRecord, LockConfiguration,
-    LockError, LockProvider, LockRecord, LockStorage, LockingTaskExecutor, NodeTime, Operation,
-    RecordOutcome, StorageBasedLockProvider, TaskOutcome,
+    Acquisition, CancellationToken, Capabilities, Clock, ErrorKind, LockConfiguration, LockError,
+    LockProvider, LockingTaskExecutor, Operation, TaskOutcome,
+    raw::{HeldRecord, LockRecord, LockStorage, NodeTime, RecordOutcome, StorageBasedLockProvider},
 };
 use shedlock_memory::{MemoryLockProvider, MemoryLockStore};
 use tokio::time::{Instant, sleep};

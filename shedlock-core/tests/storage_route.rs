@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use shedlock_core::{
-    Acquisition, Capabilities, ErrorKind, HeldRecord, LockConfiguration, LockError, LockProvider,
-    LockRecord, LockStorage, NodeTime, Operation, RecordOutcome, StorageBasedLockProvider,
+    Acquisition, Capabilities, ErrorKind, LockConfiguration, LockError, LockProvider, Operation,
+    raw::{HeldRecord, LockRecord, LockStorage, NodeTime, RecordOutcome, StorageBasedLockProvider},
 };
 use shedlock_memory::MemoryLockStore;
 

@@ -9,7 +9,8 @@ use std::time::{Duration, SystemTime};
 
 use shedlock_core::{
     Acquisition, Capabilities, ErrorKind, LockConfiguration, LockError, LockProvider,
-    LockingTaskExecutor, ManualClock, Operation, TaskOutcome, TimeSource, async_trait,
+    LockingTaskExecutor, Operation, TaskOutcome, TimeSource,
+    raw::{ManualClock, async_trait},
 };
 use shedlock_memory::MemoryLockStore;
 use tracing::field::{Field, Visit};

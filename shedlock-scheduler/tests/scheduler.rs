@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use chrono::{DateTime, Utc};
 use shedlock_core::{
     Acquisition, Capabilities, Clock, LockConfiguration, LockError, LockProvider,
-    LockingTaskExecutor, TaskOutcome, async_trait,
+    LockingTaskExecutor, TaskOutcome, raw::async_trait,
 };
 use shedlock_memory::{MemoryLockProvider, MemoryLockStore};
 use shedlock_scheduler::{

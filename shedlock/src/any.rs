@@ -154,7 +154,7 @@ impl LockProvider for AnyLockProvider {
     )),
     allow(unused_variables)
 )]
-#[shedlock_core::async_trait]
+#[shedlock_core::raw::async_trait]
 impl LockAdmin for AnyLockProvider {
     async fn list_locks(&self, request: &PageRequest) -> Result<LockPage, LockError> {
         with_provider!(self, provider => provider.list_locks(request).await)

@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
-use shedlock_core::{LockInfo, LockPage, Rfc3339};
+use shedlock_core::{LockInfo, LockPage, raw::Rfc3339};
 
 /// One lock: times as RFC 3339 UTC with microseconds (`2026-12-01T04:05:06.123456Z`),
 /// `remaining_ms` by the backend's clock, absent fields as `null`.

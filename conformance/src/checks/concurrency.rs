@@ -278,7 +278,7 @@ async fn contender<H: ConformanceHarness>(
     index: usize,
 ) -> Result<H::Node, CheckFailure> {
     let ahead = Duration::from_millis(5) * u32::try_from(index).unwrap_or(0);
-    let clock = shedlock_core::SkewedClock::ahead(Arc::new(shedlock_core::SystemClock), ahead);
+    let clock = shedlock_core::raw::SkewedClock::ahead(Arc::new(shedlock_core::SystemClock), ahead);
     super::node_with_clock(harness, trace, label, Arc::new(clock)).await
 }
 

@@ -137,7 +137,7 @@ pub async fn check_long_durations_and_counts<H: ConformanceHarness>(
                     format!(
                         "node A took {:?} for {days} days, but the operator view shows it held only until {} ({} days from now)",
                         lock.name(),
-                        shedlock_core::Rfc3339::micros(held_until),
+                        shedlock_core::raw::Rfc3339::micros(held_until),
                         held_until
                             .duration_since(SystemTime::now())
                             .map_or(0, |left| left.as_secs() / 86_400)

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use std::time::Duration;
 
-use shedlock_core::{Clock, LockProvider, SkewedClock, SystemClock, TimeSource};
+use shedlock_core::{Clock, LockProvider, SystemClock, TimeSource, raw::SkewedClock};
 
 use crate::failure::{CheckFailure, Rule, Verdict};
 use crate::harness::ConformanceHarness;

@@ -177,7 +177,7 @@ pub async fn check_shedlock_record_takeover<H: ConformanceHarness>(
     drop(refused);
     held.locked_by = reported
         .as_deref()
-        .map(shedlock_core::holder_of)
+        .map(shedlock_core::raw::holder_of)
         .filter(|host| !host.is_empty())
         .map_or_else(this_host, str::to_owned);
     trace

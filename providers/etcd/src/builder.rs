@@ -36,7 +36,7 @@ impl Default for EtcdLockProviderBuilder {
         Self {
             key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
             env: DEFAULT_ENV.to_owned(),
-            holder: shedlock_core::default_holder(),
+            holder: shedlock_core::raw::default_holder(),
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
             credentials: None,
             #[cfg(feature = "tls")]

@@ -133,7 +133,7 @@ pub const DEFAULT_ENV: &str = "default";
 pub const DEFAULT_TIME_PRECISION: Duration = Duration::from_secs(2);
 
 /// How long one lock operation may take before it fails with [`LockError::Timeout`].
-pub const DEFAULT_OPERATION_TIMEOUT: Duration = shedlock_core::DEFAULT_OPERATION_TIMEOUT;
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = shedlock_core::raw::DEFAULT_OPERATION_TIMEOUT;
 
 /// The longest lock name accepted, in characters. An acquire sends its key three times in one
 /// request (the transaction's compare, put and read), which etcd refuses past its request limit

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use shedlock_core::{
     Acquisition, AcquisitionId, Capabilities, Clock, LockAdmin, LockConfiguration, LockError,
-    LockInfo, LockPage, LockProvider, MonotonicClock, PageRequest, StorageBasedLockProvider,
+    LockInfo, LockPage, LockProvider, MonotonicClock, PageRequest, raw::StorageBasedLockProvider,
 };
 
 pub use storage::MemoryLockStore;

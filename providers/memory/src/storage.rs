@@ -6,9 +6,9 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use shedlock_core::{
-    AcquisitionId, Capabilities, Clock, ErrorKind, HeldRecord, LockAdmin, LockError, LockHolder,
-    LockInfo, LockPage, LockRecord, LockState, LockStorage, NodeTime, Operation, PageCursor,
-    PageRequest, RecordOutcome, TimeSource,
+    AcquisitionId, Capabilities, Clock, ErrorKind, LockAdmin, LockError, LockHolder, LockInfo,
+    LockPage, LockState, Operation, PageCursor, PageRequest, TimeSource,
+    raw::{HeldRecord, LockRecord, LockStorage, NodeTime, RecordOutcome},
 };
 
 /// One lock's record, shaped like ShedLock's row, plus the fencing counter.
@@ -46,7 +46,7 @@ impl MemoryLockStore {
         self.records.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A new empty store whose expiry decisions read `clock` (a [`shedlock_core::ManualClock`]
+    /// A new empty store whose expiry decisions read `clock` (a [`shedlock_core::raw::ManualClock`]
     /// gives tests exact control of time).
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
         Self {

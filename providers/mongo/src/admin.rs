@@ -265,7 +265,7 @@ impl MongoLockProvider {
             // A Java node's acquisition leaves the counter as the last acquisition of this
             // provider set it, so only a document this provider's acquire wrote shows it.
             if let Some(token) = fencing_token.and_then(|token| u64::try_from(token).ok())
-                && shedlock_core::is_acquisition_locked_by(locked_by)
+                && shedlock_core::raw::is_acquisition_locked_by(locked_by)
             {
                 info = info.with_fencing_token(token);
             }

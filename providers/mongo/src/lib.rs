@@ -218,7 +218,7 @@ pub const MAX_NAME_CHARS: usize = 1024;
 /// How long one lock operation may take before it fails with [`LockError::Timeout`].
 ///
 /// [`LockError::Timeout`]: shedlock_core::LockError::Timeout
-pub const DEFAULT_OPERATION_TIMEOUT: Duration = shedlock_core::DEFAULT_OPERATION_TIMEOUT;
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = shedlock_core::raw::DEFAULT_OPERATION_TIMEOUT;
 
 /// The longest `lock_at_most_for` (and `lock_at_least_for`, and extend) accepted: a thousand
 /// years, as ZooKeeper's provider. A BSON date reaches the year 292 million, but a date past

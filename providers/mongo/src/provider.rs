@@ -9,7 +9,8 @@ use async_trait::async_trait;
 use mongodb::Collection;
 use mongodb::bson::Document;
 use shedlock_core::{
-    Acquisition, Capabilities, LockConfiguration, LockError, LockProvider, StorageBasedLockProvider,
+    Acquisition, Capabilities, LockConfiguration, LockError, LockProvider,
+    raw::StorageBasedLockProvider,
 };
 
 use crate::MongoLockProviderBuilder;

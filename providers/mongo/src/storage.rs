@@ -12,8 +12,8 @@ use mongodb::Collection;
 use mongodb::bson::{Bson, Document, doc};
 use mongodb::options::ReturnDocument;
 use shedlock_core::{
-    Capabilities, ErrorKind, HeldRecord, LockError, LockHolder, LockRecord, LockStorage, NodeTime,
-    Operation, RecordOutcome, TimeSource,
+    Capabilities, ErrorKind, LockError, LockHolder, Operation, TimeSource,
+    raw::{HeldRecord, LockRecord, LockStorage, NodeTime, RecordOutcome},
 };
 
 use crate::failure::is_duplicate_key;

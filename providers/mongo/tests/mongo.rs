@@ -152,7 +152,7 @@ async fn documents_have_shedlocks_layout_and_server_times() {
     );
     let locked_by = document.get_str("lockedBy").unwrap();
     let (host, id) = locked_by.rsplit_once('#').unwrap();
-    assert_eq!(host, shedlock_core::default_holder());
+    assert_eq!(host, shedlock_core::raw::default_holder());
     assert_eq!(id.len(), 32);
     assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
     assert_eq!(document.get("fencingToken"), Some(&Bson::Int64(1)));

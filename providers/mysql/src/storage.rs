@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use shedlock_core::{
-    ErrorKind, HeldRecord, LockError, LockRecord, NodeTime, Operation, TimeSource,
+    ErrorKind, LockError, Operation, TimeSource,
+    raw::{HeldRecord, LockRecord, NodeTime},
 };
 use shedlock_sql::{
     AcquireAnswer, AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement,

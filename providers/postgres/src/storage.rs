@@ -5,7 +5,8 @@ use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
 use shedlock_core::{
-    ErrorKind, HeldRecord, LockError, LockHolder, LockRecord, NodeTime, Operation, TimeSource,
+    ErrorKind, LockError, LockHolder, Operation, TimeSource,
+    raw::{HeldRecord, LockRecord, NodeTime},
 };
 use shedlock_sql::{
     AcquireAnswer, AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement,

@@ -175,4 +175,4 @@ pub const DEFAULT_KEY_PREFIX: &str = "job-lock";
 pub const DEFAULT_ENV: &str = "default";
 
 /// How long one lock operation may take before it fails with [`LockError::Timeout`].
-pub const DEFAULT_OPERATION_TIMEOUT: Duration = shedlock_core::DEFAULT_OPERATION_TIMEOUT;
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = shedlock_core::raw::DEFAULT_OPERATION_TIMEOUT;

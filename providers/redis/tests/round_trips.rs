@@ -91,7 +91,7 @@ async fn every_operation_is_one_round_trip(fencing: bool) {
     let Acquisition::NotAcquired(Some(held)) = refused.unwrap() else {
         panic!("refused without naming the holder (fencing {fencing})");
     };
-    let holder_name = shedlock_core::default_holder();
+    let holder_name = shedlock_core::raw::default_holder();
     assert!(
         held.locked_by
             .as_deref()

@@ -13,8 +13,9 @@ use std::future::Future;
 
 use async_trait::async_trait;
 use shedlock_core::{
-    AcquisitionId, LockAdmin, LockError, LockInfo, LockPage, LockState, LockStorage, NodeTime,
-    Operation, PageCursor, PageRequest, TimeSource,
+    AcquisitionId, LockAdmin, LockError, LockInfo, LockPage, LockState, Operation, PageCursor,
+    PageRequest, TimeSource,
+    raw::{LockStorage, NodeTime},
 };
 
 use crate::backend::{LIKE_ESCAPE, LockSelection, SqlBackend, StoredAcquisition, StoredLock};

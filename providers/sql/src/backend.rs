@@ -6,8 +6,8 @@ use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use shedlock_core::{
-    BoxError, ErrorKind, HeldRecord, LockError, LockHolder, LockRecord, NodeTime, Operation,
-    TimeSource,
+    BoxError, ErrorKind, LockError, LockHolder, Operation, TimeSource,
+    raw::{HeldRecord, LockRecord, NodeTime},
 };
 use sqlx::{Connection, Database};
 

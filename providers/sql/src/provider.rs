@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use shedlock_core::{
-    Acquisition, Capabilities, Clock, DEFAULT_OPERATION_TIMEOUT, ErrorKind, LockConfiguration,
-    LockError, LockProvider, Operation, StorageBasedLockProvider, SystemClock, TimeSource,
+    Acquisition, Capabilities, Clock, ErrorKind, LockConfiguration, LockError, LockProvider,
+    Operation, SystemClock, TimeSource,
+    raw::{DEFAULT_OPERATION_TIMEOUT, StorageBasedLockProvider},
     redact_url,
 };
 use sqlx::Pool;

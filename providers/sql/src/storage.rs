@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use shedlock_core::{
-    Capabilities, ErrorKind, HeldRecord, LockError, LockRecord, LockStorage, NodeTime, Operation,
-    RecordOutcome, TimeSource,
+    Capabilities, ErrorKind, LockError, Operation, TimeSource,
+    raw::{HeldRecord, LockRecord, LockStorage, NodeTime, RecordOutcome},
 };
 use sqlx::Pool;
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
-use shedlock_core::{LockError, NodeTime, Operation, TimeSource};
+use shedlock_core::{LockError, Operation, TimeSource, raw::NodeTime};
 use shedlock_sql::{
     Column, Dialect, LIKE_ESCAPE, LockSelection, LockTable, StoredAcquisition, StoredLock,
     TableSchema, client_time_parameter, statement_error,

@@ -252,7 +252,7 @@ pub const PROVIDER: &str = "zookeeper";
 pub const DEFAULT_ROOT: &str = "/shedlock";
 
 /// How long one lock operation may take before it fails with [`LockError::Timeout`].
-pub const DEFAULT_OPERATION_TIMEOUT: Duration = shedlock_core::DEFAULT_OPERATION_TIMEOUT;
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = shedlock_core::raw::DEFAULT_OPERATION_TIMEOUT;
 
 /// How long opening a ZooKeeper session may take.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use shedlock_conformance::{ConformanceHarness, PlantedRecord};
 use shedlock_core::{
-    Clock, LockAdmin, LockConfiguration, LockProvider, SystemClock, default_holder,
+    Clock, LockAdmin, LockConfiguration, LockProvider, SystemClock, raw::default_holder,
 };
 
 use super::memkv::{MemBug, MemKvHarness};

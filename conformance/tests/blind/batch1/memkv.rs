@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use shedlock_conformance::{Clock, ConformanceHarness, SetupError, Support, async_trait};
 use shedlock_core::{
     Acquisition, Capabilities, ErrorKind, LockConfiguration, LockError, LockHandle, LockHolder,
-    LockProvider, Operation, TimeSource, default_holder,
+    LockProvider, Operation, TimeSource, raw::default_holder,
 };
 
 use super::common::{Net, NetError, ServerClock, ceil_ms, unix_ms};

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use shedlock_conformance::{ConformanceHarness, PlantedRecord, Support};
 use shedlock_core::{
-    Clock, LockAdmin, LockConfiguration, LockHandle, LockProvider, ManualClock, PageCursor,
-    PageRequest, SkewedClock, SystemClock,
+    Clock, LockAdmin, LockConfiguration, LockHandle, LockProvider, PageCursor, PageRequest,
+    SystemClock,
+    raw::{ManualClock, SkewedClock},
 };
 
 use super::dynamoish::{DynBug, DynHarness};

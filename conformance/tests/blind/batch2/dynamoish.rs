@@ -28,7 +28,7 @@ use shedlock_conformance::{
 use shedlock_core::{
     Acquisition, AcquisitionId, Capabilities, ErrorKind, LockAdmin, LockConfiguration, LockError,
     LockHandle, LockHolder, LockInfo, LockPage, LockProvider, LockState, Operation, PageCursor,
-    PageRequest, TimeSource, default_holder,
+    PageRequest, TimeSource, raw::default_holder,
 };
 
 use super::common::{

@@ -21,7 +21,7 @@ use shedlock_conformance::{Clock, ConformanceHarness, SetupError, Support, async
 use shedlock_core::{
     Acquisition, AcquisitionId, Capabilities, ErrorKind, LockAdmin, LockConfiguration, LockError,
     LockHandle, LockHolder, LockInfo, LockPage, LockProvider, LockState, Operation, PageCursor,
-    PageRequest, TimeSource, default_holder,
+    PageRequest, TimeSource, raw::default_holder,
 };
 
 use super::common::{Net, NetError, ceil_secs, unix_ms};

@@ -13,7 +13,7 @@ use futures_util::TryStreamExt;
 use shedlock_conformance::PlantedRecord;
 use shedlock_core::{
     AcquisitionId, Clock, LockAdmin, LockError, LockInfo, LockProvider, LockState, Operation,
-    PageRequest, SkewedClock, SystemClock, list_all_locks,
+    PageRequest, SystemClock, list_all_locks, raw::SkewedClock,
 };
 use shedlock_sql::{SqlBackend, SqlLockProvider};
 use sqlx::Pool;

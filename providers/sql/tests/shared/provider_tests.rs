@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use shedlock_core::{
     Acquisition, Clock, LockAdmin, LockConfiguration, LockError, LockHandle, LockProvider,
-    LockState, Operation, SkewedClock, SystemClock, TimeSource,
+    LockState, Operation, SystemClock, TimeSource, raw::SkewedClock,
 };
 use shedlock_sql::{Column, SqlBackend, SqlLockProvider, SqlLockProviderBuilder};
 use sqlx::pool::PoolOptions;

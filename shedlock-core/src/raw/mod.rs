@@ -1,0 +1,35 @@
+//! What a provider's author uses; an application needs none of it.
+//!
+//! The root of this crate is what an application calls: the executor, the lock configuration,
+//! the [`LockProvider`](crate::LockProvider) trait it holds providers by, the operator's view
+//! and the errors. This module is the other side of that trait, apart so neither audience reads
+//! the other's API (OpenDAL keeps its implementor's API in `raw` the same way):
+//!
+//! - a backend with records implements [`LockStorage`] (read a record, write one if it is
+//!   still as read) and gets the whole lock algorithm from [`StorageBasedLockProvider`];
+//! - a backend with its own lock primitive implements [`LockProvider`](crate::LockProvider)
+//!   directly, and uses [`new_locked_by`], [`holder_of`] and [`is_acquisition_locked_by`] to
+//!   write the holder the way every provider does;
+//! - every provider turns a failed or unanswered call into a [`LockError`](crate::LockError)
+//!   the same way, through [`bounded`] and [`consequence`];
+//! - [`ManualClock`] and [`SkewedClock`] are the clocks the conformance kit and a provider's
+//!   own tests set nodes' time with.
+//!
+//! `shedlock-conformance` proves a provider built on these against the rules every provider
+//! keeps.
+
+mod failure;
+
+/// The attribute a [`LockStorage`] or [`LockProvider`](crate::LockProvider) implementation
+/// puts on its `impl` block, re-exported so a provider crate needs no dependency of its own
+/// for it.
+pub use async_trait::async_trait;
+
+pub use crate::clock::{ManualClock, SkewedClock};
+pub use crate::identity::{holder_of, is_acquisition_locked_by, new_locked_by};
+pub use crate::log_fields::Rfc3339;
+pub use crate::storage::{
+    DEFAULT_NAME_CACHE_CAPACITY, DEFAULT_OPERATION_TIMEOUT, HeldRecord, LockRecord, LockStorage,
+    NodeTime, RecordOutcome, StorageBasedLockProvider, default_holder,
+};
+pub use failure::{bounded, consequence};
