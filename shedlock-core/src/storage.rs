@@ -123,7 +123,7 @@ pub enum RecordOutcome {
 /// backend (SQL `now()`, Mongo `$$NOW`) and one node's wrong clock cannot break exclusion; a
 /// storage declaring [`TimeSource::Client`] gets [`NodeTime::ClientTime`] with the node's clock.
 ///
-/// The trait methods are `async` through [`async_trait`](crate::async_trait), re-exported
+/// The trait methods are `async` through [`async_trait`](crate::raw::async_trait), re-exported
 /// here so an implementation needs no dependency of its own for it.
 ///
 /// # Example
