@@ -13,17 +13,16 @@ use std::time::SystemTime;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use shedlock_core::{LockError, Operation, TimeSource, raw::NodeTime};
 use shedlock_sql::{
-    Column, Dialect, LIKE_ESCAPE, LockSelection, LockTable, StoredAcquisition, StoredLock,
-    TableSchema, client_time_parameter, statement_error,
+    Column, LIKE_ESCAPE, LockSelection, LockTable, StoredAcquisition, StoredLock, TableSchema,
+    client_time_parameter, statement_error,
 };
 use sqlx::mysql::{MySql, MySqlArguments, MySqlConnection, MySqlRow};
 use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, Row};
 
 use crate::MySqlBackend;
-use crate::storage::READ_TIME;
-
-const DIALECT: Dialect = Dialect::MySql;
+use crate::statements::READ_TIME;
+use crate::table::DIALECT;
 
 /// What [`MySqlBackend`] reads `locked_at` keys as, for errors.
 pub(crate) const LOCKED_AT_KEY: &str = "microseconds since the Unix epoch (UTC)";

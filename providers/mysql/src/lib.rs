@@ -198,14 +198,18 @@
 //! [`TimeSource::Client`]: shedlock_core::TimeSource::Client
 
 mod admin;
+mod catalog;
+mod statements;
 mod storage;
+mod table;
 
 pub use shedlock_sql::{Column, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, LockTable};
 // Inlined so this crate's docs list their methods: an alias page shows the impls of a type
 // documented in the same run only, and `cargo doc -p <this crate> --no-deps` documents no other.
 #[doc(inline)]
 pub use shedlock_sql::{SqlLockProvider, SqlLockProviderBuilder};
-pub use storage::{Flavor, MySqlBackend, create_table_statement};
+pub use storage::MySqlBackend;
+pub use table::{Flavor, create_table_statement};
 
 /// A lock provider on a MySQL or MariaDB table: one node's view of it. The shared provider, with this
 /// crate's statements; see [`SqlLockProvider`] for its methods.

@@ -1,6 +1,7 @@
-//! The statements: one per acquire, release and extend, all on ShedLock's table.
+//! [`MySqlBackend`]: MySQL's and MariaDB's side of the shared SQL provider, which runs the
+//! prepared statements (one per acquire, release and extend, all on ShedLock's table) and reads
+//! their outcome.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
@@ -9,296 +10,20 @@ use shedlock_core::{
     raw::{HeldRecord, LockRecord, NodeTime},
 };
 use shedlock_sql::{
-    AcquireAnswer, AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement,
-    LockSelection, LockStatements, LockTable, SqlBackend, StoredAcquisition, StoredLock,
-    TableSchema, TimestampLimit, UtcInstant, client_time_parameter, statement_error,
+    AcquireAnswer, AcquireStatement, HeldStatement, LockSelection, LockStatements, LockTable,
+    SqlBackend, StoredAcquisition, StoredLock, TableSchema, TimestampLimit, client_time_parameter,
+    statement_error,
 };
+use sqlx::AssertSqlSafe;
 use sqlx::mysql::{MySql, MySqlArguments, MySqlConnectOptions, MySqlConnection, MySqlQueryResult};
 use sqlx::query::Query;
-use sqlx::{AssertSqlSafe, Row};
 
 use crate::admin::{self, AdminStatements};
-
-const DIALECT: Dialect = Dialect::MySql;
-
-/// Which server the pool talks to: the DDL's collation differs between them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flavor {
-    /// MySQL 8 or later.
-    MySql,
-    /// MariaDB 10.6 or later.
-    MariaDb,
-}
-
-impl Flavor {
-    /// A binary collation that also compares trailing spaces, so distinct names stay distinct.
-    fn name_collation(self) -> &'static str {
-        match self {
-            Flavor::MySql => "utf8mb4_0900_bin",
-            Flavor::MariaDb => "utf8mb4_nopad_bin",
-        }
-    }
-}
-
-/// What a `TIMESTAMP` column reaches on MySQL, and on MariaDB before 11.5 (or on a 32-bit
-/// server): the largest signed 32-bit count of seconds since the epoch.
-const TIMESTAMP_LIMIT: TimestampLimit = TimestampLimit {
-    latest: UtcInstant::from_civil((2038, 1, 19), (3, 14, 7), 999_999_000),
-    advice: TIMESTAMP_ADVICE,
-};
-
-/// What a `TIMESTAMP` column reaches on MariaDB 11.5 and later on 64-bit servers (MDEV-32188):
-/// the largest unsigned 32-bit count of seconds.
-const WIDE_TIMESTAMP_LIMIT: TimestampLimit = TimestampLimit {
-    latest: UtcInstant::from_civil((2106, 2, 7), (6, 28, 15), 999_999_000),
-    advice: TIMESTAMP_ADVICE,
-};
-
-const TIMESTAMP_ADVICE: &str = ", or make the column DATETIME(3), which reaches the year 9999";
-
-/// What a `DATETIME` column reaches: the last instant of the year 9999.
-const DATETIME_LIMIT: TimestampLimit = TimestampLimit {
-    latest: UtcInstant::from_civil((9999, 12, 31), (23, 59, 59), 999_999_000),
-    advice: "",
-};
-
-/// `CREATE TABLE IF NOT EXISTS` for `table` on `flavor`: ShedLock's MySQL table, plus the
-/// fencing column when `fencing` is true.
-///
-/// It differs from ShedLock's documented DDL in one way: the `name` column gets a binary,
-/// no-pad collation (`utf8mb4_0900_bin` on MySQL, `utf8mb4_nopad_bin` on MariaDB), so `Job`,
-/// `job` and `job ` are three locks, not one. Java nodes are unaffected.
-pub fn create_table_statement(table: &LockTable, fencing: bool, flavor: Flavor) -> String {
-    let q = |c| table.quoted(DIALECT, c);
-    let fencing_column = if fencing {
-        format!(", {} BIGINT NOT NULL DEFAULT 0", q(Column::FencingToken))
-    } else {
-        String::new()
-    };
-    format!(
-        "CREATE TABLE IF NOT EXISTS {t} ({name} VARCHAR(64) CHARACTER SET utf8mb4 COLLATE {coll} \
-         NOT NULL, {until} TIMESTAMP(3) NOT NULL, {at} TIMESTAMP(3) NOT NULL DEFAULT \
-         CURRENT_TIMESTAMP(3), {by} VARCHAR(255) NOT NULL{fencing_column}, PRIMARY KEY ({name}))",
-        t = table.quoted_table(DIALECT),
-        coll = flavor.name_collation(),
-        name = q(Column::Name),
-        until = q(Column::LockUntil),
-        at = q(Column::LockedAt),
-        by = q(Column::LockedBy),
-    )
-}
-
-/// A bound parameter of a statement, in the order the `?` appear.
-#[derive(Debug, Clone, Copy)]
-enum Param {
-    Name,
-    LockedBy,
-    /// The statement's duration in microseconds.
-    Micros,
-    /// The node's clock (client time only).
-    Now,
-}
-
-/// SQL text and the order of its parameters.
-#[derive(Debug)]
-struct Statement {
-    sql: Arc<str>,
-    params: Vec<Param>,
-}
-
-/// Writes one statement, recording its `?` in order.
-struct Writer {
-    sql: String,
-    params: Vec<Param>,
-    time_source: TimeSource,
-}
-
-impl Writer {
-    fn new(time_source: TimeSource) -> Self {
-        Self {
-            sql: String::new(),
-            params: Vec::new(),
-            time_source,
-        }
-    }
-
-    fn sql(&mut self, text: &str) -> &mut Self {
-        self.sql.push_str(text);
-        self
-    }
-
-    fn param(&mut self, param: Param) -> &mut Self {
-        self.sql.push('?');
-        self.params.push(param);
-        self
-    }
-
-    /// The current time: the server's UTC clock, or the node's as a parameter.
-    fn now(&mut self) -> &mut Self {
-        match self.time_source {
-            TimeSource::Server => self.sql("UTC_TIMESTAMP(3)"),
-            TimeSource::Client => self.param(Param::Now),
-        }
-    }
-
-    /// The time when the row is read, to judge whether an acquisition still holds its lock:
-    /// see [`READ_TIME`].
-    fn read_time(&mut self) -> &mut Self {
-        match self.time_source {
-            TimeSource::Server => self.sql(READ_TIME),
-            TimeSource::Client => self.param(Param::Now),
-        }
-    }
-
-    /// `now + duration`.
-    fn now_plus(&mut self) -> &mut Self {
-        self.sql("TIMESTAMPADD(MICROSECOND, ")
-            .param(Param::Micros)
-            .sql(", ")
-            .now()
-            .sql(")")
-    }
-
-    fn finish(&mut self) -> Statement {
-        Statement {
-            sql: std::mem::take(&mut self.sql).into(),
-            params: std::mem::take(&mut self.params),
-        }
-    }
-}
-
-/// The server's UTC clock when a row is read (the statement's start plus the time since, as
-/// `SYSDATE` counts it), for release, extend and force-unlock to judge whether an acquisition
-/// still holds its lock. `UTC_TIMESTAMP` is fixed when the statement starts: a statement that
-/// waited on the row lock behind another (two force-unlocks of one acquisition, an extend
-/// behind one) would see the `lock_until` that other write just set, its own later "now", as
-/// still ahead, and act on an acquisition that was already freed. (A server started with
-/// `--sysdate-is-now` reads `SYSDATE` as `NOW`, and gets the statement's start again.)
-pub(crate) const READ_TIME: &str = "TIMESTAMPADD(MICROSECOND, \
-     TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6)), UTC_TIMESTAMP(6))";
-
-fn prepare_statements(
-    table: &LockTable,
-    schema: &TableSchema,
-    time_source: TimeSource,
-) -> LockStatements<Statement> {
-    let q = |c| table.quoted(DIALECT, c);
-    let (t, name, until, at, by, fence) = (
-        table.quoted_table(DIALECT),
-        q(Column::Name),
-        q(Column::LockUntil),
-        q(Column::LockedAt),
-        q(Column::LockedBy),
-        q(Column::FencingToken),
-    );
-    let mut w = Writer::new(time_source);
-
-    // Insert only: an existing row, held or not, is left alone. `LAST_INSERT_ID(1)` marks
-    // "inserted" (the server reports the last `LAST_INSERT_ID(expr)` of the statement as its
-    // insert id), and the no-op assignment on a duplicate resets it to 0.
-    let fence_col = if schema.fencing {
-        format!(", {fence}")
-    } else {
-        String::new()
-    };
-    w.sql(&format!(
-        "INSERT INTO {t} ({name}, {until}, {at}, {by}{fence_col}) VALUES ("
-    ))
-    .param(Param::Name)
-    .sql(", ")
-    .now_plus()
-    .sql(", ")
-    .now()
-    .sql(", IF(LAST_INSERT_ID(1) > 0, ")
-    .param(Param::LockedBy)
-    .sql(", NULL)");
-    if schema.fencing {
-        w.sql(", 1");
-    }
-    w.sql(&format!(
-        ") ON DUPLICATE KEY UPDATE {by} = IF(LAST_INSERT_ID(0) = 0, {by}, NULL)"
-    ));
-    let insert = w.finish();
-
-    // Take-over: every assignment is conditioned on the old lock_until, which is assigned
-    // last, so the conditions read the old row whether the server evaluates assignments
-    // left to right (MySQL, MariaDB) or simultaneously (MariaDB's SIMULTANEOUS_ASSIGNMENT).
-    // The taken branch sets the insert id to the new token (or 1), the other to 0. The WHERE
-    // matches the row whether held or not, so the matched-row count tells a held row from a
-    // missing one; a held row is assigned its own values, which InnoDB does not write.
-    w.sql(&format!("UPDATE {t} SET "));
-    if schema.fencing {
-        w.sql(&format!("{fence} = IF({until} <= "))
-            .now()
-            .sql(&format!(
-                ", LAST_INSERT_ID(COALESCE({fence}, 0) + 1), {fence}), "
-            ));
-        w.sql(&format!("{by} = IF({until} <= "))
-            .now()
-            .sql(", ")
-            .param(Param::LockedBy);
-    } else {
-        w.sql(&format!("{by} = IF({until} <= "))
-            .now()
-            .sql(", IF(LAST_INSERT_ID(1) > 0, ")
-            .param(Param::LockedBy)
-            .sql(", NULL)");
-    }
-    w.sql(&format!(", IF(LAST_INSERT_ID(0) = 0, {by}, NULL)), "));
-    w.sql(&format!("{at} = IF({until} <= "))
-        .now()
-        .sql(", ")
-        .now()
-        .sql(&format!(", {at}), "));
-    w.sql(&format!("{until} = IF({until} <= "))
-        .now()
-        .sql(", ")
-        .now_plus()
-        .sql(&format!(", {until}) WHERE {name} = "))
-        .param(Param::Name);
-    let take_over = w.finish();
-
-    w.sql(&format!("UPDATE {t} SET {until} = GREATEST("))
-        .now()
-        .sql(", TIMESTAMPADD(MICROSECOND, ")
-        .param(Param::Micros)
-        .sql(&format!(", {at})) WHERE {name} = "))
-        .param(Param::Name)
-        .sql(&format!(" AND {by} = "))
-        .param(Param::LockedBy)
-        .sql(&format!(" AND {until} > {at} AND {until} > "))
-        .read_time();
-    let release = w.finish();
-
-    w.sql(&format!("UPDATE {t} SET {until} = "))
-        .now_plus()
-        .sql(&format!(" WHERE {name} = "))
-        .param(Param::Name)
-        .sql(&format!(" AND {by} = "))
-        .param(Param::LockedBy)
-        .sql(&format!(" AND {until} > {at} AND {until} > "))
-        .read_time();
-    let extend = w.finish();
-
-    LockStatements {
-        insert,
-        take_over,
-        release,
-        extend,
-    }
-}
-
-/// The name column's character set and collation, as far as they change which names are safe.
-#[derive(Debug, Clone, Default)]
-struct NameColumn {
-    /// Characters the column's character set can store (`None`: all of Unicode).
-    max_char: Option<char>,
-    /// The character set's name, for errors.
-    charset: String,
-    /// Whether the collation ignores trailing spaces (PAD SPACE).
-    pads: bool,
-    collation: String,
-}
+use crate::catalog::{self, FoundTable, NameColumn};
+use crate::statements::{Param, Statement, prepare_statements};
+#[cfg(doc)]
+use crate::table::create_table_statement;
+use crate::table::{Flavor, TIMESTAMP_LIMIT};
 
 /// MySQL's and MariaDB's side of [`MySqlLockProvider`](crate::MySqlLockProvider): the UTC
 /// session, the catalog checks (collation, character set, `AUTO_INCREMENT`), and the
@@ -356,31 +81,6 @@ impl MySqlBackend {
     }
 }
 
-/// Reads which server this is, and how far its `TIMESTAMP` type reaches.
-///
-/// MariaDB's `FROM_UNIXTIME` returns NULL past the range of its `TIMESTAMP` values, which
-/// reaches 2106 from 11.5 on 64-bit servers and 2038 otherwise, so the server says which it
-/// has rather than a version number being read for it. MySQL's `FROM_UNIXTIME` reaches
-/// further than its `TIMESTAMP` type (3001 from 8.0.28), which ends in 2038 in every version.
-async fn flavor(connection: &mut MySqlConnection) -> Result<(Flavor, TimestampLimit), sqlx::Error> {
-    let (version, wide): (String, i64) = sqlx::query_as(
-        "SELECT CAST(VERSION() AS CHAR), \
-         CAST(FROM_UNIXTIME(4294967295) IS NOT NULL AS SIGNED)",
-    )
-    .fetch_one(&mut *connection)
-    .await?;
-    Ok(if version.to_ascii_lowercase().contains("mariadb") {
-        let timestamp = if wide == 1 {
-            WIDE_TIMESTAMP_LIMIT
-        } else {
-            TIMESTAMP_LIMIT
-        };
-        (Flavor::MariaDb, timestamp)
-    } else {
-        (Flavor::MySql, TIMESTAMP_LIMIT)
-    })
-}
-
 impl SqlBackend for MySqlBackend {
     type Database = MySql;
     const PROVIDER: &'static str = "mysql";
@@ -426,163 +126,11 @@ impl SqlBackend for MySqlBackend {
         time_source: TimeSource,
         create_table: Option<bool>,
     ) -> Result<(Self, TableSchema), LockError> {
-        let connect_error = |e| statement_error::<Self>(Operation::Connect, "", e);
-        let (flavor, timestamp_limit) = flavor(&mut *connection).await.map_err(connect_error)?;
-        if let Some(fencing) = create_table {
-            sqlx::query(AssertSqlSafe(create_table_statement(
-                table, fencing, flavor,
-            )))
-            .execute(&mut *connection)
-            .await
-            .map_err(connect_error)?;
-        }
-        let rows = sqlx::query(
-            "SELECT CAST(COLUMN_NAME AS CHAR), CAST(COLUMN_TYPE AS CHAR), \
-             CAST(DATA_TYPE AS CHAR), CAST(CHARACTER_MAXIMUM_LENGTH AS SIGNED), \
-             CAST(DATETIME_PRECISION AS SIGNED), CAST(CHARACTER_SET_NAME AS CHAR), \
-             CAST(COLLATION_NAME AS CHAR), CAST(COLUMN_KEY AS CHAR), CAST(EXTRA AS CHAR) \
-             FROM information_schema.COLUMNS \
-             WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? \
-             ORDER BY ORDINAL_POSITION",
-        )
-        .bind(
-            table
-                .table()
-                .schema
-                .as_ref()
-                .map(|s| s.catalog_name(DIALECT)),
-        )
-        .bind(table.table().table.catalog_name(DIALECT))
-        .fetch_all(&mut *connection)
-        .await
-        .map_err(connect_error)?;
-        let ddl = format!("{};", create_table_statement(table, false, flavor));
-        let mut columns = Vec::with_capacity(rows.len());
-        let mut name_column = NameColumn::default();
-        let mut name_key = String::new();
-        let mut timestamp_columns = false;
-        for row in &rows {
-            let get = |i| -> Result<Option<String>, LockError> {
-                row.try_get::<Option<String>, _>(i).map_err(connect_error)
-            };
-            let column_name = get(0)?.unwrap_or_default();
-            let column_type = get(1)?.unwrap_or_default();
-            let data_type = get(2)?.unwrap_or_default().to_ascii_lowercase();
-            let max_len: Option<i64> = row.try_get(3).map_err(connect_error)?;
-            let precision: Option<i64> = row.try_get(4).map_err(connect_error)?;
-            let extra = get(8)?.unwrap_or_default();
-            if extra.to_ascii_lowercase().contains("auto_increment") {
-                return Err(LockError::backend_message(
-                    ErrorKind::Configuration,
-                    Self::PROVIDER,
-                    Operation::Connect,
-                    "",
-                    format!(
-                        "the lock table {t} has an AUTO_INCREMENT column {column_name}; the \
-                         acquire statement reports its outcome through the insert id, so the \
-                         table must not have one. ShedLock's table is:\n{ddl}",
-                        t = table.table()
-                    ),
-                ));
-            }
-            let kind = match data_type.as_str() {
-                "varchar" | "char" => ColumnKind::Text {
-                    max_chars: max_len.map(|n| n as usize),
-                },
-                "text" | "tinytext" | "mediumtext" | "longtext" => ColumnKind::Text {
-                    max_chars: max_len.map(|n| n as usize),
-                },
-                "timestamp" | "datetime" => {
-                    timestamp_columns |= data_type == "timestamp";
-                    ColumnKind::Timestamp {
-                        fraction_digits: precision.unwrap_or(0) as u32,
-                        // Neither stores an instant: both hold UTC wall times here.
-                        with_time_zone: false,
-                        limit: if data_type == "timestamp" {
-                            timestamp_limit
-                        } else {
-                            DATETIME_LIMIT
-                        },
-                    }
-                }
-                "bigint" | "int" | "integer" | "mediumint" => ColumnKind::Integer,
-                _ => ColumnKind::Other,
-            };
-            if table
-                .column(Column::Name)
-                .matches_column(DIALECT, &column_name)
-            {
-                let charset = get(5)?.unwrap_or_default().to_ascii_lowercase();
-                let collation = get(6)?.unwrap_or_default().to_ascii_lowercase();
-                name_key = get(7)?.unwrap_or_default();
-                name_column = NameColumn {
-                    max_char: match charset.as_str() {
-                        "utf8mb4" | "binary" | "" => None,
-                        "utf8" | "utf8mb3" => Some('\u{FFFF}'),
-                        "latin1" => Some('\u{FF}'),
-                        "ascii" => Some('\u{7F}'),
-                        _ => None,
-                    },
-                    charset,
-                    pads: !(collation.contains("nopad")
-                        || collation.contains("_0900_")
-                        || collation.is_empty()),
-                    collation,
-                };
-            }
-            columns.push(ColumnInfo {
-                name: column_name,
-                declared_type: column_type,
-                kind,
-            });
-        }
-        let schema = table.check_columns(DIALECT, Self::PROVIDER, &columns, &ddl)?;
-        if !matches!(name_key.as_str(), "PRI" | "UNI") {
-            return Err(LockError::backend_message(
-                ErrorKind::Configuration,
-                Self::PROVIDER,
-                Operation::Connect,
-                "",
-                format!(
-                    "the lock table {t}: column {c} must be its primary key (or have a unique \
-                     index of its own); ShedLock's table is:\n{ddl}",
-                    t = table.table(),
-                    c = table.column(Column::Name),
-                ),
-            ));
-        }
-        if timestamp_columns {
-            // TIMESTAMP columns convert between the session time zone and UTC on every read
-            // and write; the statements' UTC times are only right in a UTC session.
-            let offset: i64 =
-                sqlx::query_scalar("SELECT TIMESTAMPDIFF(MINUTE, UTC_TIMESTAMP(), NOW())")
-                    .fetch_one(&mut *connection)
-                    .await
-                    .map_err(connect_error)?;
-            if offset != 0 {
-                return Err(LockError::backend_message(
-                    ErrorKind::Configuration,
-                    Self::PROVIDER,
-                    Operation::Connect,
-                    "",
-                    format!(
-                        "the lock table {t} has TIMESTAMP columns, and this pool's session \
-                         time_zone is {offset} minutes from UTC; they hold UTC times, so the \
-                         session must use time_zone '+00:00' (sqlx's default: do not set \
-                         MySqlConnectOptions::timezone(None)), or make the columns DATETIME(3)",
-                        t = table.table()
-                    ),
-                ));
-            }
-        }
-        if name_column.pads || name_column.collation.ends_with("_ci") {
-            tracing::warn!(
-                table = %table.table(),
-                collation = %name_column.collation,
-                "the lock name column's collation treats some distinct names as equal (case, \
-                 accents or trailing spaces); such names share one lock"
-            );
-        }
+        let FoundTable {
+            schema,
+            name_column,
+            flavor,
+        } = catalog::find_table(connection, table, create_table).await?;
         let backend = Self {
             statements: prepare_statements(table, &schema, time_source),
             admin: AdminStatements::prepare(table, &schema, time_source),
@@ -606,30 +154,7 @@ impl SqlBackend for MySqlBackend {
     }
 
     fn check_name(&self, name: &str) -> Result<(), LockError> {
-        if let Some(max) = self.name_column.max_char
-            && let Some(c) = name.chars().find(|&c| c > max)
-        {
-            return Err(LockError::invalid_name(
-                Self::PROVIDER,
-                name,
-                format!(
-                    "the name column's character set {} cannot store {c:?}",
-                    self.name_column.charset
-                ),
-            ));
-        }
-        if self.name_column.pads && name.ends_with(' ') {
-            return Err(LockError::invalid_name(
-                Self::PROVIDER,
-                name,
-                format!(
-                    "it ends with a space, which the name column's collation {} ignores, so it \
-                     would share a lock with the name without it",
-                    self.name_column.collation
-                ),
-            ));
-        }
-        Ok(())
+        self.name_column.check_name(name)
     }
 
     async fn acquire(
@@ -775,33 +300,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn server_time_acquire_statements_use_no_values_function_or_aliases() {
-        let schema = TableSchema {
-            max_name_chars: Some(64),
-            max_locked_by_chars: Some(255),
-            time_precision: Duration::from_millis(1),
-            timestamps_with_time_zone: false,
-            fencing: false,
-            lock_until_type: "timestamp(3)".to_owned(),
-            lock_until_limit: TIMESTAMP_LIMIT,
-        };
-        let statements = prepare_statements(&LockTable::default(), &schema, TimeSource::Server);
-        for statement in [&statements.insert, &statements.take_over] {
-            let sql = &*statement.sql;
-            assert!(!sql.contains("VALUES("), "no VALUES() function: {sql}");
-            assert!(!sql.contains(" AS "), "no row alias: {sql}");
-            assert_eq!(statement.params.len(), 3, "{sql}");
-        }
-        let insert = &*statements.insert.sql;
-        assert_eq!(insert.matches("ON DUPLICATE KEY UPDATE").count(), 1);
-        let take_over = &*statements.take_over.sql;
-        assert!(take_over.starts_with("UPDATE "), "{take_over}");
-        assert!(
-            take_over.ends_with("`lock_until`) WHERE `name` = ?"),
-            "lock_until is assigned last, and the row is matched by name only: {take_over}"
-        );
     }
 }

@@ -11,8 +11,9 @@ use shedlock_core::{
 };
 use sqlx::{Connection, Database};
 
-use crate::schema::{TableSchema, TimestampLimit};
+use crate::schema::TableSchema;
 use crate::table::LockTable;
+use crate::timestamp_limit::TimestampLimit;
 
 /// The connect options of `DB`'s connections (`PgConnectOptions` for PostgreSQL).
 pub type ConnectOptionsOf<DB> = <<DB as Database>::Connection as Connection>::Options;

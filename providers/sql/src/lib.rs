@@ -29,21 +29,27 @@
 
 mod admin;
 mod backend;
+mod builder;
+mod connect_failure;
 mod connections;
 mod identifier;
 mod provider;
 mod schema;
 mod storage;
 mod table;
+mod timestamp_limit;
+mod url;
+mod utc_instant;
 
 pub use backend::{
     AcquireAnswer, AcquireStatement, ConnectOptionsOf, ConnectionOf, HeldStatement, LIKE_ESCAPE,
     LockSelection, LockStatements, SqlBackend, StoredAcquisition, StoredLock,
     client_time_parameter, statement_error,
 };
+pub use builder::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, SqlLockProviderBuilder};
 pub use identifier::{Dialect, Identifier, IdentifierError, MAX_IDENTIFIER_LEN, TableName};
-pub use provider::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, SqlLockProvider, SqlLockProviderBuilder,
-};
-pub use schema::{ColumnInfo, ColumnKind, TableSchema, TimestampLimit, UtcInstant};
+pub use provider::SqlLockProvider;
+pub use schema::{ColumnInfo, ColumnKind, TableSchema};
 pub use table::{Column, LockTable};
+pub use timestamp_limit::TimestampLimit;
+pub use utc_instant::UtcInstant;
