@@ -379,7 +379,7 @@ impl AnyLockProviderBuilder {
                 };
                 match self.tls_root_certificate {
                     #[cfg(any(feature = "rustls", feature = "rustls-native-roots"))]
-                    Some(pem) => builder.tls_ca_certificate(pem),
+                    Some(pem) => builder.tls_root_certificate(pem),
                     #[cfg(not(any(feature = "rustls", feature = "rustls-native-roots")))]
                     Some(_) => return Err(tls_feature_disabled(scheme)),
                     None => builder,

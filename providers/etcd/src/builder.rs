@@ -6,14 +6,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
+use shedlock_core::raw::{KeyNamespace, ProviderSettings, unused_tls_root_certificate};
 use shedlock_core::{ErrorKind, LockError, Operation};
 
 use crate::credentials::Credentials;
 use crate::failure::kind_of;
 use crate::provider::{EtcdLockProvider, Inner};
 use crate::url::{HTTPS, split_endpoints};
-use crate::{DEFAULT_ENV, DEFAULT_KEY_PREFIX, DEFAULT_OPERATION_TIMEOUT, DEFAULT_TIME_PRECISION};
-use crate::{PROVIDER, storage};
+use crate::{DEFAULT_ENV, DEFAULT_KEY_PREFIX, DEFAULT_TIME_PRECISION, PROVIDER, storage};
 
 #[cfg(doc)]
 use crate::url::check_endpoint_scheme;
@@ -22,57 +22,59 @@ use crate::url::check_endpoint_scheme;
 /// [`build`](Self::build).
 #[derive(Debug, Clone)]
 pub struct EtcdLockProviderBuilder {
-    key_prefix: String,
-    env: String,
-    holder: String,
-    operation_timeout: Duration,
+    keys: KeyNamespace,
+    settings: ProviderSettings,
     credentials: Option<Credentials>,
-    #[cfg(feature = "tls")]
-    tls_ca_certificate: Option<Vec<u8>>,
+    /// Set only through [`tls_root_certificate`](Self::tls_root_certificate), which a build
+    /// without TLS leaves out.
+    tls_root_certificate: Option<Vec<u8>>,
 }
 
 impl Default for EtcdLockProviderBuilder {
     fn default() -> Self {
         Self {
-            key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
-            env: DEFAULT_ENV.to_owned(),
-            holder: shedlock_core::raw::default_holder(),
-            operation_timeout: DEFAULT_OPERATION_TIMEOUT,
+            keys: KeyNamespace::new(DEFAULT_KEY_PREFIX, DEFAULT_ENV),
+            settings: ProviderSettings::default(),
             credentials: None,
-            #[cfg(feature = "tls")]
-            tls_ca_certificate: None,
+            tls_root_certificate: None,
         }
     }
 }
 
 impl EtcdLockProviderBuilder {
-    /// The first segment of every key, `shedlock` as in ShedLock. It must not be empty or
-    /// contain `:`, so that a key names exactly one prefix, env and lock.
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.key_prefix = prefix.into();
-        self
+    /// The first segment of every key, `shedlock` as in ShedLock; see
+    /// [`KeyNamespace::with_prefix`].
+    pub fn key_prefix(self, prefix: impl Into<String>) -> Self {
+        Self {
+            keys: self.keys.with_prefix(prefix),
+            ..self
+        }
     }
 
-    /// The environment segment, `default` as in ShedLock: services that share an etcd but not
-    /// their locks use different envs. It must not be empty or contain `:`.
-    pub fn env(mut self, env: impl Into<String>) -> Self {
-        self.env = env.into();
-        self
+    /// The environment segment, `default` as in ShedLock; see [`KeyNamespace::with_env`].
+    pub fn env(self, env: impl Into<String>) -> Self {
+        Self {
+            keys: self.keys.with_env(env),
+            ..self
+        }
     }
 
-    /// Who this node is, written into each lock's value for people reading the keys (the host
-    /// name unless set). Ownership does not depend on it: every acquisition's value also
-    /// carries a fresh UUID, so two processes on one host never release each other's locks.
-    pub fn holder(mut self, holder: impl Into<String>) -> Self {
-        self.holder = holder.into();
-        self
+    /// Who this node is, written into each lock's value before the acquisition's own UUID; see
+    /// [`ProviderSettings::with_holder`].
+    pub fn holder(self, holder: impl Into<String>) -> Self {
+        Self {
+            settings: self.settings.with_holder(holder),
+            ..self
+        }
     }
 
-    /// The longest one lock operation may take before it fails with [`LockError::Timeout`]; also
-    /// the client's connect timeout and per-request timeout.
-    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
-        self.operation_timeout = timeout;
-        self
+    /// The longest one lock operation may take, also the client's connect timeout and
+    /// per-request timeout; see [`ProviderSettings::with_operation_timeout`].
+    pub fn operation_timeout(self, timeout: Duration) -> Self {
+        Self {
+            settings: self.settings.with_operation_timeout(timeout),
+            ..self
+        }
     }
 
     /// Authenticates as `user` (instead of credentials in the URL). The password is never
@@ -95,14 +97,14 @@ impl EtcdLockProviderBuilder {
     /// use shedlock_etcd::EtcdLockProvider;
     ///
     /// let provider = EtcdLockProvider::builder()
-    ///     .tls_ca_certificate(std::fs::read("/etc/etcd/ca.pem")?)
+    ///     .tls_root_certificate(std::fs::read("/etc/etcd/ca.pem")?)
     ///     .connect("https://etcd-0.internal:2379,https://etcd-1.internal:2379")
     ///     .await?;
     /// # let _ = provider; Ok(()) }
     /// ```
     #[cfg(feature = "tls")]
-    pub fn tls_ca_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls_ca_certificate = Some(pem.into());
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_certificate = Some(pem.into());
         self
     }
 
@@ -146,15 +148,15 @@ impl EtcdLockProviderBuilder {
         let (endpoints, from_url) = split_endpoints(url)?;
         let credentials = self.credentials.clone().or(from_url);
         let mut options = ConnectOptions::new()
-            .with_connect_timeout(self.operation_timeout)
-            .with_timeout(self.operation_timeout);
+            .with_connect_timeout(self.settings.operation_timeout())
+            .with_timeout(self.settings.operation_timeout());
         if self.uses_tls(&endpoints, &endpoint)? {
             options = self.with_tls(options);
         }
         if let Some(credentials) = credentials {
             options = options.with_user(credentials.user, credentials.password);
         }
-        let timeout = self.operation_timeout;
+        let timeout = self.settings.operation_timeout();
         let client = tokio::time::timeout(timeout, Client::connect(endpoints, Some(options)))
             .await
             .map_err(|_| {
@@ -183,7 +185,7 @@ impl EtcdLockProviderBuilder {
     }
 
     /// Whether `endpoints` (checked by [`check_endpoint_scheme`]) are reached over TLS: all
-    /// `https://`, or none. Refuses a mix, TLS without this crate's TLS feature, and a CA
+    /// `https://`, or none. Refuses a mix, TLS without this crate's TLS feature, and a root
     /// certificate without TLS, where it would be silently ignored.
     fn uses_tls(&self, endpoints: &[String], redacted: &str) -> Result<bool, LockError> {
         let is_https = |endpoint: &String| {
@@ -195,16 +197,15 @@ impl EtcdLockProviderBuilder {
         let rule = if tls && !endpoints.iter().all(is_https) {
             "some endpoints are https:// and some are not: a client reaches all of them over TLS, \
              or none"
-                .to_owned()
         } else if tls && !cfg!(feature = "tls") {
             "https:// endpoints need TLS, which this build leaves out: enable the \"tls-rustls\" \
              feature of shedlock-etcd (on by default), or the \"rustls\" feature of shedlock"
-                .to_owned()
-        } else if !tls && self.has_tls_ca_certificate() {
-            format!(
-                "a TLS CA certificate was set but {redacted} does not use TLS: use https:// \
-                 endpoints, or leave the certificate out"
-            )
+        } else if !tls && self.tls_root_certificate.is_some() {
+            return Err(unused_tls_root_certificate(
+                PROVIDER,
+                redacted,
+                "use https:// endpoints",
+            ));
         } else {
             return Ok(tls);
         };
@@ -217,23 +218,13 @@ impl EtcdLockProviderBuilder {
         ))
     }
 
-    #[cfg(feature = "tls")]
-    fn has_tls_ca_certificate(&self) -> bool {
-        self.tls_ca_certificate.is_some()
-    }
-
-    #[cfg(not(feature = "tls"))]
-    fn has_tls_ca_certificate(&self) -> bool {
-        false
-    }
-
-    /// `options` with TLS: the CA given to [`tls_ca_certificate`](Self::tls_ca_certificate),
+    /// `options` with TLS: the CA given to [`tls_root_certificate`](Self::tls_root_certificate),
     /// else the roots of this crate's TLS feature. (etcd-client's own default for an
     /// `https://` endpoint trusts no root at all.)
     #[cfg(feature = "tls")]
     fn with_tls(&self, options: ConnectOptions) -> ConnectOptions {
         use etcd_client::{Certificate, TlsOptions};
-        let tls = match &self.tls_ca_certificate {
+        let tls = match &self.tls_root_certificate {
             Some(pem) => TlsOptions::new().ca_certificate(Certificate::from_pem(pem)),
             None => TlsOptions::new().with_enabled_roots(),
         };
@@ -254,49 +245,24 @@ impl EtcdLockProviderBuilder {
     }
 
     fn validate(&self) -> Result<(), LockError> {
-        for (what, value) in [("key prefix", &self.key_prefix), ("env", &self.env)] {
-            let rule = if value.is_empty() {
-                "it must not be empty"
-            } else if value.contains(':') {
-                "it must not contain ':', the separator of the key layout <prefix>:<env>:<name>; \
-                 otherwise two different env/name pairs could map to one key"
-            } else {
-                continue;
-            };
-            return Err(invalid_setting(what, value, rule));
-        }
-        if self.operation_timeout.is_zero() {
-            return Err(invalid_setting(
-                "operation timeout",
-                "0s",
-                "it must be greater than zero",
-            ));
-        }
-        Ok(())
+        self.keys.check(PROVIDER)?;
+        self.settings.check(PROVIDER)
     }
 
     fn finish(self, client: Client, endpoint: String) -> EtcdLockProvider {
+        let (key_prefix, env) = self.keys.into_parts();
+        let operation_timeout = self.settings.operation_timeout();
         EtcdLockProvider {
             inner: Arc::new(Inner {
                 client,
-                key_prefix: self.key_prefix,
-                env: self.env,
-                holder: self.holder,
-                operation_timeout: self.operation_timeout,
+                key_prefix,
+                env,
+                holder: self.settings.into_holder(),
+                operation_timeout,
                 time_precision: DEFAULT_TIME_PRECISION,
                 endpoint,
                 spare_leases: Mutex::new(HashMap::new()),
             }),
         }
     }
-}
-
-fn invalid_setting(what: &str, value: &str, rule: &str) -> LockError {
-    LockError::backend_message(
-        ErrorKind::Configuration,
-        PROVIDER,
-        Operation::Connect,
-        "",
-        format!("invalid {what} {value:?}: {rule}"),
-    )
 }

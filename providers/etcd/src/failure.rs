@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use shedlock_core::raw::{bounded, failure_message};
 use shedlock_core::{ErrorKind, LockError, Operation};
 use tokio::time::Instant;
 
@@ -11,7 +12,8 @@ use crate::provider::Inner;
 
 impl Inner {
     /// Runs etcd requests bounded by the operation timeout, turning their failure into the
-    /// [`LockError`] the caller reports.
+    /// [`LockError`] the caller reports. A deadline etcd itself ran out of (the client's
+    /// per-request timeout) is a timeout too, after the time it took.
     pub(crate) async fn call<T>(
         &self,
         operation: Operation,
@@ -19,56 +21,33 @@ impl Inner {
         call: impl Future<Output = Result<T, etcd_client::Error>>,
     ) -> Result<T, LockError> {
         let started = Instant::now();
-        let error = match tokio::time::timeout(self.operation_timeout, call).await {
-            Ok(Ok(value)) => return Ok(value),
-            Err(_) => {
-                return Err(LockError::Timeout {
-                    provider: PROVIDER,
-                    operation,
-                    name: name.to_owned(),
-                    after: self.operation_timeout,
-                });
+        let error = match bounded(PROVIDER, operation, name, self.operation_timeout, call).await? {
+            Ok(value) => return Ok(value),
+            Err(etcd_client::Error::GRpcStatus(status))
+                if status.code() == tonic::Code::DeadlineExceeded =>
+            {
+                let after = Duration::from_millis(started.elapsed().as_millis() as u64);
+                return Err(LockError::timeout(PROVIDER, operation, name, after));
             }
-            Ok(Err(error)) => error,
+            Err(error) => error,
         };
         let unreachable = match &error {
-            etcd_client::Error::GRpcStatus(status) => match status.code() {
-                tonic::Code::DeadlineExceeded => {
-                    return Err(LockError::Timeout {
-                        provider: PROVIDER,
-                        operation,
-                        name: name.to_owned(),
-                        after: Duration::from_millis(started.elapsed().as_millis() as u64),
-                    });
-                }
-                tonic::Code::Unavailable => true,
-                _ => false,
-            },
+            etcd_client::Error::GRpcStatus(status) => status.code() == tonic::Code::Unavailable,
             etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
             _ => false,
-        };
-        let consequence = match operation {
-            Operation::Connect => "is it running and reachable?",
-            Operation::Acquire => "whether the lock was taken is unknown, so the task must not run",
-            Operation::Release => "the lock stays held until lock_at_most_for at the latest",
-            Operation::Extend => "the lock keeps its previous expiry",
-            Operation::List | Operation::Inspect => "nothing was changed",
-            Operation::ForceUnlock => {
-                "whether the lock was freed is unknown: inspect it again before retrying"
-            }
-            _ => "",
         };
         let cause = if unreachable {
             "is unreachable"
         } else {
             "failed"
         };
+        let kind = kind_of(operation, &error);
         Err(LockError::backend(
-            kind_of(operation, &error),
+            kind,
             PROVIDER,
             operation,
             name,
-            format!("etcd at {} {cause}; {consequence}", self.endpoint),
+            failure_message("etcd", &self.endpoint, cause, operation, kind),
             error,
         ))
     }

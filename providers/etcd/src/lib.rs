@@ -92,7 +92,7 @@
 //! `https://` endpoints connect over TLS, with the `tls-rustls` feature (on by default): rustls
 //! on ring, trusting Mozilla's roots, compiled in (`tls-rustls-native-roots`: the system's store
 //! instead). A cluster whose certificates a private CA signed, as etcd's own TLS guides set up,
-//! needs that CA: [`EtcdLockProviderBuilder::tls_ca_certificate`]. All endpoints use TLS or none
+//! needs that CA: [`EtcdLockProviderBuilder::tls_root_certificate`]. All endpoints use TLS or none
 //! do. A build without TLS refuses `https://` with an error naming the feature.
 //!
 //! # Credentials

@@ -57,7 +57,7 @@ fn chain(error: &LockError) -> String {
 
 #[tokio::test]
 async fn https_with_the_clusters_ca_locks_and_releases() {
-    let provider = within(builder().tls_ca_certificate(ca()).connect(&tls_url()))
+    let provider = within(builder().tls_root_certificate(ca()).connect(&tls_url()))
         .await
         .unwrap();
     let config = LockConfiguration::new("report", Duration::from_secs(60), Duration::ZERO).unwrap();
@@ -105,7 +105,7 @@ async fn a_certificate_no_trusted_ca_signed_is_refused() {
 async fn a_host_name_the_certificate_does_not_name_is_refused() {
     // The certificate names localhost; 127.0.0.1 is the same member under another name.
     let url = tls_url().replacen("localhost", "root:tls-test-secret@127.0.0.1", 1);
-    let error = within(builder().tls_ca_certificate(ca()).connect(&url))
+    let error = within(builder().tls_root_certificate(ca()).connect(&url))
         .await
         .unwrap_err();
     let text = chain(&error);
@@ -123,14 +123,14 @@ async fn a_host_name_the_certificate_does_not_name_is_refused() {
 #[tokio::test]
 async fn a_ca_certificate_with_plain_endpoints_is_refused_before_connecting() {
     let error = builder()
-        .tls_ca_certificate(ca())
+        .tls_root_certificate(ca())
         .connect("http://root:tls-test-secret@localhost:1")
         .await
         .unwrap_err();
     let text = chain(&error);
     assert!(
         text.contains(
-            "a TLS CA certificate was set but http://root:***@localhost:1 does not use TLS"
+            "a TLS root certificate was set but http://root:***@localhost:1 does not use TLS"
         ),
         "{text}"
     );

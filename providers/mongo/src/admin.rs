@@ -27,7 +27,7 @@ use mongodb::error::Error as DriverError;
 use mongodb::options::Collation;
 use shedlock_core::{
     AcquisitionId, ConfigurationError, ErrorKind, LockAdmin, LockError, LockInfo, LockPage,
-    LockProvider, LockState, Operation, PageCursor, PageRequest,
+    LockProvider, LockState, Operation, PageCursor, PageRequest, raw,
 };
 
 use crate::storage::{FENCING_TOKEN, LOCK_UNTIL, LOCKED_AT, LOCKED_BY};
@@ -166,16 +166,9 @@ impl MongoLockProvider {
         call: impl Future<Output = Result<T, DriverError>>,
     ) -> Result<T, LockError> {
         let storage = &self.storage;
-        match tokio::time::timeout(storage.operation_timeout, call).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => Err(storage.driver_error(operation, name, error)),
-            Err(_) => Err(LockError::Timeout {
-                provider: PROVIDER,
-                operation,
-                name: name.to_owned(),
-                after: storage.operation_timeout,
-            }),
-        }
+        raw::bounded(PROVIDER, operation, name, storage.operation_timeout, call)
+            .await?
+            .map_err(|error| storage.driver_error(operation, name, error))
     }
 
     /// The documents of `pipeline`, at most `expected` of them, in one round trip: the batch

@@ -7,13 +7,14 @@ use std::time::Duration;
 use mongodb::Client;
 use mongodb::bson::Document;
 use mongodb::options::{Acknowledgment, CollectionOptions, ReadConcern, WriteConcern};
+use shedlock_core::raw::{ProviderSettings, check_positive_duration, invalid_setting};
 use shedlock_core::{ErrorKind, LockError, Operation};
 
 use crate::failure::{connect_error, kind_of};
 use crate::storage::MongoStorage;
 use crate::{
-    DEFAULT_COLLECTION, DEFAULT_OPERATION_TIMEOUT, DEFAULT_SERVER_SELECTION_TIMEOUT,
-    MongoLockProvider, credentials, url,
+    DEFAULT_COLLECTION, DEFAULT_SERVER_SELECTION_TIMEOUT, MongoLockProvider, PROVIDER, credentials,
+    url,
 };
 
 /// Settings for a [`MongoLockProvider`]; finish with [`connect`](Self::connect),
@@ -22,8 +23,7 @@ use crate::{
 pub struct MongoLockProviderBuilder {
     database: Option<String>,
     collection: String,
-    holder: Option<String>,
-    operation_timeout: Duration,
+    settings: ProviderSettings,
     server_selection_timeout: Duration,
     write_concern: Option<WriteConcern>,
     read_concern: ReadConcern,
@@ -34,8 +34,7 @@ impl Default for MongoLockProviderBuilder {
         Self {
             database: None,
             collection: DEFAULT_COLLECTION.to_owned(),
-            holder: None,
-            operation_timeout: DEFAULT_OPERATION_TIMEOUT,
+            settings: ProviderSettings::default(),
             server_selection_timeout: DEFAULT_SERVER_SELECTION_TIMEOUT,
             write_concern: None,
             read_concern: ReadConcern::majority(),
@@ -58,20 +57,23 @@ impl MongoLockProviderBuilder {
         self
     }
 
-    /// The readable part of `lockedBy` (default: the host name, what ShedLock writes). Each
-    /// acquisition appends `#<id>`, unique to it, so two processes on one host never release
-    /// each other's locks.
-    pub fn holder(mut self, holder: impl Into<String>) -> Self {
-        self.holder = Some(holder.into());
-        self
+    /// The readable part of `lockedBy`, before each acquisition's own `#<id>`; see
+    /// [`ProviderSettings::with_holder`].
+    pub fn holder(self, holder: impl Into<String>) -> Self {
+        Self {
+            settings: self.settings.with_holder(holder),
+            ..self
+        }
     }
 
-    /// The longest one lock operation may take (default 5 s) before it fails with
-    /// [`LockError::Timeout`]; also sent as each command's `maxTimeMS` and as the default
-    /// write concern's `wtimeout`, so the server gives up too.
-    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
-        self.operation_timeout = timeout;
-        self
+    /// The longest one lock operation may take (default 5 s), also sent as each command's
+    /// `maxTimeMS` and as the default write concern's `wtimeout`, so the server gives up too;
+    /// see [`ProviderSettings::with_operation_timeout`].
+    pub fn operation_timeout(self, timeout: Duration) -> Self {
+        Self {
+            settings: self.settings.with_operation_timeout(timeout),
+            ..self
+        }
     }
 
     /// How long the driver looks for a usable server, and waits to connect (default 3 s):
@@ -121,7 +123,7 @@ impl MongoLockProviderBuilder {
         self.validate_timeouts()?;
         url::check_url_scheme(url)?;
         let shown = credentials::redact(url);
-        let mut options = url::parse(url, &shown, self.operation_timeout).await?;
+        let mut options = url::parse(url, &shown, self.settings.operation_timeout()).await?;
         options.server_selection_timeout = Some(self.server_selection_timeout);
         options.connect_timeout = Some(self.server_selection_timeout);
         let database = match (&self.database, &options.default_database) {
@@ -175,15 +177,12 @@ impl MongoLockProviderBuilder {
     }
 
     fn validate_timeouts(&self) -> Result<(), LockError> {
-        for (what, timeout) in [
-            ("operation timeout", self.operation_timeout),
-            ("server selection timeout", self.server_selection_timeout),
-        ] {
-            if timeout.is_zero() {
-                return Err(invalid_setting(what, "0s", "it must be greater than zero"));
-            }
-        }
-        Ok(())
+        self.settings.check(PROVIDER)?;
+        check_positive_duration(
+            PROVIDER,
+            "server selection timeout",
+            self.server_selection_timeout,
+        )
     }
 
     fn finish(
@@ -195,10 +194,11 @@ impl MongoLockProviderBuilder {
     ) -> Result<MongoLockProvider, LockError> {
         check_database_name(database)?;
         check_collection_name(database, &self.collection)?;
+        let operation_timeout = self.settings.operation_timeout();
         let write_concern = self.write_concern.unwrap_or_else(|| {
             WriteConcern::builder()
                 .w(Acknowledgment::Majority)
-                .w_timeout(self.operation_timeout)
+                .w_timeout(operation_timeout)
                 .build()
         });
         let options = CollectionOptions::builder()
@@ -210,23 +210,16 @@ impl MongoLockProviderBuilder {
             .collection_with_options::<Document>(&self.collection, options);
         let storage = Arc::new(MongoStorage {
             collection,
-            operation_timeout: self.operation_timeout,
+            operation_timeout,
             target: format!("{shown} (collection {database}.{})", self.collection),
             owns_client,
         });
         Ok(MongoLockProvider::on_storage(
             storage,
-            self.holder,
-            self.operation_timeout,
+            Some(self.settings.into_holder()),
+            operation_timeout,
         ))
     }
-}
-
-fn invalid_setting(what: &str, value: &str, rule: &str) -> LockError {
-    connect_error(
-        ErrorKind::Configuration,
-        format!("invalid {what} {value:?}: {rule}"),
-    )
 }
 
 /// MongoDB's rules for database names, checked here so a bad name is refused with the rule
@@ -236,6 +229,7 @@ fn check_database_name(database: &str) -> Result<(), LockError> {
         "it must not be empty"
     } else if let Some(bad) = database.chars().find(|c| "/\\. \"$\0".contains(*c)) {
         return Err(invalid_setting(
+            PROVIDER,
             "database name",
             database,
             &format!("MongoDB database names cannot contain {bad:?}"),
@@ -245,7 +239,7 @@ fn check_database_name(database: &str) -> Result<(), LockError> {
     } else {
         return Ok(());
     };
-    Err(invalid_setting("database name", database, rule))
+    Err(invalid_setting(PROVIDER, "database name", database, rule))
 }
 
 /// MongoDB's rules for collection names.
@@ -261,5 +255,10 @@ fn check_collection_name(database: &str, collection: &str) -> Result<(), LockErr
     } else {
         return Ok(());
     };
-    Err(invalid_setting("collection name", collection, rule))
+    Err(invalid_setting(
+        PROVIDER,
+        "collection name",
+        collection,
+        rule,
+    ))
 }

@@ -2,6 +2,7 @@
 //! each failure, and what it means for the lock.
 
 use mongodb::error::{Error as DriverError, ErrorKind as DriverErrorKind, WriteFailure};
+use shedlock_core::raw::consequence;
 use shedlock_core::{ErrorKind, LockError, Operation};
 
 use crate::PROVIDER;
@@ -13,9 +14,8 @@ pub(crate) fn connect_error(kind: ErrorKind, message: String) -> LockError {
 }
 
 impl MongoStorage {
-    /// The driver's error, with what it means for the lock: a command the server refused, or
-    /// one a shut-down client never sent, wrote nothing; anything else (no server, a broken
-    /// connection, an unconfirmed write concern) leaves the outcome unknown.
+    /// The driver's error, saying what happened at which server and what that leaves behind
+    /// for the lock, which follows from its kind (see [`kind_of`]).
     pub(crate) fn driver_error(
         &self,
         operation: Operation,
@@ -23,76 +23,43 @@ impl MongoStorage {
         error: DriverError,
     ) -> LockError {
         let target = &self.target;
-        let (what, refused) = match &*error.kind {
-            DriverErrorKind::ServerSelection { .. } => (
-                format!(
-                    "no usable MongoDB server at {target} answered in time (server selection): \
-                     is it running and reachable, and is there a primary?"
-                ),
-                false,
+        let what = match &*error.kind {
+            DriverErrorKind::ServerSelection { .. } => format!(
+                "no usable MongoDB server at {target} answered in time (server selection): is it \
+                 running and reachable, and is there a primary?"
             ),
             DriverErrorKind::Io(_) | DriverErrorKind::ConnectionPoolCleared { .. } => {
-                (format!("the connection to {target} failed"), false)
+                format!("the connection to {target} failed")
             }
             DriverErrorKind::Authentication { .. } => {
-                (format!("authentication at {target} failed"), true)
+                format!("authentication at {target} failed")
             }
             // The driver answers so before selecting a server: nothing reached the server.
-            DriverErrorKind::Shutdown => (
-                format!(
-                    "the MongoDB client of {target} was shut down (MongoLockProvider::shutdown \
-                     or Client::shutdown), so nothing was sent"
-                ),
-                true,
+            DriverErrorKind::Shutdown => format!(
+                "the MongoDB client of {target} was shut down (MongoLockProvider::shutdown or \
+                 Client::shutdown), so nothing was sent"
             ),
-            DriverErrorKind::Command(command) => (
-                format!(
-                    "{target} refused the command: {} ({}): {}",
-                    command.code, command.code_name, command.message
-                ),
-                true,
+            DriverErrorKind::Command(command) => format!(
+                "{target} refused the command: {} ({}): {}",
+                command.code, command.code_name, command.message
             ),
-            DriverErrorKind::Write(WriteFailure::WriteError(write)) => (
-                format!(
-                    "{target} refused the write: {}: {}",
-                    write.code, write.message
-                ),
-                true,
+            DriverErrorKind::Write(WriteFailure::WriteError(write)) => format!(
+                "{target} refused the write: {}: {}",
+                write.code, write.message
             ),
-            DriverErrorKind::Write(WriteFailure::WriteConcernError(concern)) => (
-                format!(
-                    "{target} did not confirm the write concern: {} ({}): {}",
-                    concern.code, concern.code_name, concern.message
-                ),
-                false,
+            DriverErrorKind::Write(WriteFailure::WriteConcernError(concern)) => format!(
+                "{target} did not confirm the write concern: {} ({}): {}",
+                concern.code, concern.code_name, concern.message
             ),
-            _ => (format!("the command to {target} failed"), false),
+            _ => format!("the command to {target} failed"),
         };
-        let consequence = match (operation, refused) {
-            (Operation::Acquire, true) => "nothing was written and the task must not run",
-            (Operation::Acquire, false) => {
-                "whether the lock was taken is unknown, so the task must not run"
-            }
-            (Operation::Release, true) => {
-                "nothing was written: the lock stays held until lock_at_most_for at the latest"
-            }
-            (Operation::Release, false) => {
-                "whether it was released is unknown: it stays held until lock_at_most_for at the latest"
-            }
-            (Operation::List | Operation::Inspect, _) => "nothing was changed",
-            (Operation::ForceUnlock, true) => "nothing was written: the lock was not freed",
-            (Operation::ForceUnlock, false) => {
-                "whether the lock was freed is unknown: inspect it again before retrying"
-            }
-            (_, true) => "nothing was written: the lock keeps its previous expiry",
-            (_, false) => "whether the lock was extended is unknown",
-        };
+        let kind = kind_of(operation, &error);
         LockError::backend(
-            kind_of(operation, &error),
+            kind,
             PROVIDER,
             operation,
             name,
-            format!("{what}; {consequence}"),
+            format!("{what}; {}", consequence(operation, kind)),
             error,
         )
     }
@@ -125,14 +92,10 @@ pub(crate) fn kind_of(operation: Operation, error: &DriverError) -> ErrorKind {
         DriverErrorKind::BsonDeserialization(_) => ErrorKind::CorruptData,
         DriverErrorKind::Command(command) => kind_of_code(command.code),
         DriverErrorKind::Write(WriteFailure::WriteError(write)) => kind_of_code(write.code),
-        DriverErrorKind::Write(WriteFailure::WriteConcernError(concern))
-            if matches!(
-                concern.code,
-                UNKNOWN_REPL_WRITE_CONCERN | UNSATISFIABLE_WRITE_CONCERN
-            ) =>
-        {
-            ErrorKind::Configuration
-        }
+        // A write concern the server could not confirm comes after the primary applied the
+        // write, whatever its code: even one the deployment can never meet (an unknown tag
+        // set, more members than it has) leaves a write behind, so the outcome is unknown.
+        // Refused before writing, the same codes come as a command error, a configuration.
         _ => ErrorKind::OutcomeUnknown,
     };
     kind.during(operation)

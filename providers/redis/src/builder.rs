@@ -5,6 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
+use shedlock_core::raw::{
+    KeyNamespace, ProviderSettings, invalid_setting, unused_tls_root_certificate,
+};
 use shedlock_core::{ErrorKind, LockError, Operation};
 
 use crate::connection::RedisConnection;
@@ -13,66 +16,69 @@ use crate::provider::{Inner, RedisLockProvider};
 use crate::scheme::{UrlScheme, check_url_scheme};
 use crate::storage::{self, Scripts};
 use crate::topology::Topology;
-use crate::{DEFAULT_ENV, DEFAULT_KEY_PREFIX, DEFAULT_OPERATION_TIMEOUT, PROVIDER};
+use crate::{DEFAULT_ENV, DEFAULT_KEY_PREFIX, PROVIDER};
 
 /// Settings for a [`RedisLockProvider`]; finish with [`connect`](Self::connect),
 /// [`connect_lazy`](Self::connect_lazy) or [`build`](Self::build).
 #[derive(Debug, Clone)]
 pub struct RedisLockProviderBuilder {
-    key_prefix: String,
-    env: String,
-    holder: String,
-    pub(crate) operation_timeout: Duration,
+    keys: KeyNamespace,
+    pub(crate) settings: ProviderSettings,
     fencing: bool,
     replica_wait: Option<(u32, Duration)>,
-    #[cfg(feature = "tls")]
+    /// Set only through [`tls_root_certificate`](Self::tls_root_certificate), which a build
+    /// without TLS leaves out.
     pub(crate) tls_root_certificate: Option<Vec<u8>>,
 }
 
 impl Default for RedisLockProviderBuilder {
     fn default() -> Self {
         Self {
-            key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
-            env: DEFAULT_ENV.to_owned(),
-            holder: shedlock_core::raw::default_holder(),
-            operation_timeout: DEFAULT_OPERATION_TIMEOUT,
+            keys: KeyNamespace::new(DEFAULT_KEY_PREFIX, DEFAULT_ENV),
+            settings: ProviderSettings::default(),
             fencing: false,
             replica_wait: None,
-            #[cfg(feature = "tls")]
             tls_root_certificate: None,
         }
     }
 }
 
 impl RedisLockProviderBuilder {
-    /// The first segment of every key, `job-lock` as in ShedLock. It must not be empty or
-    /// contain `:`, so that a key names exactly one prefix, env and lock.
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.key_prefix = prefix.into();
-        self
+    /// The first segment of every key, `job-lock` as in ShedLock (with fencing on, no `{` or
+    /// `}` either); see [`KeyNamespace::with_prefix`].
+    pub fn key_prefix(self, prefix: impl Into<String>) -> Self {
+        Self {
+            keys: self.keys.with_prefix(prefix),
+            ..self
+        }
     }
 
-    /// The environment segment, `default` as in ShedLock: services that share a Redis but not
-    /// their locks use different envs. It must not be empty or contain `:`.
-    pub fn env(mut self, env: impl Into<String>) -> Self {
-        self.env = env.into();
-        self
+    /// The environment segment, `default` as in ShedLock (with fencing on, no `{` or `}`); see
+    /// [`KeyNamespace::with_env`].
+    pub fn env(self, env: impl Into<String>) -> Self {
+        Self {
+            keys: self.keys.with_env(env),
+            ..self
+        }
     }
 
-    /// Who this node is, written into each lock's value for people reading the keys (the host
-    /// name unless set). Ownership does not depend on it: every acquisition's value also
-    /// carries a fresh UUID, so two processes on one host never release each other's locks.
-    pub fn holder(mut self, holder: impl Into<String>) -> Self {
-        self.holder = holder.into();
-        self
+    /// Who this node is, written into each lock's value before the acquisition's own UUID; see
+    /// [`ProviderSettings::with_holder`].
+    pub fn holder(self, holder: impl Into<String>) -> Self {
+        Self {
+            settings: self.settings.with_holder(holder),
+            ..self
+        }
     }
 
-    /// The longest one lock operation may take, including reconnecting, before it fails with
-    /// [`LockError::Timeout`]. The connection manager built by [`connect`](Self::connect) uses it
-    /// as its response and connection timeout too.
-    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
-        self.operation_timeout = timeout;
-        self
+    /// The longest one lock operation may take, reconnecting included; the connection manager
+    /// built by [`connect`](Self::connect) uses it as its response and connection timeout too.
+    /// See [`ProviderSettings::with_operation_timeout`].
+    pub fn operation_timeout(self, timeout: Duration) -> Self {
+        Self {
+            settings: self.settings.with_operation_timeout(timeout),
+            ..self
+        }
     }
 
     /// Issues fencing tokens: each acquisition increments the counter `{<lock key>}:fencing` in
@@ -234,47 +240,34 @@ impl RedisLockProviderBuilder {
     }
 
     fn validate(&self) -> Result<(), LockError> {
-        for (what, value) in [("key prefix", &self.key_prefix), ("env", &self.env)] {
-            let rule = if value.is_empty() {
-                Some("it must not be empty".to_owned())
-            } else if value.contains(':') {
-                Some(
-                    "it must not contain ':', the separator of the key layout <prefix>:<env>:<name>; \
-                     otherwise two different env/name pairs could map to one key"
-                        .to_owned(),
-                )
-            } else if self.fencing && value.contains(['{', '}']) {
-                Some(FENCING_BRACES_RULE.to_owned())
-            } else {
-                None
-            };
-            if let Some(rule) = rule {
-                return Err(invalid_setting(what, value, &rule));
+        self.keys.check(PROVIDER)?;
+        if self.fencing {
+            for (what, value) in self.keys.segments() {
+                if value.contains(['{', '}']) {
+                    return Err(invalid_setting(PROVIDER, what, value, FENCING_BRACES_RULE));
+                }
             }
         }
-        if self.operation_timeout.is_zero() {
-            return Err(invalid_setting(
-                "operation timeout",
-                "0s",
-                "it must be greater than zero",
-            ));
-        }
+        self.settings.check(PROVIDER)?;
+        let operation_timeout = self.settings.operation_timeout();
         if let Some((replicas, timeout)) = self.replica_wait {
             if replicas == 0 {
                 return Err(invalid_setting(
+                    PROVIDER,
                     "number of replicas to wait for",
                     "0",
                     "it must be at least 1 (leave wait_for_replicas out to wait for none)",
                 ));
             }
-            if timeout.is_zero() || timeout >= self.operation_timeout {
+            if timeout.is_zero() || timeout >= operation_timeout {
                 return Err(invalid_setting(
+                    PROVIDER,
                     "replica wait timeout",
                     &format!("{timeout:?}"),
                     &format!(
                         "it must be greater than zero (Redis' WAIT 0 waits forever) and shorter \
-                         than the operation timeout ({:?}), so an acquire can tell what happened",
-                        self.operation_timeout
+                         than the operation timeout ({operation_timeout:?}), so an acquire can \
+                         tell what happened"
                     ),
                 ));
             }
@@ -305,34 +298,29 @@ impl RedisLockProviderBuilder {
     /// Refuses a TLS root certificate with a URL that does not use TLS, where it would be
     /// silently ignored.
     fn check_tls_settings(&self, endpoint: &str, scheme: UrlScheme) -> Result<(), LockError> {
-        #[cfg(feature = "tls")]
         if self.tls_root_certificate.is_some() && !scheme.tls {
-            return Err(LockError::backend_message(
-                ErrorKind::Configuration,
+            return Err(unused_tls_root_certificate(
                 PROVIDER,
-                Operation::Connect,
-                "",
-                format!(
-                    "a TLS root certificate was set but {endpoint} does not use TLS: use \
-                     rediss:// (or rediss+cluster://, rediss+sentinel://, or valkeys... for \
-                     Valkey), or leave the certificate out"
-                ),
+                endpoint,
+                "use rediss:// (or rediss+cluster://, rediss+sentinel://, or valkeys... for \
+                 Valkey)",
             ));
         }
-        let _ = (endpoint, scheme);
         Ok(())
     }
 
     fn finish<C: 'static>(self, connection: C, endpoint: String) -> RedisLockProvider<C> {
+        let (key_prefix, env) = self.keys.into_parts();
+        let operation_timeout = self.settings.operation_timeout();
         RedisLockProvider {
             inner: Arc::new(Inner {
                 resends: may_resend(&connection),
                 connection,
                 scripts: Scripts::new(),
-                key_prefix: self.key_prefix,
-                env: self.env,
-                holder: self.holder,
-                operation_timeout: self.operation_timeout,
+                key_prefix,
+                env,
+                holder: self.settings.into_holder(),
+                operation_timeout,
                 fencing: self.fencing,
                 replica_wait: self
                     .replica_wait
@@ -349,13 +337,3 @@ impl RedisLockProviderBuilder {
 pub(crate) const FENCING_BRACES_RULE: &str = "with fencing on it must not contain '{' or '}': \
      Redis Cluster reads them as a hash tag, and the fencing counter {<lock key>}:fencing must \
      hash to the lock key's own slot";
-
-fn invalid_setting(what: &str, value: &str, rule: &str) -> LockError {
-    LockError::backend_message(
-        ErrorKind::Configuration,
-        PROVIDER,
-        Operation::Connect,
-        "",
-        format!("invalid {what} {value:?}: {rule}"),
-    )
-}

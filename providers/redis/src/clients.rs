@@ -27,7 +27,7 @@ impl RedisLockProviderBuilder {
     ) -> Result<T, LockError> {
         let target = connect_target(scheme.topology);
         let started = Instant::now();
-        tokio::time::timeout(self.operation_timeout, connecting)
+        tokio::time::timeout(self.settings.operation_timeout(), connecting)
             .await
             .map_err(|_| {
                 LockError::backend_message(
@@ -38,7 +38,7 @@ impl RedisLockProviderBuilder {
                     format!(
                         "{target} at {endpoint} did not answer within {:?}: is it running and \
                          reachable?",
-                        self.operation_timeout
+                        self.settings.operation_timeout()
                     ),
                 )
             })?
@@ -98,8 +98,8 @@ impl RedisLockProviderBuilder {
             )
         })?;
         let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(self.operation_timeout))
-            .set_connection_timeout(Some(self.operation_timeout))
+            .set_response_timeout(Some(self.settings.operation_timeout()))
+            .set_connection_timeout(Some(self.settings.operation_timeout()))
             .set_number_of_retries(2);
         Ok((client, config))
     }
@@ -150,8 +150,8 @@ impl RedisLockProviderBuilder {
         // The builder's response timeout also bounds a command's retries and redirects; the
         // config repeats both timeouts, as the connection takes its own over the builder's.
         let mut builder = ClusterClientBuilder::new(seeds)
-            .connection_timeout(self.operation_timeout)
-            .response_timeout(self.operation_timeout);
+            .connection_timeout(self.settings.operation_timeout())
+            .response_timeout(self.settings.operation_timeout());
         if let Some(username) = &parsed.credentials.username {
             builder = builder.username(username);
         }
@@ -169,8 +169,8 @@ impl RedisLockProviderBuilder {
             .build()
             .map_err(|error| invalid_url_error(Topology::Cluster, endpoint, error))?;
         let config = ClusterConfig::new()
-            .set_connection_timeout(self.operation_timeout)
-            .set_response_timeout(self.operation_timeout);
+            .set_connection_timeout(self.settings.operation_timeout())
+            .set_response_timeout(self.settings.operation_timeout());
         Ok((client, config))
     }
 
@@ -214,8 +214,8 @@ impl RedisLockProviderBuilder {
             .build()
             .map_err(|error| invalid_url_error(Topology::Sentinel, endpoint, error))?;
         let config = AsyncConnectionConfig::new()
-            .set_response_timeout(Some(self.operation_timeout))
-            .set_connection_timeout(Some(self.operation_timeout));
+            .set_response_timeout(Some(self.settings.operation_timeout()))
+            .set_connection_timeout(Some(self.settings.operation_timeout()));
         Ok(SentinelConnection::new(client, config, parsed.db))
     }
 }

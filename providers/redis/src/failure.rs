@@ -1,10 +1,11 @@
 //! How a failed Redis call becomes a [`LockError`]: a timeout, or a backend error with its
-//! [`ErrorKind`] and the consequence for the lock in words.
+//! [`ErrorKind`] and, in words, where the call went and what happened to it.
 
 use std::any::Any;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
+use shedlock_core::raw::{bounded, failure_message};
 use shedlock_core::{ErrorKind, LockError, Operation};
 use tokio::time::Instant;
 
@@ -17,7 +18,8 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     /// Runs one Redis call bounded by the operation timeout, turning its failure into the
-    /// [`LockError`] the caller reports.
+    /// [`LockError`] the caller reports. The client's own response timeout is a timeout too,
+    /// after the time it took.
     pub(crate) async fn call<T>(
         &self,
         operation: Operation,
@@ -25,41 +27,13 @@ where
         call: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, LockError> {
         let started = Instant::now();
-        let result = tokio::time::timeout(self.operation_timeout, call).await;
-        let error = match result {
-            Ok(Ok(value)) => return Ok(value),
-            Err(_) => {
-                return Err(LockError::Timeout {
-                    provider: PROVIDER,
-                    operation,
-                    name: name.to_owned(),
-                    after: self.operation_timeout,
-                });
+        let error = match bounded(PROVIDER, operation, name, self.operation_timeout, call).await? {
+            Ok(value) => return Ok(value),
+            Err(error) if error.is_timeout() => {
+                let after = Duration::from_millis(started.elapsed().as_millis() as u64);
+                return Err(LockError::timeout(PROVIDER, operation, name, after));
             }
-            Ok(Err(error)) if error.is_timeout() => {
-                return Err(LockError::Timeout {
-                    provider: PROVIDER,
-                    operation,
-                    name: name.to_owned(),
-                    after: Duration::from_millis(started.elapsed().as_millis() as u64),
-                });
-            }
-            Ok(Err(error)) => error,
-        };
-        let consequence = match operation {
-            // Refused before the command ran: nothing changed, and the task must not run all
-            // the same (whether another node holds the lock is unknown).
-            _ if refused_credentials(&error) => {
-                "the command was refused before it ran, so nothing was changed"
-            }
-            Operation::Acquire => "whether the lock was taken is unknown, so the task must not run",
-            Operation::Release => "the lock stays held until lock_at_most_for at the latest",
-            Operation::Extend => "the lock keeps its previous expiry",
-            Operation::List | Operation::Inspect => "nothing was changed",
-            Operation::ForceUnlock => {
-                "whether the lock was freed is unknown: inspect it again before retrying"
-            }
-            _ => "is it running and reachable?",
+            Err(error) => error,
         };
         let cause = if refused_credentials(&error) {
             "refused the credentials (check the user name and password in the URL)"
@@ -68,12 +42,13 @@ where
         } else {
             "failed"
         };
+        let kind = kind_of(&error, operation, self.resends);
         Err(LockError::backend(
-            kind_of(&error, operation, self.resends),
+            kind,
             PROVIDER,
             operation,
             name,
-            format!("Redis at {} {cause}; {consequence}", self.endpoint),
+            failure_message("Redis", &self.endpoint, cause, operation, kind),
             error,
         ))
     }

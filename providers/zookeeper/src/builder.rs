@@ -7,6 +7,7 @@ use std::time::Duration;
 
 #[cfg(doc)]
 use shedlock_core::Capabilities;
+use shedlock_core::raw::{check_positive_duration, invalid_setting};
 use shedlock_core::{ErrorKind, LockError, Operation};
 use tokio::time::Instant;
 
@@ -191,9 +192,7 @@ impl ZookeeperLockProviderBuilder {
             ("session timeout", self.session_timeout),
             ("max clock uncertainty", self.max_clock_uncertainty),
         ] {
-            if value.is_zero() {
-                return Err(invalid_setting(what, "0s", "it must be greater than zero"));
-            }
+            check_positive_duration(PROVIDER, what, value)?;
         }
         let servers = connect_string.servers.split('/').next().unwrap_or_default();
         // A scheme comes before any `/`; a chroot's own `://` is no server's scheme.
@@ -204,6 +203,7 @@ impl ZookeeperLockProviderBuilder {
         };
         if connect_string.servers.split(',').any(own_scheme) {
             return Err(invalid_setting(
+                PROVIDER,
                 "connect string",
                 &connect_string.redacted,
                 "a server must not carry a scheme of its own (tcp://, tcp+tls://): zk+tls:// \
@@ -214,6 +214,7 @@ impl ZookeeperLockProviderBuilder {
             let chroot = format!("/{chroot}");
             if let Some(rule) = paths::path_rule(&chroot) {
                 return Err(invalid_setting(
+                    PROVIDER,
                     "connect string",
                     &connect_string.redacted,
                     &format!("its chroot {chroot:?} is not a ZooKeeper path: {rule}"),
@@ -222,6 +223,7 @@ impl ZookeeperLockProviderBuilder {
         }
         if servers.split(',').any(|server| server.trim().is_empty()) {
             return Err(invalid_setting(
+                PROVIDER,
                 "connect string",
                 &connect_string.redacted,
                 "it must list at least one host:port, separated by commas, before any /chroot",
@@ -252,6 +254,7 @@ impl ZookeeperLockProviderBuilder {
         if !connect_string.tls {
             if self.tls.is_set() {
                 return Err(invalid_setting(
+                    PROVIDER,
                     "connect string",
                     &connect_string.redacted,
                     "a TLS root or client certificate was set, but the connect string does not \
@@ -270,16 +273,6 @@ impl ZookeeperLockProviderBuilder {
             )
         })
     }
-}
-
-fn invalid_setting(what: &str, value: &str, rule: &str) -> LockError {
-    LockError::backend_message(
-        ErrorKind::Configuration,
-        PROVIDER,
-        Operation::Connect,
-        "",
-        format!("invalid {what} {value:?}: {rule}"),
-    )
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! How ZooKeeper's errors and running out of time become [`LockError`]s: the kind of each
 //! failure, and what it leaves behind for the operation that met it.
 
+use shedlock_core::raw::{bounded, consequence, failure_message};
 use shedlock_core::{ErrorKind, LockError, Operation};
 use tokio::time::Instant;
 use zookeeper_client::Client;
@@ -13,7 +14,9 @@ use crate::session::Inner;
 pub(crate) type Answer<T> = Result<Result<T, zookeeper_client::Error>, LockError>;
 
 impl Inner {
-    /// Runs one request, bounded by the operation's `deadline`.
+    /// Runs one request within what is left before the operation's `deadline`. Running out is
+    /// reported as the operation's timeout, the bound the application set, rather than the
+    /// part of it this request had left.
     pub(crate) async fn request<T>(
         &self,
         operation: Operation,
@@ -21,14 +24,10 @@ impl Inner {
         deadline: Instant,
         request: impl Future<Output = Result<T, zookeeper_client::Error>>,
     ) -> Answer<T> {
-        tokio::time::timeout_at(deadline, request)
+        let left = deadline.saturating_duration_since(Instant::now());
+        bounded(PROVIDER, operation, name, left, request)
             .await
-            .map_err(|_| LockError::Timeout {
-                provider: PROVIDER,
-                operation,
-                name: name.to_owned(),
-                after: self.operation_timeout,
-            })
+            .map_err(|_| LockError::timeout(PROVIDER, operation, name, self.operation_timeout))
     }
 
     /// A ZooKeeper error that is not an answer about the lock, as the caller reports it.
@@ -40,39 +39,24 @@ impl Inner {
         error: zookeeper_client::Error,
     ) -> LockError {
         self.forget_ended_session(client, &error).await;
+        let kind = kind_of(&error);
         LockError::backend(
-            kind_of(&error),
+            kind,
             PROVIDER,
             operation,
             name,
-            format!(
-                "ZooKeeper at {} failed; {}",
-                self.endpoint,
-                consequence(operation)
-            ),
+            failure_message("ZooKeeper", &self.endpoint, "failed", operation, kind),
             error,
         )
     }
 }
 
-/// `message` followed by what the failure leaves behind, for an operation on a lock; a failed
-/// connect leaves nothing behind.
-pub(crate) fn after_failure(message: String, operation: Operation) -> String {
+/// `message` followed by what a failure of `kind` leaves behind, for an operation on a lock.
+/// A failed connect leaves nothing behind, and `message` already says why it failed.
+pub(crate) fn after_failure(message: String, operation: Operation, kind: ErrorKind) -> String {
     match operation {
         Operation::Connect => message,
-        other => format!("{message}; {}", consequence(other)),
-    }
-}
-
-/// What a failed operation leaves behind, for its error message.
-pub(crate) fn consequence(operation: Operation) -> &'static str {
-    match operation {
-        Operation::Acquire => "whether the lock was taken is unknown, so the task must not run",
-        Operation::Release => "the lock stays held until its lock_until at the latest",
-        Operation::Extend => {
-            "the lock keeps its previous expiry, or the new one if the write landed"
-        }
-        _ => "is it running and reachable?",
+        other => format!("{message}; {}", consequence(other, kind)),
     }
 }
 

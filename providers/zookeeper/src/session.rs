@@ -5,6 +5,7 @@ use std::sync::Mutex;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use shedlock_core::raw::consequence;
 use shedlock_core::{ErrorKind, LockError, Operation};
 #[cfg(feature = "tls-rustls")]
 use tokio::time::Instant;
@@ -13,7 +14,7 @@ use zookeeper_client::{Client, SessionState};
 
 use crate::PROVIDER;
 use crate::credentials::DigestCredentials;
-use crate::failure::{after_failure, connect_kind, consequence};
+use crate::failure::{after_failure, connect_kind};
 use crate::server_clock::ServerClock;
 #[cfg(feature = "tls-rustls")]
 use crate::tls;
@@ -125,6 +126,7 @@ impl Inner {
                     self.endpoint
                 ),
                 operation,
+                kind,
             );
             return Err(match connected {
                 Ok(Err(error)) => {
@@ -136,17 +138,14 @@ impl Inner {
         let client = match connected {
             Ok(Ok(client)) => client,
             Ok(Err(error)) => {
+                let kind = connect_kind(&error);
+                let message = format!(
+                    "could not open a session with ZooKeeper at {}; {}",
+                    self.endpoint,
+                    consequence(operation, kind)
+                );
                 return Err(LockError::backend(
-                    connect_kind(&error),
-                    PROVIDER,
-                    operation,
-                    name,
-                    format!(
-                        "could not open a session with ZooKeeper at {}; {}",
-                        self.endpoint,
-                        consequence(operation)
-                    ),
-                    error,
+                    kind, PROVIDER, operation, name, message, error,
                 ));
             }
             Err(_) => {
@@ -162,6 +161,7 @@ impl Inner {
                             self.endpoint, self.connect_timeout
                         ),
                         operation,
+                        ErrorKind::Unreachable,
                     ),
                 ));
             }

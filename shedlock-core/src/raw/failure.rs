@@ -56,6 +56,26 @@ pub fn consequence(operation: Operation, kind: ErrorKind) -> &'static str {
     }
 }
 
+/// The message of a failed request, `<backend> at <endpoint> <cause>; <consequence>` ("Redis at
+/// redis://cache:6379 is unreachable; nothing was written and the task must not run"), the
+/// consequence being [`consequence`] of `operation` and `kind`: every provider says where the
+/// request went, what happened to it and what that leaves behind, in that order.
+///
+/// `endpoint` is shown as given, so it must already be redacted; `cause` is the provider's own
+/// words for what its client reported ("failed", "is unreachable").
+pub fn failure_message(
+    backend: &str,
+    endpoint: &str,
+    cause: &str,
+    operation: Operation,
+    kind: ErrorKind,
+) -> String {
+    format!(
+        "{backend} at {endpoint} {cause}; {}",
+        consequence(operation, kind)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,6 +115,32 @@ mod tests {
         assert_eq!(
             consequence(Operation::Acquire, ErrorKind::OutcomeUnknown),
             "whether the lock was taken is unknown, so the task must not run"
+        );
+    }
+
+    #[test]
+    fn a_failure_message_names_the_backend_then_the_cause_then_the_consequence() {
+        assert_eq!(
+            failure_message(
+                "etcd",
+                "http://root:***@etcd:2379",
+                "is unreachable",
+                Operation::Release,
+                ErrorKind::Unreachable,
+            ),
+            "etcd at http://root:***@etcd:2379 is unreachable; nothing was written: the lock \
+             stays held until lock_at_most_for at the latest"
+        );
+        assert_eq!(
+            failure_message(
+                "Redis",
+                "redis://cache:6379",
+                "failed",
+                Operation::Acquire,
+                ErrorKind::OutcomeUnknown,
+            ),
+            "Redis at redis://cache:6379 failed; whether the lock was taken is unknown, so the \
+             task must not run"
         );
     }
 

@@ -19,6 +19,7 @@
 //! keeps.
 
 mod failure;
+mod settings;
 
 /// The attribute a [`LockStorage`] or [`LockProvider`](crate::LockProvider) implementation
 /// puts on its `impl` block, re-exported so a provider crate needs no dependency of its own
@@ -32,4 +33,8 @@ pub use crate::storage::{
     DEFAULT_NAME_CACHE_CAPACITY, DEFAULT_OPERATION_TIMEOUT, HeldRecord, LockRecord, LockStorage,
     NodeTime, RecordOutcome, StorageBasedLockProvider, default_holder,
 };
-pub use failure::{bounded, consequence};
+pub use failure::{bounded, consequence, failure_message};
+pub use settings::{
+    KeyNamespace, ProviderSettings, check_positive_duration, invalid_setting,
+    unused_tls_root_certificate,
+};
