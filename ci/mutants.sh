@@ -30,12 +30,13 @@ mkdir -p "$OUT"
 
 # area: the files (within .cargo/mutants.toml's), the package they are in, the packages whose
 # tests run, and which of their tests (the kit under server and client time, in UTC, on SQLite
-# and PostgreSQL: its non-UTC runs add nothing the shared code decides; and PostgreSQL's wire
-# round-trip counts, which notice a connection that is not reused; and their admin tests)
+# and PostgreSQL: its non-UTC runs add nothing the shared code decides; and their `suite`
+# targets: the provider and admin tests, and PostgreSQL's wire round-trip counts, which notice
+# a connection that is not reused)
 areas=(
   "shedlock-configuration/src|shedlock-configuration|shedlock-configuration|"
   "shedlock-core/src|shedlock-core|shedlock-core|"
-  "providers/sql/src|shedlock-sql|shedlock-sql shedlock-sqlite shedlock-postgres|--lib --test sqlite_provider --test conformance --test conformance_client_time --test round_trips --test admin"
+  "providers/sql/src|shedlock-sql|shedlock-sql shedlock-sqlite shedlock-postgres|--lib --test suite --test conformance --test conformance_client_time"
   "conformance/src/checks/model.rs|shedlock-conformance|shedlock-conformance|"
   "conformance/src/faults/ledger.rs|shedlock-conformance|shedlock-conformance|--lib"
   "conformance/src/first_use.rs|shedlock-conformance|shedlock-conformance|--lib --test first_use"

@@ -133,9 +133,9 @@ step cargo test --workspace --doc --locked --no-fail-fast
 step cargo test -p shedlock --all-features --locked --no-fail-fast
 step cargo test -p shedlock --no-default-features --locked --no-fail-fast
 # Without TLS (the providers' TLS features off): a URL that asks for TLS names the feature.
-step cargo test -p shedlock-postgres --no-default-features --test tls_disabled --locked
+step cargo test -p shedlock-postgres --no-default-features --test tls --locked
 step cargo test -p shedlock-redis --no-default-features --test tls --locked
-step cargo test -p shedlock-mysql --no-default-features --test tls_disabled --locked
+step cargo test -p shedlock-mysql --no-default-features --test tls --locked
 step cargo test -p shedlock-zookeeper --no-default-features --test tls --locked
 # The kit's launcher without the `testcontainers` feature (the workspace build turns it on):
 # the error that names the variable and the feature.

@@ -16,8 +16,7 @@ use shedlock_core::{
 use shedlock_etcd::{EtcdLockProvider, EtcdLockProviderBuilder};
 use tokio::time::Instant;
 
-#[path = "../../../shedlock-core/tests/shared/log_capture.rs"]
-mod log_capture;
+use shedlock_test_support::log_capture;
 
 const MS: Duration = Duration::from_millis(1);
 const SECRET: &str = "sup3rs3cret-pw";

@@ -1,19 +1,14 @@
 //! The conformance kit against a real MySQL or MariaDB server (`SHEDLOCK_TEST_MYSQL_URL`), on a
 //! ShedLock table with the fencing column, in server time.
 
-#[path = "../../sql/tests/shared/conformance_harness.rs"]
-mod conformance_harness;
 #[path = "kit/planted_records.rs"]
 mod planted_records;
 
-use conformance_harness::KitRun;
 use shedlock_conformance::backends;
-use shedlock_mysql::MySqlBackend;
+use shedlock_test_support::sql::conformance_harness::{self, KitRun};
+
+use planted_records::MySqlKit;
 
 fn main() -> std::process::ExitCode {
-    conformance_harness::run::<MySqlBackend>(
-        backends::mysql_url(),
-        2,
-        KitRun::SERVER_TIME_WITH_FENCING,
-    )
+    conformance_harness::run::<MySqlKit>(backends::mysql_url(), 2, KitRun::SERVER_TIME_WITH_FENCING)
 }

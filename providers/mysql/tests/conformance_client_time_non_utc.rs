@@ -2,19 +2,18 @@
 //! from UTC, in client time, on ShedLock's table (no fencing column): the process in
 //! `America/Los_Angeles`, every session at `+05:30`, the table's times `DATETIME(3)`.
 
-#[path = "../../sql/tests/shared/conformance_harness.rs"]
-mod conformance_harness;
 #[path = "kit/non_utc_sessions.rs"]
 mod non_utc_sessions;
 #[path = "kit/planted_records.rs"]
 mod planted_records;
 
-use conformance_harness::KitRun;
 use shedlock_conformance::backends;
-use shedlock_mysql::MySqlBackend;
+use shedlock_test_support::sql::conformance_harness::{self, KitRun};
+
+use planted_records::MySqlKit;
 
 fn main() -> std::process::ExitCode {
-    conformance_harness::non_utc::run::<MySqlBackend>(
+    conformance_harness::non_utc::run::<MySqlKit>(
         backends::mysql_url(),
         2,
         KitRun::CLIENT_TIME_WITHOUT_FENCING_NON_UTC,

@@ -1,17 +1,16 @@
 //! The conformance kit against a real PostgreSQL server (`SHEDLOCK_TEST_POSTGRES_URL`) in client
 //! time, on exactly ShedLock's table (no fencing column).
 
-#[path = "../../sql/tests/shared/conformance_harness.rs"]
-mod conformance_harness;
 #[path = "kit/planted_records.rs"]
 mod planted_records;
 
-use conformance_harness::KitRun;
 use shedlock_conformance::backends;
-use shedlock_postgres::PostgresBackend;
+use shedlock_test_support::sql::conformance_harness::{self, KitRun};
+
+use planted_records::PostgresKit;
 
 fn main() -> std::process::ExitCode {
-    conformance_harness::run::<PostgresBackend>(
+    conformance_harness::run::<PostgresKit>(
         backends::postgres_url(),
         2,
         KitRun::CLIENT_TIME_WITHOUT_FENCING,

@@ -2,19 +2,18 @@
 //! UTC, in client time, on exactly ShedLock's table (no fencing column): the process and every
 //! session in `America/Los_Angeles`, on pools that set the zone on connect.
 
-#[path = "../../sql/tests/shared/conformance_harness.rs"]
-mod conformance_harness;
 #[path = "kit/non_utc_sessions.rs"]
 mod non_utc_sessions;
 #[path = "kit/planted_records.rs"]
 mod planted_records;
 
-use conformance_harness::KitRun;
 use shedlock_conformance::backends;
-use shedlock_postgres::PostgresBackend;
+use shedlock_test_support::sql::conformance_harness::{self, KitRun};
+
+use planted_records::PostgresKit;
 
 fn main() -> std::process::ExitCode {
-    conformance_harness::non_utc::run::<PostgresBackend>(
+    conformance_harness::non_utc::run::<PostgresKit>(
         backends::postgres_url(),
         2,
         KitRun::CLIENT_TIME_WITHOUT_FENCING_NON_UTC,

@@ -4,17 +4,16 @@
 //! run against the fault check that exists to catch it. Every check must fail. Needs what
 //! `tests/faults.rs` needs (`ci/test.sh` sets it), and `faketime`.
 
-#[path = "../../sql/tests/shared/conformance_harness.rs"]
-mod conformance_harness;
 #[path = "kit/planted_records.rs"]
 mod planted_records;
 
-use conformance_harness::KitRun;
 use shedlock_conformance::backends;
-use shedlock_postgres::PostgresBackend;
+use shedlock_test_support::sql::conformance_harness::{self, KitRun};
+
+use planted_records::PostgresKit;
 
 fn main() -> std::process::ExitCode {
-    conformance_harness::run_fault_defects::<PostgresBackend>(
+    conformance_harness::run_fault_defects::<PostgresKit>(
         backends::postgres_url(),
         2,
         KitRun::SERVER_TIME_WITH_FENCING,

@@ -3,17 +3,16 @@
 //! stalled during acquire, release and extend, a restart while locks are held, and a soak of
 //! node processes with a ledger (`SHEDLOCK_SOAK_SECONDS` sets its length).
 
-#[path = "../../sql/tests/shared/conformance_harness.rs"]
-mod conformance_harness;
 #[path = "kit/planted_records.rs"]
 mod planted_records;
 
-use conformance_harness::KitRun;
 use shedlock_conformance::backends;
-use shedlock_postgres::PostgresBackend;
+use shedlock_test_support::sql::conformance_harness::{self, KitRun};
+
+use planted_records::PostgresKit;
 
 fn main() -> std::process::ExitCode {
-    conformance_harness::run_faults::<PostgresBackend>(
+    conformance_harness::run_faults::<PostgresKit>(
         backends::postgres_url(),
         2,
         KitRun::SERVER_TIME_WITH_FENCING,

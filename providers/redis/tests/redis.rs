@@ -22,8 +22,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-#[path = "../../../shedlock-core/tests/shared/log_capture.rs"]
-mod log_capture;
+use shedlock_test_support::log_capture;
 
 const MS: Duration = Duration::from_millis(1);
 const SECRET: &str = "sup3rs3cret-pw";

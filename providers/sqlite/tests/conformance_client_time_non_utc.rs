@@ -2,20 +2,19 @@
 //! file in the temp folder) far from UTC, in client time, on exactly ShedLock's table (no fencing
 //! column): the process in `America/Los_Angeles`.
 
-#[path = "../../sql/tests/shared/conformance_harness.rs"]
-mod conformance_harness;
 #[path = "kit/non_utc_sessions.rs"]
 mod non_utc_sessions;
 #[path = "kit/planted_records.rs"]
 mod planted_records;
 
-use conformance_harness::KitRun;
 use shedlock_conformance::backends;
-use shedlock_sqlite::SqliteBackend;
+use shedlock_test_support::sql::conformance_harness::{self, KitRun};
+
+use planted_records::SqliteKit;
 
 fn main() -> std::process::ExitCode {
     // One admin connection: SQLite has one writer at a time anyway.
-    conformance_harness::non_utc::run::<SqliteBackend>(
+    conformance_harness::non_utc::run::<SqliteKit>(
         backends::sqlite_url(),
         1,
         KitRun::CLIENT_TIME_WITHOUT_FENCING_NON_UTC,

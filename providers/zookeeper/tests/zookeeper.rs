@@ -23,8 +23,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use zookeeper_client::{Acls, Client, CreateMode, Stat};
 
-#[path = "../../../shedlock-core/tests/shared/log_capture.rs"]
-mod log_capture;
+use shedlock_test_support::log_capture;
 
 const MS: Duration = Duration::from_millis(1);
 const SECRET: &str = "sup3rs3cret-pw";

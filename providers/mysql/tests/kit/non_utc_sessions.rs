@@ -10,11 +10,12 @@ use std::str::FromStr;
 
 use shedlock_conformance::{SetupError, async_trait};
 use shedlock_mysql::{Flavor, LockTable, MySqlBackend, create_table_statement};
+use shedlock_test_support::sql::conformance_harness::Sessions;
+use shedlock_test_support::sql::conformance_harness::non_utc::NonUtcSessions;
 use sqlx::MySqlPool;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 
-use crate::conformance_harness::Sessions;
-use crate::conformance_harness::non_utc::NonUtcSessions;
+use crate::planted_records::MySqlKit;
 
 /// East of UTC, with minutes: an offset, because a server whose time zone tables were never
 /// loaded (`mysql_tzinfo_to_sql`, which Debian's MariaDB package does not run) knows no zone
@@ -22,8 +23,8 @@ use crate::conformance_harness::non_utc::NonUtcSessions;
 const ZONE: &str = "+05:30";
 
 #[async_trait]
-impl NonUtcSessions for MySqlBackend {
-    fn sessions(url: String) -> Result<Sessions<Self>, SetupError> {
+impl NonUtcSessions for MySqlKit {
+    fn sessions(url: String) -> Result<Sessions<MySqlBackend>, SetupError> {
         Ok(Sessions::Pool {
             pool: MySqlPoolOptions::new(),
             connect: MySqlConnectOptions::from_str(&url)?.timezone(Some(ZONE.to_owned())),

@@ -6,16 +6,21 @@ use std::time::SystemTime;
 use shedlock_conformance::backends::Backend;
 use shedlock_conformance::{PlantedRecord, async_trait};
 use shedlock_mysql::MySqlBackend;
+use shedlock_test_support::sql::conformance_harness::PlantRecords;
 use sqlx::MySqlPool;
-
-use crate::conformance_harness::PlantRecords;
 
 fn utc(time: SystemTime) -> chrono::NaiveDateTime {
     chrono::DateTime::<chrono::Utc>::from(time).naive_utc()
 }
 
+/// MySQL and MariaDB as the kit's SQL harness drives it. The harness's traits are implemented on this
+/// type of the crate's own: the orphan rule forbids implementing them for [`MySqlBackend`].
+pub struct MySqlKit;
+
 #[async_trait]
-impl PlantRecords for MySqlBackend {
+impl PlantRecords for MySqlKit {
+    type Backend = MySqlBackend;
+
     const UNREACHABLE_URL: &'static str = "mysql://root:secret@127.0.0.1:1/test";
 
     const SERVER: Option<(Backend, u16)> = Some((Backend::Mysql, 3306));

@@ -9,15 +9,16 @@ use std::str::FromStr;
 
 use shedlock_conformance::{SetupError, async_trait};
 use shedlock_postgres::PostgresBackend;
+use shedlock_test_support::sql::conformance_harness::Sessions;
+use shedlock_test_support::sql::conformance_harness::non_utc::NonUtcSessions;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::conformance_harness::Sessions;
-use crate::conformance_harness::non_utc::NonUtcSessions;
+use crate::planted_records::PostgresKit;
 
 #[async_trait]
-impl NonUtcSessions for PostgresBackend {
-    fn sessions(url: String) -> Result<Sessions<Self>, SetupError> {
+impl NonUtcSessions for PostgresKit {
+    fn sessions(url: String) -> Result<Sessions<PostgresBackend>, SetupError> {
         Ok(Sessions::Pool {
             pool: PgPoolOptions::new().after_connect(|connection, _| {
                 Box::pin(async move {

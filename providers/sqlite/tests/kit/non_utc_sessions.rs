@@ -4,14 +4,15 @@
 
 use shedlock_conformance::{SetupError, async_trait};
 use shedlock_sqlite::SqliteBackend;
+use shedlock_test_support::sql::conformance_harness::Sessions;
+use shedlock_test_support::sql::conformance_harness::non_utc::NonUtcSessions;
 use sqlx::SqlitePool;
 
-use crate::conformance_harness::Sessions;
-use crate::conformance_harness::non_utc::NonUtcSessions;
+use crate::planted_records::SqliteKit;
 
 #[async_trait]
-impl NonUtcSessions for SqliteBackend {
-    fn sessions(url: String) -> Result<Sessions<Self>, SetupError> {
+impl NonUtcSessions for SqliteKit {
+    fn sessions(url: String) -> Result<Sessions<SqliteBackend>, SetupError> {
         Ok(Sessions::Url(url))
     }
 

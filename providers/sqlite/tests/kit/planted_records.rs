@@ -6,9 +6,8 @@ use std::time::SystemTime;
 use shedlock_conformance::backends::Backend;
 use shedlock_conformance::{PlantedRecord, async_trait};
 use shedlock_sqlite::SqliteBackend;
+use shedlock_test_support::sql::conformance_harness::PlantRecords;
 use sqlx::SqlitePool;
-
-use crate::conformance_harness::PlantRecords;
 
 /// The provider's storage format: UTC text with milliseconds.
 fn text(time: SystemTime) -> String {
@@ -17,8 +16,14 @@ fn text(time: SystemTime) -> String {
         .to_string()
 }
 
+/// SQLite as the kit's SQL harness drives it. The harness's traits are implemented on this
+/// type of the crate's own: the orphan rule forbids implementing them for [`SqliteBackend`].
+pub struct SqliteKit;
+
 #[async_trait]
-impl PlantRecords for SqliteBackend {
+impl PlantRecords for SqliteKit {
+    type Backend = SqliteBackend;
+
     const UNREACHABLE_URL: &'static str = "sqlite:///nonexistent-shedlock-dir/locks.db";
 
     const SERVER: Option<(Backend, u16)> = None;

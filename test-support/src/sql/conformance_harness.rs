@@ -1,9 +1,11 @@
 //! The conformance kit's harness for any SQL provider: nodes on one fixed table in one of the
 //! provider's supported configurations ([`KitRun`]), an unreachable node, and a pool of its
-//! own to plant and clean rows. Each provider's conformance targets include this file with
-//! `#[path]` and say, through [`PlantRecords`], how their database writes a row as another
+//! own to plant and clean rows. Each provider's conformance targets say, through
+//! [`PlantRecords`], which backend they test and how its database writes a row as another
 //! program would, and, through [`non_utc::NonUtcSessions`], how its sessions start far from
-//! UTC.
+//! UTC. Both traits are implemented on a type of the provider's tests' own, not on the backend
+//! type: the orphan rule forbids a test crate to implement this crate's trait for another
+//! crate's type.
 
 use std::future::Future;
 use std::process::ExitCode;
@@ -36,8 +38,6 @@ pub struct KitRun {
     pub fencing: bool,
 }
 
-// Each conformance target runs one of these, so the others are unused in it.
-#[allow(dead_code)]
 impl KitRun {
     /// The default configuration: the database's clock, and the fencing column.
     pub const SERVER_TIME_WITH_FENCING: KitRun = KitRun {
@@ -77,8 +77,6 @@ pub enum Sessions<B: SqlBackend> {
     Url(String),
     /// Each node is given a pool of its own, opened with these settings, as an application
     /// passes one whose sessions it sets up itself.
-    // Only the non-UTC runs on a database with sessions need it.
-    #[allow(dead_code)]
     Pool {
         /// The pool's settings, such as a statement that sets each session up on connect.
         pool: PoolOptions<B::Database>,
@@ -87,9 +85,16 @@ pub enum Sessions<B: SqlBackend> {
     },
 }
 
-/// What differs per database: the SQL another program would use on the run's table.
+/// The database of a harness's backend (`Postgres` for PostgreSQL).
+pub type DatabaseOf<K> = <<K as PlantRecords>::Backend as SqlBackend>::Database;
+
+/// What differs per database: which backend is tested, and the SQL another program would use on
+/// the run's table.
 #[async_trait]
-pub trait PlantRecords: SqlBackend {
+pub trait PlantRecords: Send + Sync + 'static {
+    /// The backend the harness's nodes run on.
+    type Backend: SqlBackend;
+
     /// A URL where no database answers (with a password, as a real one would have).
     const UNREACHABLE_URL: &'static str;
 
@@ -100,14 +105,14 @@ pub trait PlantRecords: SqlBackend {
     /// Writes `record` into `table` as another program would, replacing any row of the same
     /// name.
     async fn write_record(
-        admin: &Pool<Self::Database>,
+        admin: &Pool<DatabaseOf<Self>>,
         table: &str,
         record: &PlantedRecord,
     ) -> Result<(), sqlx::Error>;
 
     /// Sets the fencing column of `table`'s row `name` (which exists) to `token`.
     async fn set_fencing_token(
-        admin: &Pool<Self::Database>,
+        admin: &Pool<DatabaseOf<Self>>,
         table: &str,
         name: &str,
         token: i64,
@@ -115,7 +120,7 @@ pub trait PlantRecords: SqlBackend {
 
     /// Deletes the rows of `table` whose names start with `name_prefix`.
     async fn cleanup(
-        admin: &Pool<Self::Database>,
+        admin: &Pool<DatabaseOf<Self>>,
         table: &str,
         name_prefix: &str,
     ) -> Result<(), sqlx::Error>;
@@ -127,18 +132,18 @@ const NODE_CONNECTIONS: u32 = 3;
 
 /// The harness: where nodes connect, in which configuration, and the pool for planting and
 /// cleaning records.
-pub struct SqlHarness<B: SqlBackend> {
+pub struct SqlHarness<K: PlantRecords> {
     name: String,
-    sessions: Sessions<B>,
+    sessions: Sessions<K::Backend>,
     run: KitRun,
-    admin: Pool<B::Database>,
+    admin: Pool<DatabaseOf<K>>,
 }
 
-impl<B: PlantRecords> SqlHarness<B> {
+impl<K: PlantRecords> SqlHarness<K> {
     /// Opens the harness's own pool, whose sessions start as the nodes' do, so planted records
     /// are written as a program configured like the nodes would write them.
     async fn connect(
-        sessions: Sessions<B>,
+        sessions: Sessions<K::Backend>,
         admin_connections: u32,
         run: KitRun,
     ) -> Result<Self, SetupError> {
@@ -151,7 +156,7 @@ impl<B: PlantRecords> SqlHarness<B> {
             .connect_with(connect)
             .await?;
         Ok(Self {
-            name: format!("{}{}", B::PROVIDER, run.report_suffix),
+            name: format!("{}{}", K::Backend::PROVIDER, run.report_suffix),
             sessions,
             run,
             admin,
@@ -162,7 +167,7 @@ impl<B: PlantRecords> SqlHarness<B> {
     /// shape is an error, not a silently different configuration.
     async fn prepare_table(&self) -> Result<(), SetupError> {
         let run = self.run;
-        let builder = SqlLockProvider::<B>::builder(self.admin.clone())
+        let builder = SqlLockProvider::<K::Backend>::builder(self.admin.clone())
             .table_name(run.table)
             .time_source(run.time_source);
         let builder = if run.fencing {
@@ -189,18 +194,18 @@ impl<B: PlantRecords> SqlHarness<B> {
 }
 
 #[async_trait]
-impl<B: PlantRecords> ConformanceHarness for SqlHarness<B> {
-    type Node = SqlLockProvider<B>;
+impl<K: PlantRecords> ConformanceHarness for SqlHarness<K> {
+    type Node = SqlLockProvider<K::Backend>;
 
     fn name(&self) -> &str {
         &self.name
     }
 
-    async fn node(&self, clock: Arc<dyn Clock>) -> Result<SqlLockProvider<B>, SetupError> {
+    async fn node(&self, clock: Arc<dyn Clock>) -> Result<SqlLockProvider<K::Backend>, SetupError> {
         let builder = match &self.sessions {
-            Sessions::Url(url) => SqlLockProvider::<B>::builder_from_url(url.clone())
+            Sessions::Url(url) => SqlLockProvider::<K::Backend>::builder_from_url(url.clone())
                 .max_connections(NODE_CONNECTIONS),
-            Sessions::Pool { pool, connect } => SqlLockProvider::<B>::builder(
+            Sessions::Pool { pool, connect } => SqlLockProvider::<K::Backend>::builder(
                 pool.clone()
                     .max_connections(NODE_CONNECTIONS)
                     .connect_lazy_with(connect.clone()),
@@ -214,26 +219,31 @@ impl<B: PlantRecords> ConformanceHarness for SqlHarness<B> {
             .await?)
     }
 
-    async fn unreachable_node(&self) -> Result<Support<SqlLockProvider<B>>, SetupError> {
-        Ok(SqlLockProvider::<B>::builder_from_url(B::UNREACHABLE_URL)
-            .table_name(self.run.table)
-            .time_source(self.run.time_source)
-            .connect_timeout(Duration::from_secs(2))
-            .build_without_connecting(self.run.fencing)
-            .map(Support::Supported)?)
+    async fn unreachable_node(&self) -> Result<Support<SqlLockProvider<K::Backend>>, SetupError> {
+        Ok(
+            SqlLockProvider::<K::Backend>::builder_from_url(K::UNREACHABLE_URL)
+                .table_name(self.run.table)
+                .time_source(self.run.time_source)
+                .connect_timeout(Duration::from_secs(2))
+                .build_without_connecting(self.run.fencing)
+                .map(Support::Supported)?,
+        )
     }
 
-    fn admin<'node>(&self, node: &'node SqlLockProvider<B>) -> Support<&'node dyn LockAdmin> {
+    fn admin<'node>(
+        &self,
+        node: &'node SqlLockProvider<K::Backend>,
+    ) -> Support<&'node dyn LockAdmin> {
         Support::Supported(node)
     }
 
-    fn clear_name_cache(&self, node: &SqlLockProvider<B>) -> Support<()> {
+    fn clear_name_cache(&self, node: &SqlLockProvider<K::Backend>) -> Support<()> {
         node.clear_name_cache();
         Support::Supported(())
     }
 
     async fn write_record(&self, record: &PlantedRecord) -> Result<Support<()>, SetupError> {
-        B::write_record(&self.admin, self.run.table, record).await?;
+        K::write_record(&self.admin, self.run.table, record).await?;
         Ok(Support::Supported(()))
     }
 
@@ -257,13 +267,13 @@ impl<B: PlantRecords> ConformanceHarness for SqlHarness<B> {
             locked_at: now - 2 * hour,
             locked_by: "conformance-kit".to_owned(),
         };
-        B::write_record(&self.admin, self.run.table, &expired).await?;
-        B::set_fencing_token(&self.admin, self.run.table, name, i64::try_from(past)?).await?;
+        K::write_record(&self.admin, self.run.table, &expired).await?;
+        K::set_fencing_token(&self.admin, self.run.table, name, i64::try_from(past)?).await?;
         Ok(Support::Supported(()))
     }
 
     async fn cleanup(&self, name_prefix: &str) -> Result<(), SetupError> {
-        Ok(B::cleanup(&self.admin, self.run.table, name_prefix).await?)
+        Ok(K::cleanup(&self.admin, self.run.table, name_prefix).await?)
     }
 }
 
@@ -284,14 +294,14 @@ fn split_authority(url: &str) -> Option<(&str, &str, &str)> {
 }
 
 #[async_trait]
-impl<B: PlantRecords> FaultHarness for SqlHarness<B> {
+impl<K: PlantRecords> FaultHarness for SqlHarness<K> {
     /// SQLite's `'now'` is read in each node's own process, from the machine's clock.
     fn backend_clock_is_the_nodes(&self) -> bool {
-        B::SERVER.is_none()
+        K::SERVER.is_none()
     }
 
     fn backend_address(&self) -> Support<String> {
-        let (Some((_, default_port)), Sessions::Url(url)) = (B::SERVER, &self.sessions) else {
+        let (Some((_, default_port)), Sessions::Url(url)) = (K::SERVER, &self.sessions) else {
             return Support::not_applicable(
                 "the database is a file the node opens itself: there is no network to stall",
             );
@@ -308,7 +318,7 @@ impl<B: PlantRecords> FaultHarness for SqlHarness<B> {
         }
     }
 
-    async fn node_via(&self, address: &str) -> Result<SqlLockProvider<B>, SetupError> {
+    async fn node_via(&self, address: &str) -> Result<SqlLockProvider<K::Backend>, SetupError> {
         let Sessions::Url(url) = &self.sessions else {
             return Err(SetupError::new(
                 "node_via() needs nodes that connect from a URL",
@@ -317,7 +327,7 @@ impl<B: PlantRecords> FaultHarness for SqlHarness<B> {
         let (before, _, after) =
             split_authority(url).ok_or_else(|| SetupError::new("the URL has no host"))?;
         Ok(
-            SqlLockProvider::<B>::builder_from_url(format!("{before}{address}{after}"))
+            SqlLockProvider::<K::Backend>::builder_from_url(format!("{before}{address}{after}"))
                 .max_connections(NODE_CONNECTIONS)
                 .operation_timeout(STALLED_TIMEOUT)
                 .connect_timeout(STALLED_TIMEOUT)
@@ -329,7 +339,7 @@ impl<B: PlantRecords> FaultHarness for SqlHarness<B> {
     }
 
     async fn pause_backend(&self, limit: Duration) -> Result<Support<()>, SetupError> {
-        match B::SERVER {
+        match K::SERVER {
             Some((backend, _)) => pause_command(backend, limit).await,
             None => Ok(Support::not_applicable(
                 "the database is a file each node opens itself: there is no server to pause",
@@ -338,14 +348,14 @@ impl<B: PlantRecords> FaultHarness for SqlHarness<B> {
     }
 
     async fn resume_backend(&self) -> Result<(), SetupError> {
-        match B::SERVER {
+        match K::SERVER {
             Some((backend, _)) => resume_command(backend).await,
             None => Ok(()),
         }
     }
 
     async fn restart_backend(&self) -> Result<Support<()>, SetupError> {
-        match B::SERVER {
+        match K::SERVER {
             Some((backend, _)) => restart_command(backend, Duration::from_secs(120)).await,
             None => Ok(Support::not_applicable(
                 "the database is a file: there is no server to restart",
@@ -356,16 +366,14 @@ impl<B: PlantRecords> FaultHarness for SqlHarness<B> {
 
 /// Runs the fault suite (`shedlock_conformance::faults`) in configuration `run` on the
 /// server `url` finds: the body of each SQL provider's `tests/faults.rs`.
-// Only the fault targets use this.
-#[allow(dead_code)]
-pub fn run_faults<B: PlantRecords>(
+pub fn run_faults<K: PlantRecords>(
     url: impl Future<Output = Result<String, LaunchError>>,
     admin_connections: u32,
     run: KitRun,
 ) -> ExitCode {
     shedlock_conformance::faults::run(|| async move {
         let harness =
-            SqlHarness::<B>::connect(Sessions::Url(url.await?), admin_connections, run).await?;
+            SqlHarness::<K>::connect(Sessions::Url(url.await?), admin_connections, run).await?;
         harness.prepare_table().await?;
         Ok(harness)
     })
@@ -373,33 +381,30 @@ pub fn run_faults<B: PlantRecords>(
 
 /// Runs the fault suite's broken nodes (`shedlock_conformance::faults::run_defects`) in
 /// configuration `run` on the server `url` finds: each fault check must catch its defect.
-// Only the fault-defect targets use this.
-#[allow(dead_code)]
-pub fn run_fault_defects<B: PlantRecords>(
+pub fn run_fault_defects<K: PlantRecords>(
     url: impl Future<Output = Result<String, LaunchError>>,
     admin_connections: u32,
     run: KitRun,
 ) -> ExitCode {
     shedlock_conformance::faults::run_defects(|| async move {
         let harness =
-            SqlHarness::<B>::connect(Sessions::Url(url.await?), admin_connections, run).await?;
+            SqlHarness::<K>::connect(Sessions::Url(url.await?), admin_connections, run).await?;
         harness.prepare_table().await?;
         Ok(harness)
     })
 }
 
 /// Runs the kit in configuration `run` on the server `url` finds, with `admin_connections`
-/// for the harness's own pool. The run's table is created before checks run in parallel.
-// The non-UTC targets start through `non_utc::run` instead.
-#[allow(dead_code)]
-pub fn run<B: PlantRecords>(
+/// for the harness's own pool. The run's table is created before checks run in parallel. The
+/// non-UTC targets start through [`non_utc::run`] instead.
+pub fn run<K: PlantRecords>(
     url: impl Future<Output = Result<String, LaunchError>>,
     admin_connections: u32,
     run: KitRun,
 ) -> ExitCode {
     shedlock_conformance::run(|| async move {
         let harness =
-            SqlHarness::<B>::connect(Sessions::Url(url.await?), admin_connections, run).await?;
+            SqlHarness::<K>::connect(Sessions::Url(url.await?), admin_connections, run).await?;
         harness.prepare_table().await?;
         Ok(harness)
     })
@@ -410,8 +415,6 @@ pub fn run<B: PlantRecords>(
 /// writes or compares local times, or relies on a UTC session it does not set up itself,
 /// then misreads the records the kit plants an hour from now, and the ShedLock-format check
 /// fails.
-// Only the non-UTC targets use this.
-#[allow(dead_code)]
 pub mod non_utc {
     use std::future::Future;
     use std::process::{Command, ExitCode};
@@ -422,7 +425,7 @@ pub mod non_utc {
     use shedlock_core::SystemClock;
     use sqlx::Pool;
 
-    use super::{KitRun, PlantRecords, Sessions, SqlHarness};
+    use super::{DatabaseOf, KitRun, PlantRecords, Sessions, SqlHarness};
 
     /// The test process's time zone: far west of UTC, with daylight saving time.
     pub const PROCESS_TIME_ZONE: &str = "America/Los_Angeles";
@@ -433,12 +436,12 @@ pub mod non_utc {
     pub trait NonUtcSessions: PlantRecords {
         /// How the nodes and the harness's pool connect to `url` so that their sessions start
         /// more than an hour from UTC.
-        fn sessions(url: String) -> Result<Sessions<Self>, SetupError>;
+        fn sessions(url: String) -> Result<Sessions<Self::Backend>, SetupError>;
 
         /// Creates the run's table where the provider's own DDL does not suit such sessions;
         /// the provider creates any table still missing afterwards.
         async fn create_table(
-            admin: &Pool<Self::Database>,
+            admin: &Pool<DatabaseOf<Self>>,
             table: &str,
             fencing: bool,
         ) -> Result<(), SetupError> {
@@ -449,15 +452,15 @@ pub mod non_utc {
         /// The time zone a session of `pool` reads local time in, and its offset from UTC
         /// now, in minutes.
         async fn session_time_zone(
-            pool: &Pool<Self::Database>,
+            pool: &Pool<DatabaseOf<Self>>,
         ) -> Result<(String, i64), sqlx::Error>;
     }
 
     /// Runs the kit in configuration `run` (one of the `_NON_UTC` ones, whose tables are their
-    /// own) like [`super::run`], in [`PROCESS_TIME_ZONE`] and in `B`'s non-UTC sessions.
+    /// own) like [`super::run`], in [`PROCESS_TIME_ZONE`] and in `K`'s non-UTC sessions.
     /// Setup fails, rather than quietly testing UTC, unless the process, the harness's pool
     /// and a node's pool all read local time more than an hour from UTC.
-    pub fn run<B: NonUtcSessions>(
+    pub fn run<K: NonUtcSessions>(
         url: impl Future<Output = Result<String, LaunchError>>,
         admin_connections: u32,
         run: KitRun,
@@ -466,9 +469,9 @@ pub mod non_utc {
             shedlock_conformance::run(|| async move {
                 let local = chrono::Local::now().offset().local_minus_utc();
                 far_from_utc("this process", PROCESS_TIME_ZONE, i64::from(local / 60))?;
-                let sessions = B::sessions(url.await?)?;
-                let harness = SqlHarness::<B>::connect(sessions, admin_connections, run).await?;
-                B::create_table(&harness.admin, run.table, run.fencing).await?;
+                let sessions = K::sessions(url.await?)?;
+                let harness = SqlHarness::<K>::connect(sessions, admin_connections, run).await?;
+                K::create_table(&harness.admin, run.table, run.fencing).await?;
                 harness.prepare_table().await?;
                 let node = harness.node(Arc::new(SystemClock)).await?;
                 // A node that opened its own connections from the URL starts its sessions as
@@ -476,7 +479,7 @@ pub mod non_utc {
                 let node_pool = node.pool().map(|pool| ("a node's pool", pool));
                 let harness_pool = Some(("the harness's own pool", &harness.admin));
                 for (whose, pool) in harness_pool.into_iter().chain(node_pool) {
-                    let (zone, offset) = B::session_time_zone(pool).await?;
+                    let (zone, offset) = K::session_time_zone(pool).await?;
                     far_from_utc(whose, &zone, offset)?;
                 }
                 Ok(harness)

@@ -1,7 +1,6 @@
 //! What a lock operation costs on the wire, counted by a proxy between the provider and a real
-//! server: counts, not timings, so they are stable. Each networked provider's
-//! `tests/round_trips.rs` includes this file with `#[path]` and says how to reach its server
-//! and how to kill one of the provider's connections there.
+//! server: counts, not timings, so they are stable. Each networked provider's round-trip tests
+//! say how to reach its server and how to kill one of the provider's connections there.
 
 use std::future::Future;
 use std::time::Duration;

@@ -1,9 +1,8 @@
 //! What every SQL provider's tests need: the server from the environment, table names of
 //! their own so tests run in parallel and again on a persistent database, and short ways to
-//! run SQL and take locks. Each provider's `tests/<backend>_provider.rs` includes this file
-//! with `#[path]`; a target uses only some of it.
-
-#![allow(dead_code)]
+//! run SQL and take locks, and the checks every provider's tests run on their own nodes, with
+//! the SQL that differs per database given through [`StoredRows`], [`JavaShedLock`] and
+//! [`NewStorage`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -729,14 +728,15 @@ pub fn two_days_ahead() -> Arc<dyn Clock> {
 
 /// New storage for one round of [`sixteen_nodes_create_the_table`]: made before the round,
 /// read and removed after it.
+// The futures are awaited where they are made, never sent to another task: no `Send` bound.
 pub trait NewStorage {
     /// Makes new, empty storage (a schema, a database, a file) and gives the URL that reaches
     /// it with the default table name.
-    async fn make(&self) -> String;
+    fn make(&self) -> impl Future<Output = String>;
     /// How many columns the table `shedlock` has there.
-    async fn columns(&self, url: &str) -> i64;
+    fn columns(&self, url: &str) -> impl Future<Output = i64>;
     /// Removes it.
-    async fn remove(&self, url: &str);
+    fn remove(&self, url: &str) -> impl Future<Output = ()>;
 }
 
 /// A new deployment, ten times: 16 replicas start at the same instant on new storage that has

@@ -1,9 +1,7 @@
 //! What each lock operation costs on the wire to a real MySQL or MariaDB server.
 
-#[path = "../../sql/tests/shared/round_trips.rs"]
-mod round_trips;
-
 use shedlock_mysql::MySqlLockProvider;
+use shedlock_test_support::sql::round_trips;
 
 fn url() -> String {
     std::env::var("SHEDLOCK_TEST_MYSQL_URL").unwrap_or_else(|_| {

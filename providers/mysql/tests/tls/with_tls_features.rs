@@ -3,8 +3,6 @@
 //! (ci/start-mariadb-tls.sh starts it, with the CA ci/start-backends.sh makes):
 //! `SHEDLOCK_TEST_MYSQL_TLS_URL` (with the host `localhost`) and `SHEDLOCK_TEST_TLS_CA_FILE`.
 
-#![cfg(any(feature = "tls-rustls", feature = "tls-rustls-native-roots"))]
-
 use std::time::Duration;
 
 use shedlock_core::{LockConfiguration, LockError, LockProvider};

@@ -2,8 +2,6 @@
 //! whose certificate a test CA signed for `localhost` only (ci/start-backends.sh makes both):
 //! `SHEDLOCK_TEST_POSTGRES_TLS_URL` (with the host `localhost`) and `SHEDLOCK_TEST_TLS_CA_FILE`.
 
-#![cfg(any(feature = "tls-rustls", feature = "tls-rustls-native-roots"))]
-
 use std::time::Duration;
 
 use shedlock_core::{LockConfiguration, LockError, LockProvider};

@@ -1,15 +1,12 @@
 //! The SQLite provider on a real database file: statements, schema checks, errors, fencing,
 //! time sources and rows written by other programs.
 
-#[path = "../../sql/tests/shared/provider_tests.rs"]
-mod shared;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shared::{exec, lock};
 use shedlock_core::{LockProvider, TimeSource};
 use shedlock_sqlite::SqliteLockProvider;
+use shedlock_test_support::sql::provider_tests::{self as shared, exec, lock};
 use sqlx::sqlite::SqlitePool;
 
 const MINUTE: Duration = Duration::from_secs(60);

@@ -2,12 +2,9 @@
 //! every level and from every crate (the providers', their clients', the executor's), for
 //! tests that assert what a log line may never hold, such as a password.
 //!
-//! A plain `tracing::Subscriber`, so a crate whose tests have only `tracing` can use it
-//! (`#[path = "../../../shedlock-core/tests/shared/log_capture.rs"] mod log_capture;`).
-//! Installed for the current thread: run the test on a current-thread runtime, so the tasks
-//! its clients spawn log on that thread too.
-
-#![allow(dead_code)] // Each test file uses its own part of this.
+//! A plain `tracing::Subscriber`, so it needs nothing beyond `tracing` (this crate's default
+//! build). Installed for the current thread: run the test on a current-thread runtime, so the
+//! tasks its clients spawn log on that thread too.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};

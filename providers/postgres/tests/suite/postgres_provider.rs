@@ -1,15 +1,12 @@
 //! The PostgreSQL provider against a real server: statements, schema checks, errors, fencing,
 //! time sources and interoperation with Java ShedLock's own SQL.
 
-#[path = "../../sql/tests/shared/provider_tests.rs"]
-mod shared;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use shared::{config, exec, lock, unique};
 use shedlock_core::{LockError, LockProvider, TimeSource};
 use shedlock_postgres::{PostgresLockProvider, create_table_statement};
+use shedlock_test_support::sql::provider_tests::{self as shared, config, exec, lock, unique};
 use sqlx::Row;
 
 const MINUTE: Duration = Duration::from_secs(60);

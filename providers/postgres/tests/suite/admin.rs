@@ -1,44 +1,33 @@
-//! The operator's view ([`LockAdmin`]) of the MySQL/MariaDB provider against a real server:
-//! listing, inspecting and force-unlocking on `TIMESTAMP(3)` and `DATETIME(6)` tables, with and
-//! without the fencing column, renamed, under a case-insensitive collation, in client time, and
-//! rows Java ShedLock wrote.
-
-#[path = "../../sql/tests/shared/provider_tests.rs"]
-mod shared;
-// The harness's planting of rows as Java writes them is all this target uses of it.
-#[path = "../../sql/tests/shared/admin_tests.rs"]
-mod admin_tests;
-#[allow(dead_code)]
-#[path = "../../sql/tests/shared/conformance_harness.rs"]
-mod conformance_harness;
-#[path = "kit/planted_records.rs"]
-mod planted_records;
+//! The operator's view ([`LockAdmin`]) of the PostgreSQL provider against a real server: listing,
+//! inspecting and force-unlocking on `TIMESTAMP` and `TIMESTAMPTZ` tables, with and without the
+//! fencing column, renamed, in client time, and rows Java ShedLock wrote.
 
 use std::time::{Duration, Instant};
 
-use shared::{exec, lock, unique};
-use shedlock_core::{LockAdmin, LockError, LockState, Operation, PageRequest, TimeSource};
-use shedlock_mysql::{MySqlBackend, MySqlLockProvider};
-use sqlx::mysql::MySqlPool;
+use shedlock_core::{LockAdmin, LockError, Operation, PageRequest, TimeSource};
+use shedlock_postgres::PostgresLockProvider;
+use shedlock_test_support::sql::admin_tests;
+use shedlock_test_support::sql::provider_tests::{self as shared, exec, lock, unique};
+
+use crate::planted_records::PostgresKit;
 
 const HOLDER: &str = "rust-node";
-const MINUTE: Duration = Duration::from_secs(60);
 
 fn url() -> String {
     shared::url_from_env(
-        "SHEDLOCK_TEST_MYSQL_URL",
-        "a MySQL or MariaDB server",
-        "mysql://root@127.0.0.1:3306/test",
+        "SHEDLOCK_TEST_POSTGRES_URL",
+        "a PostgreSQL server",
+        "postgres://postgres@127.0.0.1:5432/test",
     )
 }
 
-async fn pool() -> MySqlPool {
+async fn pool() -> sqlx::PgPool {
     shared::pool(&url()).await
 }
 
 /// A node with its own connections on `table`, created with the fencing column if missing.
-async fn node(table: &str) -> MySqlLockProvider {
-    MySqlLockProvider::builder_from_url(url())
+async fn node(table: &str) -> PostgresLockProvider {
+    PostgresLockProvider::builder_from_url(url())
         .table_name(table)
         .create_table_with_fencing_if_missing()
         .holder(HOLDER)
@@ -48,8 +37,8 @@ async fn node(table: &str) -> MySqlLockProvider {
 }
 
 /// A node on `table` as it is, without creating it.
-async fn node_on_existing(table: &str, holder: &str) -> MySqlLockProvider {
-    MySqlLockProvider::builder_from_url(url())
+async fn node_on_existing(table: &str, holder: &str) -> PostgresLockProvider {
+    PostgresLockProvider::builder_from_url(url())
         .table_name(table)
         .holder(holder)
         .build()
@@ -63,7 +52,7 @@ async fn drop_table(table: &str) {
 
 #[tokio::test]
 async fn listing_pages_through_a_prefix_literally_in_name_order() {
-    let table = unique("my_admin_list");
+    let table = unique("pg_admin_list");
     let node = node(&table).await;
     admin_tests::listing_pages_through_a_prefix_literally_in_name_order(&node, &node).await;
     drop_table(&table).await;
@@ -71,7 +60,7 @@ async fn listing_pages_through_a_prefix_literally_in_name_order() {
 
 #[tokio::test]
 async fn held_released_and_at_least_locks_show_their_state() {
-    let table = unique("my_admin_states");
+    let table = unique("pg_admin_states");
     let node = node(&table).await;
     admin_tests::held_released_and_at_least_locks_show_their_state(&node, &node, HOLDER).await;
     drop_table(&table).await;
@@ -79,15 +68,18 @@ async fn held_released_and_at_least_locks_show_their_state() {
 
 #[tokio::test]
 async fn inspect_matches_the_listing_and_refuses_names_locks_refuse() {
-    let table = unique("my_admin_inspect");
+    let table = unique("pg_admin_inspect");
     let node = node(&table).await;
     admin_tests::inspect_matches_the_listing_and_refuses_names_locks_refuse(&node, &node).await;
+    // PostgreSQL text cannot hold NUL: refused as the lock operations refuse it.
+    let nul = node.inspect_lock("a\0b").await;
+    assert!(matches!(nul, Err(LockError::InvalidName { .. })), "{nul:?}");
     drop_table(&table).await;
 }
 
 #[tokio::test]
 async fn force_unlock_frees_exactly_the_acquisition_it_names_with_fencing() {
-    let table = unique("my_admin_force");
+    let table = unique("pg_admin_force");
     let (a, b, c) = (
         node(&table).await,
         node_on_existing(&table, "node-b").await,
@@ -98,16 +90,15 @@ async fn force_unlock_frees_exactly_the_acquisition_it_names_with_fencing() {
     drop_table(&table).await;
 }
 
-/// `DATETIME(6)` keeps microseconds: `locked_at` goes into the id and back with all of them.
+/// `TIMESTAMPTZ` columns hold instants: `locked_at` goes into the id and back as one.
 #[tokio::test]
-async fn force_unlock_on_a_datetime_6_table_without_fencing() {
-    let table = unique("my_admin_dt6");
+async fn force_unlock_on_a_timestamptz_table_without_fencing() {
+    let table = unique("pg_admin_tz");
     exec(
         &pool().await,
         &format!(
-            "CREATE TABLE {table} (name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
-             NOT NULL, lock_until DATETIME(6) NOT NULL, locked_at DATETIME(6) NOT NULL, \
-             locked_by VARCHAR(255) NOT NULL, PRIMARY KEY (name))"
+            "CREATE TABLE {table} (name VARCHAR(64) PRIMARY KEY, lock_until TIMESTAMPTZ(6) NOT NULL, \
+             locked_at TIMESTAMPTZ(6) NOT NULL, locked_by VARCHAR(255) NOT NULL)"
         ),
     )
     .await;
@@ -124,9 +115,9 @@ async fn force_unlock_on_a_datetime_6_table_without_fencing() {
 
 #[tokio::test]
 async fn the_configured_table_and_column_names_are_used() {
-    let table = unique("my_admin_renamed");
+    let table = unique("pg_admin_renamed");
     let renamed = |holder: &str| {
-        shared::renamed_table_and_columns(MySqlLockProvider::builder_from_url(url()), &table)
+        shared::renamed_table_and_columns(PostgresLockProvider::builder_from_url(url()), &table)
             .holder(holder)
     };
     let a = renamed(HOLDER)
@@ -141,68 +132,12 @@ async fn the_configured_table_and_column_names_are_used() {
     drop_table(&table).await;
 }
 
-/// Under a case- and accent-insensitive collation the key holds no two names the collation
-/// calls equal, so pages in its order never skip or repeat a row; its `LIKE` matches more than
-/// the prefix, and the listing keeps the exact matches only. Inspect finds the row whose lock a
-/// name shares, as an acquire of that name would.
-#[tokio::test]
-async fn a_case_insensitive_name_column_lists_exact_prefixes_every_row_once() {
-    let pool = pool().await;
-    let table = unique("my_admin_ci");
-    exec(
-        &pool,
-        &format!(
-            "CREATE TABLE {table} (name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE \
-             utf8mb4_general_ci NOT NULL, lock_until TIMESTAMP(3) NOT NULL, locked_at \
-             TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3), locked_by VARCHAR(255) NOT NULL, \
-             PRIMARY KEY (name))"
-        ),
-    )
-    .await;
-    let node = node_on_existing(&table, HOLDER).await;
-    let names = [
-        "Job-A", "job-b", "JOB-c", "jobs", "Jobs-X", "JOB", "other", "ä-1", "a-2", "A-3", "b",
-    ];
-    let mut handles = Vec::new();
-    for name in names {
-        handles.push(
-            lock(&node, name, MINUTE)
-                .await
-                .expect("distinct under the collation"),
-        );
-    }
-    let in_collation_order: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "SELECT name FROM {table} ORDER BY name"
-    )))
-    .fetch_all(&pool)
-    .await
-    .unwrap();
-    assert_eq!(in_collation_order.len(), names.len());
-    for prefix in ["", "job", "JOB", "Job-", "a", "ä", "A", "jobs", "x"] {
-        let expected: Vec<&String> = in_collation_order
-            .iter()
-            .filter(|name| name.starts_with(prefix))
-            .collect();
-        for page_size in [1, 2, 100] {
-            let listed = admin_tests::list_all(&node, prefix, page_size).await;
-            let listed: Vec<&String> = listed.iter().map(|lock| &lock.name).collect();
-            assert_eq!(listed, expected, "prefix {prefix:?}, pages of {page_size}");
-        }
-    }
-    let shared_lock = node.inspect_lock("JOB-C").await.unwrap().unwrap();
-    assert_eq!(shared_lock.name, "JOB-c", "the row whose lock JOB-C shares");
-    for handle in handles {
-        assert!(handle.unlock().await.unwrap());
-    }
-    drop_table(&table).await;
-}
-
 #[tokio::test]
 async fn a_java_row_lists_and_is_freed_by_its_own_acquisition_only() {
     let pool = pool().await;
     for fencing in [true, false] {
-        let table = unique("my_admin_java");
-        let builder = MySqlLockProvider::builder_from_url(url()).table_name(&table);
+        let table = unique("pg_admin_java");
+        let builder = PostgresLockProvider::builder_from_url(url()).table_name(&table);
         let node = if fencing {
             builder.create_table_with_fencing_if_missing()
         } else {
@@ -211,7 +146,7 @@ async fn a_java_row_lists_and_is_freed_by_its_own_acquisition_only() {
         .build()
         .await
         .unwrap();
-        admin_tests::a_java_row_lists_and_is_freed_by_its_own_acquisition_only::<MySqlBackend>(
+        admin_tests::a_java_row_lists_and_is_freed_by_its_own_acquisition_only::<PostgresKit>(
             &node, &node, &pool, &table,
         )
         .await;
@@ -221,29 +156,33 @@ async fn a_java_row_lists_and_is_freed_by_its_own_acquisition_only() {
 
 #[tokio::test]
 async fn a_thousand_names_list_in_ten_pages_of_a_hundred() {
-    let table = unique("my_admin_scale");
+    let table = unique("pg_admin_scale");
     let node = node(&table).await;
-    let expected: Vec<String> = (1..=1000).map(|n| format!("bulk-{n:04}")).collect();
-    let rows = vec!["(?, UTC_TIMESTAMP(3) + INTERVAL 1 HOUR, UTC_TIMESTAMP(3), 'bulk-host')"; 1000];
-    let insert = format!(
-        "INSERT INTO {table} (name, lock_until, locked_at, locked_by) VALUES {}",
-        rows.join(", ")
+    exec(
+        &pool().await,
+        &format!(
+            "INSERT INTO {table} (name, lock_until, locked_at, locked_by) \
+             SELECT 'bulk-' || lpad(g::text, 4, '0'), \
+             timezone('utc', CURRENT_TIMESTAMP) + interval '1 hour', \
+             timezone('utc', CURRENT_TIMESTAMP), 'bulk-host' FROM generate_series(1, 1000) g"
+        ),
+    )
+    .await;
+    assert!(
+        lock(&node, "other", Duration::from_secs(60))
+            .await
+            .is_some()
     );
-    let mut query = sqlx::query(sqlx::AssertSqlSafe(insert));
-    for name in &expected {
-        query = query.bind(name);
-    }
-    query.execute(&pool().await).await.unwrap();
-    assert!(lock(&node, "other", MINUTE).await.is_some());
+    let expected: Vec<String> = (1..=1000).map(|n| format!("bulk-{n:04}")).collect();
     admin_tests::a_thousand_names_list_in_ten_pages_of_a_hundred(&node, "bulk-", &expected).await;
     drop_table(&table).await;
 }
 
 #[tokio::test]
 async fn client_time_admin_judges_by_the_nodes_clock() {
-    let table = unique("my_admin_client");
+    let table = unique("pg_admin_client");
     node(&table).await;
-    let client = MySqlLockProvider::builder_from_url(url())
+    let client = PostgresLockProvider::builder_from_url(url())
         .table_name(&table)
         .time_source(TimeSource::Client)
         .build()
@@ -257,32 +196,17 @@ async fn client_time_admin_judges_by_the_nodes_clock() {
 /// never the password of the URL.
 #[tokio::test]
 async fn admin_errors_name_the_operation_and_never_the_password() {
-    let pool = pool().await;
-    let table = unique("my_admin_errors");
-    let user = unique("shedlock_admin");
-    exec(
-        &pool,
-        &format!("CREATE USER '{user}'@'%' IDENTIFIED BY 's3cr3t-pw'"),
-    )
-    .await;
-    let database: String = sqlx::query_scalar("SELECT CAST(DATABASE() AS CHAR)")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    exec(
-        &pool,
-        &format!("GRANT ALL ON `{database}`.* TO '{user}'@'%'"),
-    )
-    .await;
-    let with_password = url().replacen("root@", &format!("{user}:s3cr3t-pw@"), 1);
+    let table = unique("pg_admin_errors");
+    // The test server trusts every connection, so any password connects.
+    let with_password = url().replacen("postgres@", "postgres:s3cr3t-pw@", 1);
     assert!(with_password.contains("s3cr3t-pw"), "{with_password}");
-    let node = MySqlLockProvider::builder_from_url(with_password)
+    let node = PostgresLockProvider::builder_from_url(with_password)
         .table_name(&table)
         .create_table_with_fencing_if_missing()
         .build()
         .await
         .unwrap();
-    let held = lock(&node, "job", MINUTE).await.unwrap();
+    let held = lock(&node, "job", Duration::from_secs(60)).await.unwrap();
     let seen = node.inspect_lock("job").await.unwrap().unwrap();
     drop_table(&table).await;
     let errors = [
@@ -315,24 +239,23 @@ async fn admin_errors_name_the_operation_and_never_the_password() {
         assert!(!shown.contains("s3cr3t-pw"), "{shown}");
     }
     drop(held);
-    exec(&pool, &format!("DROP USER '{user}'@'%'")).await;
 }
 
 /// A force-unlock that waits (here on a row another transaction is changing) gives up after
 /// the provider's operation timeout, as a lock operation does.
 #[tokio::test]
 async fn a_force_unlock_that_waits_gives_up_within_the_operation_timeout() {
-    let table = unique("my_admin_timeout");
-    let node = MySqlLockProvider::builder_from_url(url())
+    let table = unique("pg_admin_timeout");
+    let node = PostgresLockProvider::builder_from_url(url())
         .table_name(&table)
         .create_table_with_fencing_if_missing()
         .operation_timeout(Duration::from_millis(800))
         .build()
         .await
         .unwrap();
-    let held = lock(&node, "job", MINUTE).await.unwrap();
+    let held = lock(&node, "job", Duration::from_secs(60)).await.unwrap();
     let seen = node.inspect_lock("job").await.unwrap().unwrap();
-    let mut other = <sqlx::MySqlConnection as sqlx::Connection>::connect(&url())
+    let mut other = <sqlx::PgConnection as sqlx::Connection>::connect(&url())
         .await
         .unwrap();
     let mut transaction = sqlx::Connection::begin(&mut other).await.unwrap();
@@ -356,17 +279,71 @@ async fn a_force_unlock_that_waits_gives_up_within_the_operation_timeout() {
         }
         other => panic!("{other:?}"),
     }
-    // A statement the client stopped waiting for may still wait on the server until
-    // innodb_lock_wait_timeout (the operation timeout, at least a second) gives up: past that,
-    // nothing of the failed call is left to free the lock behind this test's back.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // A statement the client stopped waiting for may still run on the server until the
+    // session's statement_timeout (the operation timeout) cancels it: past that, nothing of
+    // the failed call is left to free the lock behind this test's back.
+    tokio::time::sleep(Duration::from_millis(800)).await;
     transaction.rollback().await.unwrap();
     assert_eq!(
         node.inspect_lock("job").await.unwrap().unwrap().state,
-        LockState::Held,
+        shedlock_core::LockState::Held,
         "the failed force-unlock changed nothing"
     );
     assert!(node.force_unlock("job", &seen.acquisition).await.unwrap());
     assert!(!held.unlock().await.unwrap());
+    drop_table(&table).await;
+}
+
+/// PostgreSQL's timestamps reach the year 294276 and chrono's calendar ends with 262142: a row
+/// another client wrote past that (or `infinity`) is listed and inspected exactly, where
+/// decoding it through chrono panicked, and the rows around it are listed as well.
+#[tokio::test]
+async fn a_row_past_chronos_calendar_is_listed_exactly_without_a_panic() {
+    use std::time::SystemTime;
+
+    let table = unique("pg_admin_far");
+    let node = node(&table).await;
+    exec(
+        &pool().await,
+        &format!(
+            "INSERT INTO {table} (name, lock_until, locked_at, locked_by) VALUES \
+             ('far', '294276-12-31 23:59:59.999999', '262143-01-01 00:00:00', 'another-client'), \
+             ('forever', 'infinity', '2024-01-01 00:00:00', 'another-client'), \
+             ('near', '2000-01-01 00:00:00', '1999-12-31 23:59:59.5', 'another-client')"
+        ),
+    )
+    .await;
+    let micros = |micros: u64| SystemTime::UNIX_EPOCH + Duration::from_micros(micros);
+    let page = node.list_locks(&PageRequest::first("")).await.unwrap();
+    let names: Vec<&str> = page.locks.iter().map(|lock| lock.name.as_str()).collect();
+    assert_eq!(names, ["far", "forever", "near"]);
+    let far = node.inspect_lock("far").await.unwrap().unwrap();
+    assert_eq!(
+        (&far.acquisition, far.held_until, far.locked_at),
+        (
+            &page.locks[0].acquisition,
+            page.locks[0].held_until,
+            page.locks[0].locked_at
+        )
+    );
+    assert_eq!(far.state, shedlock_core::LockState::Held);
+    assert_eq!(far.held_until, Some(micros(9_224_318_015_999_999_999)));
+    assert_eq!(far.locked_at, Some(micros(8_210_266_876_800_000_000)));
+    assert_eq!(far.locked_by.as_deref(), Some("another-client"));
+    assert!(
+        far.acquisition
+            .as_str()
+            .starts_with("another-client/8210266876800000000/"),
+        "{}",
+        far.acquisition
+    );
+    let forever = &page.locks[1];
+    assert_eq!(forever.state, shedlock_core::LockState::Held);
+    assert_eq!(forever.held_until, None, "infinity is no instant");
+    assert_eq!(forever.locked_at, Some(micros(1_704_067_200_000_000)));
+    let near = &page.locks[2];
+    assert_eq!(near.state, shedlock_core::LockState::Free);
+    assert_eq!(near.held_until, Some(micros(946_684_800_000_000)));
+    assert_eq!(near.locked_at, Some(micros(946_684_799_500_000)));
     drop_table(&table).await;
 }

@@ -1,10 +1,8 @@
 //! What every SQL provider's operator view ([`LockAdmin`]) must do, against the real database:
 //! listing by prefix in pages, the fields and states of held, released and planted rows,
 //! inspect, and a force-unlock that frees exactly the acquisition it names. Each provider's
-//! `tests/admin.rs` includes this file with `#[path]`, next to `provider_tests.rs` as module
-//! `shared` and the kit's harness as `conformance_harness` (for planting rows as Java does).
-
-#![allow(dead_code)]
+//! admin tests call these on their own nodes; rows written as Java does are planted through
+//! the kit's harness ([`PlantRecords`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -18,8 +16,8 @@ use shedlock_core::{
 use shedlock_sql::{SqlBackend, SqlLockProvider};
 use sqlx::Pool;
 
-use crate::conformance_harness::PlantRecords;
-use crate::shared::{config, lock};
+use super::conformance_harness::{DatabaseOf, PlantRecords};
+use super::provider_tests::{config, lock};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -369,10 +367,10 @@ pub async fn force_unlock_frees_exactly_the_acquisition_it_names(
 /// A row written as Java ShedLock writes it (the host name in `locked_by`) lists with that
 /// holder and its `lock_until`, and its id frees it; the same host's next acquisition (another
 /// `locked_at`) makes the old id stale.
-pub async fn a_java_row_lists_and_is_freed_by_its_own_acquisition_only<B: PlantRecords>(
+pub async fn a_java_row_lists_and_is_freed_by_its_own_acquisition_only<K: PlantRecords>(
     node: &dyn LockProvider,
     admin: &dyn LockAdmin,
-    pool: &Pool<B::Database>,
+    pool: &Pool<DatabaseOf<K>>,
     table: &str,
 ) {
     let now = SystemTime::now();
@@ -382,7 +380,7 @@ pub async fn a_java_row_lists_and_is_freed_by_its_own_acquisition_only<B: PlantR
         locked_at: now - Duration::from_secs(2),
         locked_by: "java-host".to_owned(),
     };
-    B::write_record(pool, table, &first).await.unwrap();
+    K::write_record(pool, table, &first).await.unwrap();
     let listed = list_all(admin, "java-", 10).await;
     assert_eq!(names(&listed), ["java-job"]);
     let seen = &listed[0];
@@ -410,7 +408,7 @@ pub async fn a_java_row_lists_and_is_freed_by_its_own_acquisition_only<B: PlantR
         locked_at: now - Duration::from_secs(1),
         ..first.clone()
     };
-    B::write_record(pool, table, &second).await.unwrap();
+    K::write_record(pool, table, &second).await.unwrap();
     assert!(
         !admin
             .force_unlock("java-job", &seen.acquisition)

@@ -1,6 +1,5 @@
 //! A build without TLS (`--no-default-features`): a URL that asks for TLS is refused with the
 //! feature to turn on, not sqlx's "built without TLS support", which names none of ours.
-#![cfg(not(any(feature = "tls-rustls", feature = "tls-rustls-native-roots")))]
 
 use std::time::Duration;
 

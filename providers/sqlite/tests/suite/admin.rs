@@ -2,24 +2,16 @@
 //! inspecting and force-unlocking, with and without the fencing column, renamed, in client time,
 //! rows written as Java ShedLock writes them, and rows whose times are in another format.
 
-#[path = "../../sql/tests/shared/provider_tests.rs"]
-mod shared;
-// The harness's planting of rows as Java writes them is all this target uses of it.
-#[path = "../../sql/tests/shared/admin_tests.rs"]
-mod admin_tests;
-#[allow(dead_code)]
-#[path = "../../sql/tests/shared/conformance_harness.rs"]
-mod conformance_harness;
-#[path = "kit/planted_records.rs"]
-mod planted_records;
-
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use shared::{exec, lock};
 use shedlock_core::{LockAdmin, LockError, LockState, Operation, PageRequest, TimeSource};
-use shedlock_sqlite::{SqliteBackend, SqliteLockProvider, SqliteLockProviderBuilder};
+use shedlock_sqlite::{SqliteLockProvider, SqliteLockProviderBuilder};
+use shedlock_test_support::sql::admin_tests;
+use shedlock_test_support::sql::provider_tests::{self as shared, exec, lock};
 use sqlx::sqlite::SqlitePool;
+
+use crate::planted_records::SqliteKit;
 
 const HOLDER: &str = "rust-node";
 const MINUTE: Duration = Duration::from_secs(60);
@@ -126,7 +118,7 @@ async fn a_java_row_lists_and_is_freed_by_its_own_acquisition_only() {
     for fencing in [true, false] {
         let database = Database::new();
         let node = database.node(HOLDER, fencing).await;
-        admin_tests::a_java_row_lists_and_is_freed_by_its_own_acquisition_only::<SqliteBackend>(
+        admin_tests::a_java_row_lists_and_is_freed_by_its_own_acquisition_only::<SqliteKit>(
             &node,
             &node,
             &database.pool().await,

@@ -2,15 +2,12 @@
 //! outcome is read, schema checks, errors, fencing, time sources, collations and
 //! interoperation with Java ShedLock's own SQL.
 
-#[path = "../../sql/tests/shared/provider_tests.rs"]
-mod shared;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use shared::{config, exec, lock, unique};
 use shedlock_core::{LockProvider, TimeSource};
 use shedlock_mysql::{Column, Flavor, LockTable, MySqlLockProvider, create_table_statement};
+use shedlock_test_support::sql::provider_tests::{self as shared, config, exec, lock, unique};
 use sqlx::Row;
 use sqlx::mysql::MySqlPool;
 

@@ -1,0 +1,11 @@
+//! Test code shared between the shedlock-rs workspace's crates, so that each crate's tests use
+//! one copy of it instead of reaching into another crate's `tests/` folder. Not a product: it is
+//! never published, and only `[dev-dependencies]` name it.
+//!
+//! - [`log_capture`]: everything a test's `tracing` logs say, as text (always built).
+//! - `sql` (the `sql` feature): the SQL providers' shared tests and the conformance kit's
+//!   harness for any of them.
+
+pub mod log_capture;
+#[cfg(feature = "sql")]
+pub mod sql;
