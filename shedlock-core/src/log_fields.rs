@@ -33,7 +33,7 @@ impl fmt::Display for ErrorChain<'_> {
 ///
 /// ```
 /// use std::time::{Duration, UNIX_EPOCH};
-/// use shedlock_core::Rfc3339;
+/// use shedlock_core::raw::Rfc3339;
 /// let instant = UNIX_EPOCH + Duration::from_micros(1_700_000_000_005_123);
 /// assert_eq!(Rfc3339::millis(instant).to_string(), "2023-11-14T22:13:20.005Z");
 /// assert_eq!(Rfc3339::micros(instant).to_string(), "2023-11-14T22:13:20.005123Z");

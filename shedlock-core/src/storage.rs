@@ -136,10 +136,13 @@ pub enum RecordOutcome {
 /// use std::sync::{Mutex, MutexGuard, PoisonError};
 /// use std::time::{Duration, SystemTime};
 ///
+/// use shedlock_core::raw::{
+///     HeldRecord, LockRecord, LockStorage, NodeTime, RecordOutcome, StorageBasedLockProvider,
+///     async_trait,
+/// };
 /// use shedlock_core::{
-///     Capabilities, ErrorKind, HeldRecord, LockConfiguration, LockError, LockHolder, LockProvider,
-///     LockRecord, LockStorage, NodeTime, Operation, RecordOutcome, StorageBasedLockProvider,
-///     TimeSource, async_trait,
+///     Capabilities, ErrorKind, LockConfiguration, LockError, LockHolder, LockProvider, Operation,
+///     TimeSource,
 /// };
 ///
 /// /// ShedLock's record: `lock_until`, `locked_at` and `locked_by` per name.
