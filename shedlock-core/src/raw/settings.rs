@@ -184,6 +184,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_settings_give_back_what_was_set() {
+        let settings = ProviderSettings::default()
+            .with_holder("node-7")
+            .with_operation_timeout(Duration::from_secs(3));
+        assert_eq!(settings.holder(), "node-7");
+        assert_eq!(settings.operation_timeout(), Duration::from_secs(3));
+        assert_eq!(settings.into_holder(), "node-7");
+        let defaults = ProviderSettings::default();
+        assert_eq!(defaults.operation_timeout(), DEFAULT_OPERATION_TIMEOUT);
+        assert_eq!(defaults.into_holder(), default_holder());
+    }
+
+    #[test]
     fn a_refused_setting_names_itself_its_value_and_the_rule() {
         let zero = ProviderSettings::default()
             .with_operation_timeout(Duration::ZERO)
