@@ -124,7 +124,7 @@ pub async fn check_extend<H: ConformanceHarness>(
             "an extended and released lock held until its at-least",
             async |attempt| {
                 let name = names.name(&format!("{tag}{attempt}"));
-                release_inside_at_least(&trace, &timing, (&a, &b), &name, resize).await
+                release_inside_at_least(harness, &trace, &timing, (&a, &b), &name, resize).await
             },
         )
         .await?;
@@ -275,7 +275,8 @@ struct Resize {
 /// and gets the lock right after it. A release sets held-until to max(now, acquired_at +
 /// lock_at_least_for), whatever the extend set: an extend moves neither acquired_at nor the
 /// at-least.
-async fn release_inside_at_least(
+async fn release_inside_at_least<H: ConformanceHarness>(
+    harness: &H,
     trace: &Trace,
     timing: &Timing,
     (a, b): (&dyn LockProvider, &dyn LockProvider),
@@ -320,7 +321,7 @@ async fn release_inside_at_least(
     }
     let surely_free = timing.surely_over_by(&taken, resize.at_least);
     trace.sleep_until(surely_free).await;
-    trace
+    let freed = trace
         .must_acquire_and_release(
             "B",
             b,
@@ -331,7 +332,12 @@ async fn release_inside_at_least(
                 trace.at(surely_free)
             ),
         )
-        .await?;
+        .await;
+    if let Err(failure) = freed {
+        // A refusal the backend did not make (it had the lock free) is the acquire path's
+        // fault, not the extend's.
+        return Err(diagnose_refusal(harness, trace, failure, Rule::EXTEND, &lock).await);
+    }
     Ok(Attempt::Proven)
 }
 
