@@ -198,6 +198,17 @@ pub struct CheckFailure {
     pub observed: String,
     /// Every request of the check up to the failure, in order.
     pub timeline: Vec<Event>,
+    /// Set when a node was refused a lock the check expected to be free: the runner then asks
+    /// a fresh node for it, to learn whether the backend or the node's acquire path refused.
+    pub(crate) refused: Option<Refusal>,
+}
+
+/// A lock a node was refused though the check expected it free, and the check's clock origin
+/// (so a witness's requests join the same timeline).
+#[derive(Debug, Clone)]
+pub(crate) struct Refusal {
+    pub lock: shedlock_core::LockConfiguration,
+    pub start: tokio::time::Instant,
 }
 
 /// How many timeline lines a failure prints; the earliest are summarised beyond this.

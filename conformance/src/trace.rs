@@ -9,7 +9,7 @@ use shedlock_core::{
 };
 use tokio::time::Instant;
 
-use crate::failure::{CheckFailure, Event, Rule};
+use crate::failure::{CheckFailure, Event, Refusal, Rule};
 
 /// A `try_lock` that took this long and then got a lock it must not have got waited for the
 /// holder: no backend on one machine takes a second to answer one request.
@@ -169,6 +169,36 @@ impl Trace {
             rule,
             observed: observed.into(),
             timeline: locked(&self.events).clone(),
+            refused: None,
+        }
+    }
+
+    /// The failure of this check under `rule` for a node refused `lock`, which the check
+    /// expected to be free: the runner diagnoses whose refusal it was
+    /// ([`crate::checks::diagnose_refusal`]).
+    pub fn refusal(
+        &self,
+        rule: Rule,
+        observed: impl Into<String>,
+        lock: &LockConfiguration,
+    ) -> CheckFailure {
+        CheckFailure {
+            refused: Some(Refusal {
+                lock: lock.clone(),
+                start: self.start,
+            }),
+            ..self.failure(rule, observed)
+        }
+    }
+
+    /// The trace of a check that failed on `refusal`, to record more requests after the
+    /// failure's timeline on the same clock.
+    pub fn continuing(failure: &CheckFailure, refusal: &Refusal) -> Self {
+        Self {
+            check: failure.check,
+            start: refusal.start,
+            events: Mutex::new(failure.timeline.clone()),
+            slowest: Mutex::new(Duration::ZERO),
         }
     }
 
@@ -336,13 +366,14 @@ impl Trace {
                 sent: timed.sent,
                 answered: timed.answered,
             }),
-            Acquisition::NotAcquired(_) => Err(self.failure(
+            Acquisition::NotAcquired(_) => Err(self.refusal(
                 rule,
                 format!(
                     "node {node} did not get lock {:?} (answered {}): {why}",
                     config.name(),
                     self.at(timed.answered)
                 ),
+                config,
             )),
         }
     }

@@ -9,7 +9,7 @@ use crate::harness::ConformanceHarness;
 use crate::names::NameSpace;
 use crate::trace::{Trace, config};
 
-use super::{diagnose_refusal, node, timing_of};
+use super::{node, timing_of};
 
 /// How many acquire/release rounds follow each other without pause.
 const ROUNDS: usize = 10;
@@ -97,7 +97,7 @@ pub async fn check_acquire_skip_release<H: ConformanceHarness>(
     for round in 0..ROUNDS {
         let (holder_label, holder) = nodes[round % 2];
         let (other_label, other_node) = nodes[(round + 1) % 2];
-        let handle = match trace
+        let handle = trace
             .must_acquire(
                 holder_label,
                 holder,
@@ -108,15 +108,8 @@ pub async fn check_acquire_skip_release<H: ConformanceHarness>(
                     round + 1
                 ),
             )
-            .await
-        {
-            Ok(taken) => taken.value,
-            Err(failure) => {
-return Err(
-                    diagnose_refusal(harness, &trace, failure, Rule::AT_LEAST, &lock).await,
-                );
-            }
-        };
+            .await?
+            .value;
         trace
             .must_not_acquire(
                 other_label,

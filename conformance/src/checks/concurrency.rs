@@ -16,11 +16,10 @@ use crate::trace::{OPERATION_LIMIT, Trace, config, describe_acquisition, locked}
 
 use super::{node, timing_of};
 
-/// Who hammers: `tasks_per_node` tasks on each of `nodes`, and a `witness` that takes no part.
+/// Who hammers: `tasks_per_node` tasks on each of `nodes`.
 struct Contenders<N> {
     nodes: Vec<Arc<N>>,
     tasks_per_node: usize,
-    witness: Arc<N>,
 }
 
 /// The shared state of one contended lock: who is inside, and what they did there.
@@ -49,15 +48,13 @@ struct Hammered {
 /// four) or a bare yield, and releases. Each attempt also takes, at the same instant, a name of the task's own that
 /// nobody else uses (`private` names under `private_prefix`): it must be acquired every time, however
 /// busy the node is with the contended names, and its release must answer `true` after the
-/// critical section, whatever other tasks of the node released meanwhile. `witness`, a node
-/// that takes no part, tells a refusal of a free own name from one the backend made
-/// ([`diagnose_refusal_with`](super::diagnose_refusal_with)).
+/// critical section, whatever other tasks of the node released meanwhile. A refusal of an own
+/// name is marked as one ([`Trace::refusal`]), so the runner learns whether the backend made it.
 async fn hammer<N: LockProvider + 'static>(
     trace: &Arc<Trace>,
     Contenders {
         nodes,
         tasks_per_node,
-        witness,
     }: Contenders<N>,
     names: &[String],
     private_prefix: &str,
@@ -83,7 +80,6 @@ async fn hammer<N: LockProvider + 'static>(
             .map(|name| config(name, at_most, Duration::ZERO))
             .collect();
         let private = config(&format!("{private_prefix}{index}"), at_most, Duration::ZERO);
-        let witness = witness.clone();
         tasks.push(tokio::spawn(async move {
             let label = format!(
                 "node {} task {}",
@@ -108,11 +104,11 @@ async fn hammer<N: LockProvider + 'static>(
                         // unless the backend kept it (at-least) or this node refused by itself.
                         let refused = describe_acquisition(&Ok(Acquisition::NotAcquired(holder)));
                         trace.record(&label, format!("try_lock {:?}", private.name()), sent, answered, refused);
-                        let failure = trace.failure(
+                        return Err(trace.refusal(
                             Rule::AT_LEAST,
                             format!("{label}: lock {:?}, which only this task uses, was refused, though the task released it with lock_at_least_for = 0 last time (so it was free at once) while the node's other tasks were trying other names", private.name()),
-                        );
-                        return Err(super::diagnose_refusal_with(&trace, failure, Rule::AT_LEAST, ("witness", &*witness), None, &private).await);
+                            &private,
+                        ));
                     }
                     other => {
                         // The task's own name is short and plain: refusing it as invalid is a
@@ -341,13 +337,11 @@ pub async fn check_mutual_exclusion<H: ConformanceHarness>(
     let capabilities = nodes[0].capabilities();
     let timing = timing_of(&capabilities);
     let lock_names = [names.name("first"), names.name("second")];
-    let witness = Arc::new(node(harness, &trace, "W").await?);
     let hammered = hammer(
         &trace,
         Contenders {
             nodes,
             tasks_per_node: TASKS_PER_NODE,
-            witness,
         },
         &lock_names,
         &names.name("own"),
@@ -470,13 +464,11 @@ pub async fn check_fencing_tokens_increase<H: ConformanceHarness>(
         ));
     }
     let cyclists = nodes.clone();
-    let witness = Arc::new(node(harness, &trace, "W").await?);
     let hammered = hammer(
         &trace,
         Contenders {
             nodes,
             tasks_per_node: 4,
-            witness,
         },
         std::slice::from_ref(&name),
         &names.name("own"),

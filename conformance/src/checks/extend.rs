@@ -11,7 +11,7 @@ use crate::names::NameSpace;
 use crate::timing::Timing;
 use crate::trace::{HeldLock, Timed, Trace, config};
 
-use super::{Attempt, diagnose_refusal, node, probe_at, timing_of, until_conclusive};
+use super::{Attempt, node, probe_at, timing_of, until_conclusive};
 
 /// Extend: the holder extends past the original at-most, and others stay out until the new
 /// expiry, counted from the extend with the extend's own duration, probed right after the
@@ -95,9 +95,7 @@ pub async fn check_extend<H: ConformanceHarness>(
                     ),
                 )
                 .await;
-            if let Err(failure) = freed {
-                return Err(diagnose_refusal(harness, &trace, failure, Rule::EXTEND, &lock).await);
-            }
+            freed?;
             Ok(Attempt::Proven)
         },
     )
@@ -124,7 +122,7 @@ pub async fn check_extend<H: ConformanceHarness>(
             "an extended and released lock held until its at-least",
             async |attempt| {
                 let name = names.name(&format!("{tag}{attempt}"));
-                release_inside_at_least(harness, &trace, &timing, (&a, &b), &name, resize).await
+                release_inside_at_least(&trace, &timing, (&a, &b), &name, resize).await
             },
         )
         .await?;
@@ -136,7 +134,6 @@ pub async fn check_extend<H: ConformanceHarness>(
         "a shortened lock freed at its new at-most",
         async |attempt| {
             shorten(
-                harness,
                 &trace,
                 &timing,
                 (&a, &b),
@@ -152,7 +149,6 @@ pub async fn check_extend<H: ConformanceHarness>(
         "an extended lock released after its at-least",
         async |attempt| {
             release_after_at_least(
-                harness,
                 &trace,
                 &timing,
                 &a,
@@ -195,8 +191,7 @@ pub async fn check_extend<H: ConformanceHarness>(
 /// Node A takes the lock for 10 units and, a unit later, shortens it to 2 units and a
 /// fraction: B is refused just before the new at-most and takes the lock right after it, long
 /// before the original at-most.
-async fn shorten<H: ConformanceHarness>(
-    harness: &H,
+async fn shorten(
     trace: &Trace,
     timing: &Timing,
     (a, b): (&dyn LockProvider, &dyn LockProvider),
@@ -252,11 +247,7 @@ async fn shorten<H: ConformanceHarness>(
             ),
         )
         .await;
-    if let Err(failure) = freed {
-        // A refusal the backend did not make (it had the lock free) is the acquire path's
-        // fault, not the extend's.
-        return Err(diagnose_refusal(harness, trace, failure, Rule::EXTEND, &lock).await);
-    }
+    freed?;
     Ok(Attempt::Proven)
 }
 
@@ -275,8 +266,7 @@ struct Resize {
 /// and gets the lock right after it. A release sets held-until to max(now, acquired_at +
 /// lock_at_least_for), whatever the extend set: an extend moves neither acquired_at nor the
 /// at-least.
-async fn release_inside_at_least<H: ConformanceHarness>(
-    harness: &H,
+async fn release_inside_at_least(
     trace: &Trace,
     timing: &Timing,
     (a, b): (&dyn LockProvider, &dyn LockProvider),
@@ -333,19 +323,14 @@ async fn release_inside_at_least<H: ConformanceHarness>(
             ),
         )
         .await;
-    if let Err(failure) = freed {
-        // A refusal the backend did not make (it had the lock free) is the acquire path's
-        // fault, not the extend's.
-        return Err(diagnose_refusal(harness, trace, failure, Rule::EXTEND, &lock).await);
-    }
+    freed?;
     Ok(Attempt::Proven)
 }
 
 /// Node A takes the lock for at most 10 units and at least 1 and a fraction, extends it to 8
 /// units after half a unit, and releases it once the at-least has surely passed: the release
 /// frees the lock at once, not at the extended at-most.
-async fn release_after_at_least<H: ConformanceHarness>(
-    harness: &H,
+async fn release_after_at_least(
     trace: &Trace,
     timing: &Timing,
     a: &dyn LockProvider,
@@ -389,9 +374,7 @@ async fn release_after_at_least<H: ConformanceHarness>(
             ),
         )
         .await;
-    if let Err(failure) = freed {
-        return Err(super::diagnose_refusal(harness, trace, failure, Rule::AT_LEAST, &lock).await);
-    }
+    freed?;
     Ok(Attempt::Proven)
 }
 

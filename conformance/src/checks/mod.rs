@@ -200,13 +200,16 @@ impl Check {
         run.child(self.tag())
     }
 
-    /// Runs this check against `harness`, with lock names from `names`.
+    /// Runs this check against `harness`, with lock names from `names`. When the failure is
+    /// a node refused a lock the check expected to be free, a fresh node asks for it at once:
+    /// if the backend had it free, the failure names \[free-lock-is-taken\] (the refused
+    /// node's acquire path), not the rule that should have freed it.
     pub async fn run<H: ConformanceHarness>(
         self,
         harness: &H,
         names: &NameSpace,
     ) -> Result<Verdict, CheckFailure> {
-        match self {
+        let outcome = match self {
             Check::AcquireSkipRelease => check_acquire_skip_release(harness, names).await,
             Check::AtMostExpiry => check_at_most_expiry(harness, names).await,
             Check::AtLeastHold => check_at_least_hold(harness, names).await,
@@ -235,6 +238,10 @@ impl Check {
             Check::AdminConcurrentForceUnlock => {
                 check_admin_concurrent_force_unlock(harness, names).await
             }
+        };
+        match outcome {
+            Err(failure) => Err(diagnose_refusal(harness, failure).await),
+            passed => passed,
         }
     }
 }
@@ -282,71 +289,72 @@ async fn node_with_clock<H: ConformanceHarness>(
     })
 }
 
-/// Names the rule a refusal of a lock that should be free broke: [`diagnose_refusal_with`],
-/// with a witness made for it, a new node of `harness` (so it has no view of the lock to be
-/// stale), and that node's operator view where the harness gives one.
-async fn diagnose_refusal<H: ConformanceHarness>(
-    harness: &H,
-    trace: &Trace,
-    failure: CheckFailure,
-    rule: Rule,
-    lock: &shedlock_core::LockConfiguration,
-) -> CheckFailure {
-    if failure.rule != rule {
-        return failure;
-    }
-    let Ok(fresh) = node(harness, trace, "W").await else {
-        return failure;
-    };
-    let admin = match harness.admin(&fresh) {
-        Support::Supported(admin) => Some(admin),
-        Support::NotApplicable(_) => None,
-    };
-    diagnose_refusal_with(trace, failure, rule, ("W", &fresh), admin, lock).await
-}
+/// The rules that free a lock for every node alike: by time (at-most, at-least, an extend's new
+/// end), by a release, or by a force-unlock. A refusal under one of them is either the backend
+/// still holding the lock or the refused node's own acquire path, and a witness tells the two
+/// apart. Under any other rule the refused node's own state is the point (its skewed clock,
+/// its cleared cache, a record Java wrote that it cannot read), and a witness that shares none of
+/// it proves nothing. Under [`Rule::ADMIN`] the operator view is what is on trial, so only the
+/// witness's own acquisition counts.
+const FREEING_RULES: [Rule; 5] = [
+    Rule::AT_MOST,
+    Rule::AT_LEAST,
+    Rule::EXTEND,
+    Rule::RELEASE_RESULT,
+    Rule::ADMIN,
+];
 
-/// Names the rule a refusal of a lock that should be free broke. `failure` is the refusal
-/// under `rule` (the hold the lock should no longer have: at-least after a release, at-most
-/// after an expiry); `witness`, another node that has not asked for this lock before (so it
-/// has no view of it to be stale), then asks for it at once. If it gets it, or the operator
-/// view (`admin`, where the harness gives one) shows the lock free, the backend had the lock
-/// free and the refusal came from the provider's acquire path (a cache, a stale view, a
-/// condition that never matches): \[free-lock-is-taken\]. Otherwise the backend still holds it,
-/// and `rule` stands. A failure under another rule (an error) is returned as it is.
-async fn diagnose_refusal_with(
-    trace: &Trace,
+/// Names the rule a refusal of a lock that should be free broke. `failure` is a node's refusal
+/// under the rule that should have freed the lock (at-least after a release, at-most after an
+/// expiry, an extend's new end); a witness, a new node of `harness` that has never asked for
+/// the lock (so it has no view of it to be stale), then asks for it at once. If it gets it, or
+/// the operator view (where the harness gives one) shows the lock free, the backend had the lock
+/// free and the refusal came from the refused node's acquire path (a cache, a stale view, a
+/// condition that never matches, an error answered as "not acquired"):
+/// \[free-lock-is-taken\]. Otherwise the backend still holds it, and the rule stands. Any other
+/// failure is returned as it is.
+///
+/// One place for every check: [`Check::run`] diagnoses each refusal it is handed, so a check
+/// only marks one ([`Trace::refusal`]). Only refusals under [`FREEING_RULES`] are diagnosed.
+pub(crate) async fn diagnose_refusal<H: ConformanceHarness>(
+    harness: &H,
     failure: CheckFailure,
-    rule: Rule,
-    witness: (&str, &dyn LockProvider),
-    admin: Option<&dyn shedlock_core::LockAdmin>,
-    lock: &shedlock_core::LockConfiguration,
 ) -> CheckFailure {
-    if failure.rule != rule {
+    let Some(refusal) = failure.refused.clone() else {
+        return failure;
+    };
+    if !FREEING_RULES.contains(&failure.rule) {
         return failure;
     }
-    let (label, node) = witness;
-    let Ok(probe) = trace.acquire(label, node, lock).await else {
+    let trace = Trace::continuing(&failure, &refusal);
+    trace.note(
+        "a node was refused a lock that should be free: a witness that never asked for it asks now",
+    );
+    let Ok(witness) = node(harness, &trace, "W").await else {
+        return failure;
+    };
+    let Ok(probe) = trace.acquire("W", &witness, &refusal.lock).await else {
         return failure;
     };
     let why = if let Some(handle) = probe.value.into_handle() {
-        let _ = trace.unlock(label, &*handle).await;
-        format!("node {label} asked right after and got it")
-    } else if let Some(admin) = admin
-        && let Ok(seen) = trace.inspect_lock(label, admin, lock.name()).await
+        let _ = trace.unlock("W", &*handle).await;
+        "node W asked right after and got it"
+    } else if failure.rule != Rule::ADMIN
+        && let Support::Supported(admin) = harness.admin(&witness)
+        && let Ok(seen) = trace.inspect_lock("W", admin, refusal.lock.name()).await
         && seen.is_none_or(|seen| seen.state == shedlock_core::LockState::Free)
     {
-        format!("node {label} was refused too, but the operator view shows the lock free")
+        "node W was refused too, but the operator view shows the lock free"
     } else {
         return failure;
     };
-    CheckFailure {
-        rule: Rule::FREE_LOCK_IS_TAKEN,
-        observed: format!(
-            "{}; {why}, so the backend had it free: the refusal came from the provider's acquire path (a cache, a stale view, a condition that never matches), not from the lock",
+    trace.failure(
+        Rule::FREE_LOCK_IS_TAKEN,
+        format!(
+            "{}; {why}, so the backend had it free: the refusal came from the provider's acquire path (a cache, a stale view, a condition that never matches, an error answered as \"not acquired\"), not from the lock",
             failure.observed
         ),
-        ..trace.failure(Rule::FREE_LOCK_IS_TAKEN, String::new())
-    }
+    )
 }
 
 /// The capabilities a node declares, and the kit's durations for them.

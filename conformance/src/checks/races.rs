@@ -16,7 +16,7 @@ use crate::names::NameSpace;
 use crate::trace::{Timed, Trace, config};
 
 use super::admin::admin_of;
-use super::{diagnose_refusal, node, timing_of};
+use super::{node, timing_of};
 
 /// Rounds of each race.
 const ROUNDS: usize = 40;
@@ -54,7 +54,7 @@ pub async fn check_concurrent_release<H: ConformanceHarness>(
             ));
         }
         if at_least.is_zero() {
-            if let Err(failure) = trace
+            trace
                 .must_acquire_and_release(
                     "B",
                     &b,
@@ -62,17 +62,7 @@ pub async fn check_concurrent_release<H: ConformanceHarness>(
                     Rule::RELEASE_RESULT,
                     "node A released it, with no lock_at_least_for",
                 )
-                .await
-            {
-                return Err(diagnose_refusal(
-                    harness,
-                    &trace,
-                    failure,
-                    Rule::RELEASE_RESULT,
-                    &lock,
-                )
-                .await);
-            }
+                .await?;
         } else {
             trace
                 .must_not_acquire(

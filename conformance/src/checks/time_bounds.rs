@@ -12,7 +12,7 @@ use crate::harness::ConformanceHarness;
 use crate::names::NameSpace;
 use crate::trace::{HeldLock, Trace, config};
 
-use super::{Attempt, diagnose_refusal, node, probe_at, timing_of, until_conclusive};
+use super::{Attempt, node, probe_at, timing_of, until_conclusive};
 
 /// At-most expiry: a holder that vanishes (its handle dropped, never released) keeps others
 /// out until `lock_at_most_for` has passed, not before, and not much after.
@@ -221,7 +221,7 @@ pub async fn check_at_least_hold<H: ConformanceHarness>(
                     ));
                 }
                 let Some(handle) = probe.value.into_handle() else {
-                    let failure = trace.failure(
+                    return Err(trace.refusal(
                         Rule::AT_LEAST,
                         format!(
                             "node B was refused at {}, after acquired_at + lock_at_least_for had passed ({} at the latest; the release was answered at {}, {}): a release keeps the lock until max(now, acquired_at + lock_at_least_for), not released_at + lock_at_least_for, nor lock_at_most_for",
@@ -230,10 +230,8 @@ pub async fn check_at_least_hold<H: ConformanceHarness>(
                             trace.at(released.answered),
                             path.describe()
                         ),
-                    );
-                    return Err(
-                        diagnose_refusal(harness, &trace, failure, Rule::AT_LEAST, &lock).await,
-                    );
+                        &lock,
+                    ));
                 };
                 trace.must_release("B", &*handle).await?;
                 Ok(Attempt::Proven)
