@@ -200,7 +200,7 @@ pub struct CheckFailure {
     pub timeline: Vec<Event>,
     /// Set when a node was refused a lock the check expected to be free: the runner then asks
     /// a fresh node for it, to learn whether the backend or the node's acquire path refused.
-    pub(crate) refused: Option<Refusal>,
+    pub(crate) refused: Option<Box<Refusal>>,
 }
 
 /// A lock a node was refused though the check expected it free, and the check's clock origin

@@ -183,10 +183,10 @@ impl Trace {
         lock: &LockConfiguration,
     ) -> CheckFailure {
         CheckFailure {
-            refused: Some(Refusal {
+            refused: Some(Box::new(Refusal {
                 lock: lock.clone(),
                 start: self.start,
-            }),
+            })),
             ..self.failure(rule, observed)
         }
     }

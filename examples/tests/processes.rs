@@ -352,9 +352,9 @@ fn postgres_runs_each_tick_once_across_three_processes() {
     let url = env_url("SHEDLOCK_TEST_POSTGRES_URL");
     block_on(async {
         // ShedLock's table as a migration would create it; an existing one is left alone.
-        shedlock_postgres::PostgresLockProvider::builder_from_url(&url)
+        shedlock_postgres::PostgresLockProvider::builder()
             .create_table_if_missing()
-            .build()
+            .connect(&url)
             .await
             .expect("PostgreSQL is reachable and has or gets ShedLock's table");
     });
@@ -369,9 +369,9 @@ fn postgres_runs_each_tick_once_across_three_processes() {
 fn mariadb_runs_each_tick_once_across_three_processes() {
     let url = env_url("SHEDLOCK_TEST_MYSQL_URL");
     block_on(async {
-        shedlock_mysql::MySqlLockProvider::builder_from_url(&url)
+        shedlock_mysql::MySqlLockProvider::builder()
             .create_table_if_missing()
-            .build()
+            .connect(&url)
             .await
             .expect("MariaDB is reachable and has or gets ShedLock's table");
     });
@@ -389,9 +389,9 @@ fn sqlite_runs_each_tick_once_across_three_processes() {
     let url = format!("sqlite://{}?mode=rwc", path.display());
     block_on(async {
         // A new file: with the fencing column, so the tokens are checked too.
-        shedlock_sqlite::SqliteLockProvider::builder_from_url(&url)
+        shedlock_sqlite::SqliteLockProvider::builder()
             .create_table_with_fencing_if_missing()
-            .build()
+            .connect(&url)
             .await
             .expect("the SQLite file is created with ShedLock's table");
     });

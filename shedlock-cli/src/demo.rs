@@ -245,11 +245,11 @@ async fn new_sqlite_file(timeout: Duration) -> Result<Shared, Failure> {
     let file = format!("sqlite://{}", directory.join("locks.db").display());
     // `mode=rwc`: the file is created by the first connection, this one.
     let url = format!("{file}?mode=rwc");
-    let provider = shedlock::sqlite::SqliteLockProvider::builder_from_url(&url)
+    let provider = shedlock::sqlite::SqliteLockProvider::builder()
         .create_table_with_fencing_if_missing()
         .connect_timeout(timeout)
         .operation_timeout(timeout)
-        .build()
+        .connect(&url)
         .await
         .map_err(|error| Failure::from_error("", &error))?;
     Ok(Shared {

@@ -142,9 +142,9 @@ fn a_sqlite_file_that_cannot_be_opened_and_a_name_too_long_are_errors() {
     std::fs::create_dir(&directory).unwrap();
     let url = format!("sqlite://{}", directory.join("locks.db").display());
     tokio::runtime::Runtime::new().unwrap().block_on(async {
-        shedlock::sqlite::SqliteLockProvider::builder_from_url(format!("{url}?mode=rwc"))
+        shedlock::sqlite::SqliteLockProvider::builder()
             .create_table_if_missing()
-            .build()
+            .connect(format!("{url}?mode=rwc"))
             .await
             .unwrap();
     });

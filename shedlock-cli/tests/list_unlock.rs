@@ -402,9 +402,9 @@ fn sqlite() {
     std::fs::create_dir(&directory).unwrap();
     let url = format!("sqlite://{}", directory.join("locks.db").display());
     runtime().block_on(async {
-        shedlock::sqlite::SqliteLockProvider::builder_from_url(format!("{url}?mode=rwc"))
+        shedlock::sqlite::SqliteLockProvider::builder()
             .create_table_with_fencing_if_missing()
-            .build()
+            .connect(format!("{url}?mode=rwc"))
             .await
             .unwrap();
     });
@@ -427,13 +427,12 @@ fn control_characters_are_shown_escaped_and_never_written_raw() {
     let name = "evil\u{1b}[2J\nname";
     let runtime = runtime();
     let _handle = runtime.block_on(async {
-        let node =
-            shedlock::sqlite::SqliteLockProvider::builder_from_url(format!("{url}?mode=rwc"))
-                .create_table_if_missing()
-                .holder("host\rspoofed")
-                .build()
-                .await
-                .unwrap();
+        let node = shedlock::sqlite::SqliteLockProvider::builder()
+            .create_table_if_missing()
+            .holder("host\rspoofed")
+            .connect(format!("{url}?mode=rwc"))
+            .await
+            .unwrap();
         let config = LockConfiguration::new(name, Duration::from_secs(60), Duration::ZERO).unwrap();
         node.try_lock(&config).await.unwrap().into_handle().unwrap()
     });
@@ -470,9 +469,9 @@ fn control_characters_are_shown_escaped_and_never_written_raw() {
 fn postgres() {
     let url = env_var("SHEDLOCK_TEST_POSTGRES_URL");
     runtime().block_on(async {
-        shedlock::postgres::PostgresLockProvider::builder_from_url(&url)
+        shedlock::postgres::PostgresLockProvider::builder()
             .create_table_if_missing()
-            .build()
+            .connect(&url)
             .await
             .expect("PostgreSQL has or gets ShedLock's table");
     });
@@ -488,9 +487,9 @@ fn postgres_over_tls() {
         env_var("SHEDLOCK_TEST_TLS_CA_FILE")
     );
     runtime().block_on(async {
-        shedlock::postgres::PostgresLockProvider::builder_from_url(&url)
+        shedlock::postgres::PostgresLockProvider::builder()
             .create_table_if_missing()
-            .build()
+            .connect(&url)
             .await
             .expect("the TLS PostgreSQL has or gets ShedLock's table");
     });
@@ -502,9 +501,9 @@ fn postgres_over_tls() {
 fn mariadb() {
     let url = env_var("SHEDLOCK_TEST_MYSQL_URL");
     runtime().block_on(async {
-        shedlock::mysql::MySqlLockProvider::builder_from_url(&url)
+        shedlock::mysql::MySqlLockProvider::builder()
             .create_table_if_missing()
-            .build()
+            .connect(&url)
             .await
             .expect("MariaDB has or gets ShedLock's table");
     });

@@ -31,11 +31,11 @@ fn unique(prefix: &str) -> String {
 }
 
 async fn provider(table: &str, holder: &str) -> PostgresLockProvider {
-    PostgresLockProvider::builder_from_url(url())
+    PostgresLockProvider::builder()
         .table_name(table)
         .create_table_if_missing()
         .holder(holder)
-        .build()
+        .connect(url())
         .await
         .unwrap()
 }

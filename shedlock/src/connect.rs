@@ -179,9 +179,9 @@ impl fmt::Debug for AnyLockProviderBuilder {
 /// facade builder's settings.
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 macro_rules! sql_provider {
-    ($settings:expr, $provider:ty, $url:expr) => {{
+    ($settings:expr, $provider:ty, $url:expr, $connect:expr) => {{
         let settings = $settings;
-        let builder = <$provider>::builder_from_url($url);
+        let builder = <$provider>::builder();
         let builder = match settings.operation_timeout {
             Some(timeout) => builder.operation_timeout(timeout),
             None => builder,
@@ -191,12 +191,39 @@ macro_rules! sql_provider {
         } else {
             builder
         };
-        builder
-            .build()
-            .await
-            .map(AnyLockProvider::from)
-            .map_err(ConnectError::from)
+        finish!(builder, $url, $connect)
     }};
+}
+
+/// Finishes a provider's builder by its `connect` or its `connect_lazy` (every provider has
+/// both, with the same shape), as an [`AnyLockProvider`].
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "redis",
+    feature = "etcd",
+    feature = "mongo",
+    feature = "zookeeper"
+))]
+macro_rules! finish {
+    ($builder:expr, $url:expr, $connect:expr) => {
+        match $connect {
+            Connect::Now => $builder.connect($url).await,
+            Connect::Lazily => $builder.connect_lazy($url).await,
+        }
+        .map(AnyLockProvider::from)
+        .map_err(ConnectError::from)
+    };
+}
+
+/// When a provider made by [`AnyLockProviderBuilder`] first talks to its backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Connect {
+    /// At once: `connect` fails when the backend does not answer.
+    Now,
+    /// On the first lock operation: `connect_lazy`.
+    Lazily,
 }
 
 impl AnyLockProviderBuilder {
@@ -287,6 +314,33 @@ impl AnyLockProviderBuilder {
 
     /// Connects to the backend `url` names; see [`connect`](crate::connect).
     pub async fn connect(self, url: &str) -> Result<AnyLockProvider, ConnectError> {
+        self.open(url, Connect::Now).await
+    }
+
+    /// Makes the provider for `url` without contacting the backend, as each provider's own
+    /// `connect_lazy`: a service can start while the backend is down, and each lock operation
+    /// fails (bounded by the operation timeout) until it answers. The URL and the settings are
+    /// checked at once all the same, and a scheme whose feature is off is refused here. Nothing
+    /// is created: [`create_table_if_missing`](Self::create_table_if_missing) needs a
+    /// connection, so with it this is an error rather than a table that silently never comes.
+    ///
+    /// ```
+    /// # #[cfg(feature = "postgres")]
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // Nothing listens on port 1: the provider is made all the same.
+    /// let provider = shedlock::AnyLockProvider::builder()
+    ///     .connect_lazy("postgres://app@127.0.0.1:1/app")
+    ///     .await?;
+    /// # let _ = provider; Ok(()) }
+    /// # #[cfg(not(feature = "postgres"))] fn main() {}
+    /// ```
+    pub async fn connect_lazy(self, url: &str) -> Result<AnyLockProvider, ConnectError> {
+        self.open(url, Connect::Lazily).await
+    }
+
+    /// Checks `url` and the settings against each other, then connects as `connect` says.
+    async fn open(self, url: &str, connect: Connect) -> Result<AnyLockProvider, ConnectError> {
         let scheme = Scheme::text_of(url).ok_or(ConnectError::NotAUrl)?;
         let Some(known) = Scheme::named(scheme) else {
             return Err(ConnectError::UnknownScheme {
@@ -318,7 +372,15 @@ impl AnyLockProviderBuilder {
                 ),
             });
         }
-        self.connect_to(known, scheme, url).await
+        if connect == Connect::Lazily && self.create_table {
+            return Err(ConnectError::InvalidUrl {
+                scheme: scheme.to_owned(),
+                rule: "create_table_if_missing() needs a connection, which connect_lazy does not \
+                       open: create the table with connect, or beforehand"
+                    .to_owned(),
+            });
+        }
+        self.connect_to(known, scheme, url, connect).await
     }
 
     // Without any provider feature, every scheme is refused before the URL is read.
@@ -335,22 +397,40 @@ impl AnyLockProviderBuilder {
         )),
         allow(unused_variables)
     )]
+    // The in-process store has nothing to connect, now or later.
+    #[cfg_attr(
+        not(any(
+            feature = "sqlite",
+            feature = "postgres",
+            feature = "mysql",
+            feature = "redis",
+            feature = "etcd",
+            feature = "mongo",
+            feature = "zookeeper"
+        )),
+        expect(unused_variables)
+    )]
     async fn connect_to(
         self,
         known: &'static Scheme,
         scheme: &str,
         url: &str,
+        connect: Connect,
     ) -> Result<AnyLockProvider, ConnectError> {
         // Each arm exists only when its feature is on; the last one answers for the others.
         match known.backend {
             #[cfg(feature = "memory")]
             Backend::Memory => Ok(named_memory_store(scheme, url)?.node().into()),
             #[cfg(feature = "sqlite")]
-            Backend::Sqlite => sql_provider!(self, shedlock_sqlite::SqliteLockProvider, url),
+            Backend::Sqlite => {
+                sql_provider!(self, shedlock_sqlite::SqliteLockProvider, url, connect)
+            }
             #[cfg(feature = "postgres")]
-            Backend::Postgres => sql_provider!(self, shedlock_postgres::PostgresLockProvider, url),
+            Backend::Postgres => {
+                sql_provider!(self, shedlock_postgres::PostgresLockProvider, url, connect)
+            }
             #[cfg(feature = "mysql")]
-            Backend::Mysql => sql_provider!(self, shedlock_mysql::MySqlLockProvider, url),
+            Backend::Mysql => sql_provider!(self, shedlock_mysql::MySqlLockProvider, url, connect),
             #[cfg(feature = "redis")]
             Backend::Redis => {
                 let builder = shedlock_redis::RedisLockProvider::builder();
@@ -358,17 +438,14 @@ impl AnyLockProviderBuilder {
                     Some(timeout) => builder.operation_timeout(timeout),
                     None => builder,
                 };
-                match self.tls_root_certificate {
+                let builder = match self.tls_root_certificate {
                     #[cfg(any(feature = "rustls", feature = "rustls-native-roots"))]
                     Some(pem) => builder.tls_root_certificate(pem),
                     #[cfg(not(any(feature = "rustls", feature = "rustls-native-roots")))]
                     Some(_) => return Err(tls_feature_disabled(scheme)),
                     None => builder,
-                }
-                .connect(url)
-                .await
-                .map(AnyLockProvider::from)
-                .map_err(ConnectError::from)
+                };
+                finish!(builder, url, connect)
             }
             #[cfg(feature = "etcd")]
             Backend::Etcd => {
@@ -377,29 +454,23 @@ impl AnyLockProviderBuilder {
                     Some(timeout) => builder.operation_timeout(timeout),
                     None => builder,
                 };
-                match self.tls_root_certificate {
+                let builder = match self.tls_root_certificate {
                     #[cfg(any(feature = "rustls", feature = "rustls-native-roots"))]
                     Some(pem) => builder.tls_root_certificate(pem),
                     #[cfg(not(any(feature = "rustls", feature = "rustls-native-roots")))]
                     Some(_) => return Err(tls_feature_disabled(scheme)),
                     None => builder,
-                }
-                .connect(&etcd_endpoints(scheme, url))
-                .await
-                .map(AnyLockProvider::from)
-                .map_err(ConnectError::from)
+                };
+                finish!(builder, &etcd_endpoints(scheme, url), connect)
             }
             #[cfg(feature = "mongo")]
             Backend::Mongo => {
                 let builder = shedlock_mongo::MongoLockProvider::builder();
-                match self.operation_timeout {
+                let builder = match self.operation_timeout {
                     Some(timeout) => builder.operation_timeout(timeout),
                     None => builder,
-                }
-                .connect(url)
-                .await
-                .map(AnyLockProvider::from)
-                .map_err(ConnectError::from)
+                };
+                finish!(builder, url, connect)
             }
             #[cfg(feature = "zookeeper")]
             Backend::Zookeeper => {
@@ -428,11 +499,8 @@ impl AnyLockProviderBuilder {
                 // The provider reads its schemes in lowercase; the rest of the URL is its own.
                 let tls = known.tls;
                 let rest = &url[scheme.len() + "://".len()..];
-                builder
-                    .connect(&format!("{}://{rest}", if tls { "zk+tls" } else { "zk" }))
-                    .await
-                    .map(AnyLockProvider::from)
-                    .map_err(ConnectError::from)
+                let url = format!("{}://{rest}", if tls { "zk+tls" } else { "zk" });
+                finish!(builder, &url, connect)
             }
             disabled => Err(ConnectError::FeatureDisabled {
                 scheme: scheme.to_owned(),

@@ -256,6 +256,112 @@ async fn sqlites_colon_form_names_the_sqlite_feature_too() {
     );
 }
 
+/// Every backend whose feature is on, as `(a URL nothing answers at, the test server's URL)`.
+fn lazy_cases() -> Vec<(&'static str, String)> {
+    let mut cases = Vec::new();
+    #[cfg(feature = "sqlite")]
+    cases.push((
+        "sqlite:///nonexistent-dir-shedlock/locks.db",
+        format!(
+            "sqlite://{}/{}.db?mode=rwc",
+            std::env::temp_dir().display(),
+            unique("lazy")
+        ),
+    ));
+    #[cfg(feature = "postgres")]
+    cases.push((
+        "postgres://app@127.0.0.1:1/app",
+        env_url("SHEDLOCK_TEST_POSTGRES_URL"),
+    ));
+    #[cfg(feature = "mysql")]
+    cases.push((
+        "mysql://app@127.0.0.1:1/app",
+        env_url("SHEDLOCK_TEST_MYSQL_URL"),
+    ));
+    #[cfg(feature = "redis")]
+    cases.push(("redis://127.0.0.1:1", env_url("SHEDLOCK_TEST_REDIS_URL")));
+    #[cfg(feature = "etcd")]
+    cases.push((
+        "etcd://127.0.0.1:1",
+        with_scheme("etcd", &env_url("SHEDLOCK_TEST_ETCD_URL")),
+    ));
+    #[cfg(feature = "mongo")]
+    cases.push((
+        "mongodb://127.0.0.1:1/shedlock_facade?directConnection=true",
+        format!(
+            "{}/shedlock_facade",
+            env_url("SHEDLOCK_TEST_MONGO_URL").trim_end_matches('/')
+        ),
+    ));
+    #[cfg(feature = "zookeeper")]
+    cases.push((
+        "zk://127.0.0.1:1",
+        format!("zk://{}", env_url("SHEDLOCK_TEST_ZOOKEEPER_URL")),
+    ));
+    cases
+}
+
+/// `connect_lazy` makes each backend's provider without contacting it: where nothing answers
+/// it succeeds all the same, and the first lock operation is then an error within the
+/// operation timeout, never an acquisition or a hang; against the test server it locks the same
+/// backend as a provider `connect` made.
+#[tokio::test]
+async fn connect_lazy_contacts_nothing_until_the_first_lock_operation() {
+    bounded(async {
+        let timeout = Duration::from_secs(2);
+        for (unreachable, real) in lazy_cases() {
+            let lazy = AnyLockProvider::builder()
+                .operation_timeout(timeout)
+                .connect_lazy(unreachable)
+                .await
+                .unwrap_or_else(|e| panic!("{unreachable}: {e}"));
+            let config =
+                LockConfiguration::new(unique("lazy"), Duration::from_secs(30), Duration::ZERO)
+                    .unwrap();
+            let started = std::time::Instant::now();
+            let outcome = lazy.try_lock(&config).await;
+            assert!(outcome.is_err(), "{unreachable}: {outcome:?}");
+            assert!(
+                started.elapsed() < 4 * timeout,
+                "{unreachable}: the first operation took {:?}",
+                started.elapsed()
+            );
+
+            let eager = AnyLockProvider::builder()
+                .create_table_if_missing()
+                .connect(&real)
+                .await
+                .unwrap_or_else(|e| panic!("{real}: {e}"));
+            let lazy = AnyLockProvider::builder()
+                .connect_lazy(&real)
+                .await
+                .unwrap_or_else(|e| panic!("{real}: {e}"));
+            assert_same_backend(&lazy, &eager).await;
+        }
+    })
+    .await;
+}
+
+/// A table cannot be created without a connection: asking `connect_lazy` for one is refused
+/// up front, naming the setting, rather than a table that silently never comes.
+#[tokio::test]
+async fn connect_lazy_refuses_to_create_a_table() {
+    let error = AnyLockProvider::builder()
+        .create_table_if_missing()
+        .connect_lazy("memory://lazy-table")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ConnectError::InvalidUrl { .. }),
+        "{error:?}"
+    );
+    let text = error.to_string();
+    assert!(
+        text.contains("create_table_if_missing() needs a connection"),
+        "{text}"
+    );
+}
+
 #[cfg(feature = "memory")]
 mod memory {
     use super::*;
@@ -365,14 +471,11 @@ mod sqlite {
             let dir = std::env::temp_dir().join(unique("shedlock-facade"));
             std::fs::create_dir_all(&dir).unwrap();
             let file = dir.join("locks.db");
-            let own = SqliteLockProvider::builder_from_url(format!(
-                "sqlite://{}?mode=rwc",
-                file.display()
-            ))
-            .create_table_if_missing()
-            .build()
-            .await
-            .unwrap();
+            let own = SqliteLockProvider::builder()
+                .create_table_if_missing()
+                .connect(format!("sqlite://{}?mode=rwc", file.display()))
+                .await
+                .unwrap();
             for url in [
                 format!("sqlite://{}", file.display()),
                 format!("sqlite:{}", file.display()),
@@ -403,8 +506,8 @@ mod sqlite {
                 .connect(&url)
                 .await
                 .unwrap();
-            let own = SqliteLockProvider::builder_from_url(url.as_str())
-                .build()
+            let own = SqliteLockProvider::builder()
+                .connect(url.as_str())
                 .await
                 .unwrap();
             assert_same_backend(&any, &own).await;
@@ -426,9 +529,9 @@ mod postgres {
     #[tokio::test]
     async fn postgres_and_postgresql_urls_reach_the_same_database() {
         bounded(async {
-            let own = PostgresLockProvider::builder_from_url(url())
+            let own = PostgresLockProvider::builder()
                 .create_table_if_missing()
-                .build()
+                .connect(url())
                 .await
                 .unwrap();
             for scheme in ["postgres", "postgresql"] {
@@ -476,9 +579,9 @@ mod mysql {
     #[tokio::test]
     async fn mysql_and_mariadb_urls_reach_the_same_database() {
         bounded(async {
-            let own = MySqlLockProvider::builder_from_url(url())
+            let own = MySqlLockProvider::builder()
                 .create_table_if_missing()
-                .build()
+                .connect(url())
                 .await
                 .unwrap();
             for scheme in ["mysql", "mariadb"] {

@@ -621,9 +621,9 @@ mod sqlite {
 
     impl Backend for Sqlite {
         async fn node(&self) -> AnyLockProvider {
-            SqliteLockProvider::builder_from_url(format!("{}?mode=rwc", self.0))
+            SqliteLockProvider::builder()
                 .create_table_if_missing()
-                .build()
+                .connect(format!("{}?mode=rwc", self.0))
                 .await
                 .unwrap();
             shedlock::connect(&self.0).await.unwrap()
@@ -651,9 +651,9 @@ mod postgres {
         /// Each node makes the table if it is not there yet, as replicas starting together
         /// on a new database would (the tests run in parallel, so they race to create it).
         async fn node(&self) -> AnyLockProvider {
-            PostgresLockProvider::builder_from_url(self.0.clone())
+            PostgresLockProvider::builder()
                 .create_table_if_missing()
-                .build()
+                .connect(self.0.clone())
                 .await
                 .unwrap();
             shedlock::connect(&self.0).await.unwrap()

@@ -112,9 +112,9 @@
 //! use shedlock_core::{LockConfiguration, LockingTaskExecutor};
 //! use shedlock_mysql::MySqlLockProvider;
 //! # async fn run() -> Result<(), shedlock_core::LockError> {
-//! let provider = MySqlLockProvider::builder_from_url("mysql://app@db/app")
+//! let provider = MySqlLockProvider::builder()
 //!     .create_table_with_fencing_if_missing()
-//!     .build()
+//!     .connect("mysql://app@db/app")
 //!     .await?;
 //! let executor = LockingTaskExecutor::new(provider);
 //! let config = LockConfiguration::new("report", Duration::from_secs(60), Duration::ZERO)?;
@@ -183,11 +183,8 @@
 //! # async fn run() -> Result<(), shedlock_core::LockError> {
 //! use shedlock_mysql::MySqlLockProvider;
 //!
-//! let provider = MySqlLockProvider::builder_from_url(
-//!     "mysql://app@db.example.com/app?ssl-mode=VERIFY_IDENTITY&ssl-ca=/etc/ssl/db-ca.pem",
-//! )
-//! .build()
-//! .await?;
+//! let provider =
+//!     MySqlLockProvider::connect("mysql://app@db.example.com/app?ssl-mode=VERIFY_IDENTITY&ssl-ca=/etc/ssl/db-ca.pem").await?;
 //! # let _ = provider; Ok(()) }
 //! ```
 //!

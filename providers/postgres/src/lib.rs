@@ -115,9 +115,9 @@
 //! use shedlock_core::{LockConfiguration, LockingTaskExecutor};
 //! use shedlock_postgres::PostgresLockProvider;
 //! # async fn run() -> Result<(), shedlock_core::LockError> {
-//! let provider = PostgresLockProvider::builder_from_url("postgres://app@db/app")
+//! let provider = PostgresLockProvider::builder()
 //!     .create_table_with_fencing_if_missing()
-//!     .build()
+//!     .connect("postgres://app@db/app")
 //!     .await?;
 //! let executor = LockingTaskExecutor::new(provider);
 //! let config = LockConfiguration::new("report", Duration::from_secs(60), Duration::ZERO)?;
@@ -181,11 +181,8 @@
 //! # async fn run() -> Result<(), shedlock_core::LockError> {
 //! use shedlock_postgres::PostgresLockProvider;
 //!
-//! let provider = PostgresLockProvider::builder_from_url(
-//!     "postgres://app@db.example.com/app?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem",
-//! )
-//! .build()
-//! .await?;
+//! let provider =
+//!     PostgresLockProvider::connect("postgres://app@db.example.com/app?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem").await?;
 //! # let _ = provider; Ok(()) }
 //! ```
 //!

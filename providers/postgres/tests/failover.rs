@@ -46,10 +46,10 @@ fn failover(command: &str) {
 }
 
 async fn node(url: &str) -> PostgresLockProvider {
-    PostgresLockProvider::builder_from_url(url)
+    PostgresLockProvider::builder()
         .table_name(TABLE)
         .create_table_with_fencing_if_missing()
-        .build()
+        .connect(url)
         .await
         .unwrap_or_else(|error| panic!("no node on {url}: {error}"))
 }
@@ -298,10 +298,10 @@ async fn a_lagging_replica_loses_the_locks_of_its_lag_unless_replication_is_sync
     make_synchronous(&primary_url).await;
     let proxy = stream_through_proxy(&primary_url, &replica).await;
     let timeout = Duration::from_secs(2);
-    let primary_node = PostgresLockProvider::builder_from_url(&primary_url)
+    let primary_node = PostgresLockProvider::builder()
         .table_name(TABLE)
         .operation_timeout(timeout)
-        .build()
+        .connect(&primary_url)
         .await
         .unwrap();
     proxy.pause();

@@ -184,9 +184,10 @@ impl RedisLockProviderBuilder {
 
     /// Like [`connect`](Self::connect) but connects on first use, so an application can start
     /// while Redis is down; each lock operation then fails (bounded by the operation timeout)
-    /// until Redis answers. The URL is checked at once all the same. Must be called inside a
-    /// Tokio runtime.
-    pub fn connect_lazy(self, url: &str) -> Result<RedisLockProvider, LockError> {
+    /// until Redis answers. The URL is checked at once all the same. Asynchronous, as every
+    /// provider's `connect_lazy`, though nothing here waits; like every lock operation it runs
+    /// on a Tokio runtime.
+    pub async fn connect_lazy(self, url: &str) -> Result<RedisLockProvider, LockError> {
         let endpoint = shedlock_core::redact_url(url);
         self.validate()?;
         let scheme = check_url_scheme(url)?;

@@ -564,6 +564,7 @@ async fn the_fencing_counter_shares_the_lock_keys_cluster_slot() {
     let provider = builder("prod")
         .fencing(true)
         .connect_lazy(&redis_url())
+        .await
         .unwrap();
     for name in ["report", "a:b", "x/y", "ünïcödé", "with space", "", "42"] {
         if name.is_empty() {
@@ -703,6 +704,7 @@ async fn an_unreachable_server_is_a_clear_error_within_the_timeout() {
     let lazy = RedisLockProvider::builder()
         .operation_timeout(Duration::from_secs(1))
         .connect_lazy("redis://127.0.0.1:1")
+        .await
         .unwrap();
     for _ in 0..2 {
         let started = Instant::now();
@@ -738,6 +740,7 @@ async fn credentials_never_appear_in_errors_or_debug_output() {
     let lazy = RedisLockProvider::builder()
         .operation_timeout(Duration::from_millis(500))
         .connect_lazy(&unreachable)
+        .await
         .unwrap();
     let debug = format!("{lazy:?}");
     assert!(!debug.contains(SECRET) && debug.contains("***"), "{debug}");
@@ -781,7 +784,7 @@ async fn credentials_never_appear_in_the_logs() {
     for url in [&unreachable, &with_password] {
         let builder = RedisLockProvider::builder().operation_timeout(Duration::from_millis(500));
         let _ = builder.clone().connect(url).await;
-        let executor = LockingTaskExecutor::new(builder.connect_lazy(url).unwrap());
+        let executor = LockingTaskExecutor::new(builder.connect_lazy(url).await.unwrap());
         let outcome = executor
             .execute(&config("job", Duration::from_secs(5)), async {})
             .await;

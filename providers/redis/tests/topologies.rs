@@ -168,7 +168,7 @@ async fn fenced_locks_of_many_names_work_on_every_master_of_a_cluster() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lazy_cluster_provider_connects_on_first_use() {
-    let provider = builder().connect_lazy(&cluster_url()).unwrap();
+    let provider = builder().connect_lazy(&cluster_url()).await.unwrap();
     let handle = acquire(&provider, "lazy").await;
     assert!(
         !provider
@@ -213,6 +213,7 @@ async fn an_unreachable_cluster_or_sentinel_is_a_clear_error_within_the_timeout(
         let lazy = builder()
             .operation_timeout(Duration::from_secs(1))
             .connect_lazy(url)
+            .await
             .unwrap();
         for _ in 0..2 {
             let started = Instant::now();
@@ -345,7 +346,7 @@ async fn malformed_urls_are_refused_naming_the_rule_and_never_the_password() {
         assert!(text.contains(rule), "{rule}: {text}");
         assert!(!text.contains(SECRET), "{text}");
         assert_eq!(error.kind(), ErrorKind::Configuration, "{rule}: {text}");
-        let lazy = builder().connect_lazy(&url).unwrap_err();
+        let lazy = builder().connect_lazy(&url).await.unwrap_err();
         assert_eq!(
             lazy.kind(),
             ErrorKind::Configuration,
@@ -412,6 +413,7 @@ async fn passwords_of_cluster_and_sentinel_urls_never_show() {
         let lazy = builder()
             .operation_timeout(Duration::from_secs(2))
             .connect_lazy(&url)
+            .await
             .unwrap();
         let debug = format!("{lazy:?}");
         assert!(!debug.contains(SECRET) && debug.contains("***"), "{debug}");

@@ -1,7 +1,9 @@
-//! [`SqlLockProviderBuilder`], once for every [`SqlBackend`]: where the pool comes from, the
-//! connect timeouts, and connecting and checking the table before the provider exists.
+//! [`SqlLockProviderBuilder`], once for every [`SqlBackend`]: the settings, then where the
+//! connections come from (a URL, now or lazily, or a pool of yours), connecting and checking
+//! the table before the provider exists.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,24 +47,27 @@ impl<B: SqlBackend> Source<B> {
 ///
 /// Each provider crate names it for its database (`PostgresLockProviderBuilder`,
 /// `MySqlLockProviderBuilder`, `SqliteLockProviderBuilder`); get one from
-/// [`SqlLockProvider::builder_from_url`] or [`SqlLockProvider::builder`].
+/// [`SqlLockProvider::builder`], set what differs from the defaults, and finish with one of the
+/// constructors every shedlock provider has: [`connect`](Self::connect) (a URL, connected and
+/// checked now), [`connect_lazy`](Self::connect_lazy) (a URL, connected on first use) or
+/// [`build`](Self::build) (a pool of yours).
 pub struct SqlLockProviderBuilder<B: SqlBackend> {
-    source: Source<B>,
     table: Result<LockTable, IdentifierError>,
     time_source: TimeSource,
     create_table: Option<bool>,
+    fencing_column: bool,
     connect_timeout: Duration,
     operation_timeout: Duration,
     max_connections: u32,
     holder: Option<String>,
     clock: Option<Arc<dyn Clock>>,
+    backend: PhantomData<fn() -> B>,
 }
 
 impl<B: SqlBackend> fmt::Debug for SqlLockProviderBuilder<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SqlLockProviderBuilder")
             .field("provider", &B::PROVIDER)
-            .field("target", &self.source.describe())
             .field("table", &self.table)
             .field("time_source", &self.time_source)
             .field("create_table", &self.create_table)
@@ -73,24 +78,25 @@ impl<B: SqlBackend> fmt::Debug for SqlLockProviderBuilder<B> {
 }
 
 impl<B: SqlBackend> SqlLockProviderBuilder<B> {
-    pub(crate) fn new(source: Source<B>) -> Self {
+    pub(crate) fn new() -> Self {
         Self {
-            source,
             table: Ok(LockTable::default()),
             time_source: TimeSource::Server,
             create_table: None,
+            fencing_column: false,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             holder: None,
             clock: None,
+            backend: PhantomData,
         }
     }
 
     /// The lock table's name (default `shedlock`); `schema.table` names another schema
     /// (MySQL: another database; SQLite: an attached database). Plain identifiers only
     /// (letters, digits, `_`); they fold as unquoted SQL does. The column names are kept.
-    /// A refused name is reported by [`build`](Self::build).
+    /// A refused name is reported when the provider is made, before anything connects.
     pub fn table_name(mut self, table: &str) -> Self {
         self.table = self.table.and_then(|current| {
             let renamed = LockTable::new(table)?;
@@ -128,7 +134,7 @@ impl<B: SqlBackend> SqlLockProviderBuilder<B> {
     }
 
     /// Creates ShedLock's table at connect if it does not exist. An existing table is left as
-    /// it is, whatever its columns.
+    /// it is, whatever its columns. [`connect_lazy`](Self::connect_lazy) creates nothing.
     pub fn create_table_if_missing(mut self) -> Self {
         self.create_table = Some(false);
         self
@@ -139,6 +145,15 @@ impl<B: SqlBackend> SqlLockProviderBuilder<B> {
     /// without the column keeps working, without tokens.
     pub fn create_table_with_fencing_if_missing(mut self) -> Self {
         self.create_table = Some(true);
+        self
+    }
+
+    /// The table has the fencing column, so every acquisition carries a fencing token.
+    /// [`connect`](Self::connect) and [`build`](Self::build) find the column in the catalog
+    /// without being told, and with this refuse a table that lacks it;
+    /// [`connect_lazy`](Self::connect_lazy) reads no catalog and relies on it.
+    pub fn fencing_column(mut self) -> Self {
+        self.fencing_column = true;
         self
     }
 
@@ -177,15 +192,76 @@ impl<B: SqlBackend> SqlLockProviderBuilder<B> {
         self
     }
 
-    /// Connects, creates the table if asked, checks it, and returns the provider.
-    pub async fn build(self) -> Result<SqlLockProvider<B>, LockError> {
-        let target = self.source.describe();
+    /// Connects to `url` (`postgres://user@host:5432/db`, `mysql://user@host:3306/db`,
+    /// `sqlite://locks.db?mode=rwc`) with connections of the provider's own, creates the table
+    /// if asked, checks it, and returns the provider. Each lock operation sends only its
+    /// statement.
+    pub async fn connect(self, url: impl Into<String>) -> Result<SqlLockProvider<B>, LockError> {
+        self.finish(Source::Url(url.into())).await
+    }
+
+    /// Uses a pool of yours: creates the table if asked, checks it, and returns the provider.
+    /// Lock statements take a connection from the pool per statement, never joining a
+    /// transaction of yours.
+    ///
+    /// The pool is used as you configured it, and sqlx's pool pings a connection when it goes
+    /// back (and, with `test_before_acquire`, its default, before handing it out), so each
+    /// operation costs those round trips on top of its statement;
+    /// [`connect`](Self::connect) opens connections that send only the statement.
+    pub async fn build(self, pool: Pool<B::Database>) -> Result<SqlLockProvider<B>, LockError> {
+        self.finish(Source::Pool(pool)).await
+    }
+
+    /// Makes the provider for `url` without connecting or reading the catalog, for an
+    /// application that must start while the database is down: the first lock statement
+    /// connects, and an unreachable database is then that statement's error. Only a malformed
+    /// URL or setting is refused here.
+    ///
+    /// The table is trusted to be exactly what the provider crate's `create_table_statement`
+    /// creates for the configured names, with the fencing column when
+    /// [`fencing_column`](Self::fencing_column) says so; nothing checks it, so prefer
+    /// [`connect`](Self::connect) whenever the database is up. Asynchronous, as every
+    /// provider's `connect_lazy`, though nothing here waits.
+    pub async fn connect_lazy(
+        self,
+        url: impl Into<String>,
+    ) -> Result<SqlLockProvider<B>, LockError> {
+        let url = url.into();
+        let target = redact_url(&url);
+        let table = self
+            .table
+            .and_then(LockTable::checked)
+            .map_err(bad_table::<B>)?;
+        let connections = Connections::Own(OwnConnections::new(
+            url_options::<B>(&url, &target, self.operation_timeout)?,
+            self.max_connections,
+            self.connect_timeout,
+            self.operation_timeout,
+        ));
+        let storage = SqlStorage::unchecked(
+            connections,
+            table,
+            self.time_source,
+            self.fencing_column,
+            target,
+        );
+        Ok(SqlLockProvider::new(
+            storage,
+            self.operation_timeout,
+            self.holder,
+            self.clock,
+        ))
+    }
+
+    /// Connects to `source`, creates the table if asked, checks it, and returns the provider.
+    async fn finish(self, source: Source<B>) -> Result<SqlLockProvider<B>, LockError> {
+        let target = source.describe();
         let table = self
             .table
             .and_then(LockTable::checked)
             .map_err(bad_table::<B>)?;
         let timeout = self.connect_timeout;
-        let connections = match self.source {
+        let connections = match source {
             Source::Pool(pool) => Connections::Given(pool),
             Source::Url(url) => {
                 let options = url_options::<B>(&url, &target, self.operation_timeout)?;
@@ -229,37 +305,16 @@ impl<B: SqlBackend> SqlLockProviderBuilder<B> {
                 ));
             }
         };
-        Ok(SqlLockProvider::new(
-            storage,
-            self.operation_timeout,
-            self.holder,
-            self.clock,
-        ))
-    }
-
-    /// Builds the provider without connecting or reading the catalog, for an application that
-    /// must start while the database is down: the first lock statement connects, and an
-    /// unreachable database is then that statement's error.
-    ///
-    /// The table is trusted to be exactly what the provider crate's `create_table_statement`
-    /// creates for the configured names (with the fencing column when `fencing` is true);
-    /// nothing checks it, so prefer [`build`](Self::build) whenever the database is up.
-    pub fn build_without_connecting(self, fencing: bool) -> Result<SqlLockProvider<B>, LockError> {
-        let target = self.source.describe();
-        let table = self
-            .table
-            .and_then(LockTable::checked)
-            .map_err(bad_table::<B>)?;
-        let connections = match self.source {
-            Source::Pool(pool) => Connections::Given(pool),
-            Source::Url(url) => Connections::Own(OwnConnections::new(
-                url_options::<B>(&url, &target, self.operation_timeout)?,
-                self.max_connections,
-                self.connect_timeout,
-                self.operation_timeout,
-            )),
-        };
-        let storage = SqlStorage::unchecked(connections, table, self.time_source, fencing, target);
+        if self.fencing_column && !storage.schema().fencing {
+            return Err(connect_error::<B>(
+                ErrorKind::Configuration,
+                format!(
+                    "{target}: table {} has no fencing column {}, though the builder was told it has one (fencing_column()); add the column, or let create_table_with_fencing_if_missing() create the table",
+                    storage.table().table(),
+                    storage.table().column(Column::FencingToken)
+                ),
+            ));
+        }
         Ok(SqlLockProvider::new(
             storage,
             self.operation_timeout,

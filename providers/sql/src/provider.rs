@@ -13,7 +13,7 @@ use shedlock_core::{
 use sqlx::Pool;
 
 use crate::backend::SqlBackend;
-use crate::builder::{Source, SqlLockProviderBuilder};
+use crate::builder::SqlLockProviderBuilder;
 use crate::storage::SqlStorage;
 use crate::table::LockTable;
 
@@ -45,27 +45,17 @@ impl<B: SqlBackend> fmt::Debug for SqlLockProvider<B> {
 }
 
 impl<B: SqlBackend> SqlLockProvider<B> {
-    /// A builder that opens its own pool from `url` (`postgres://user@host:5432/db`,
-    /// `mysql://user@host:3306/db`, `sqlite://locks.db?mode=rwc`).
-    pub fn builder_from_url(url: impl Into<String>) -> SqlLockProviderBuilder<B> {
-        SqlLockProviderBuilder::new(Source::Url(url.into()))
-    }
-
-    /// A builder on an existing pool; lock statements take a connection from it per statement,
-    /// never joining a transaction of yours.
-    ///
-    /// The pool is used as you configured it, and sqlx's pool pings a connection when it goes
-    /// back (and, with `test_before_acquire`, its default, before handing it out), so each
-    /// operation costs those round trips on top of its statement. A provider built from a URL
-    /// ([`builder_from_url`](Self::builder_from_url)) opens connections of its own and sends
-    /// only the statement.
-    pub fn builder(pool: Pool<B::Database>) -> SqlLockProviderBuilder<B> {
-        SqlLockProviderBuilder::new(Source::Pool(pool))
+    /// A builder: set what differs from ShedLock's defaults, then
+    /// [`connect`](SqlLockProviderBuilder::connect) to a URL,
+    /// [`connect_lazy`](SqlLockProviderBuilder::connect_lazy) to one, or
+    /// [`build`](SqlLockProviderBuilder::build) on a pool of yours.
+    pub fn builder() -> SqlLockProviderBuilder<B> {
+        SqlLockProviderBuilder::<B>::new()
     }
 
     /// Connects to `url` with every default: ShedLock's table, server time.
     pub async fn connect(url: impl Into<String>) -> Result<Self, LockError> {
-        Self::builder_from_url(url).build().await
+        Self::builder().connect(url).await
     }
 
     pub(crate) fn new(

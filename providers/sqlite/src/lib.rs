@@ -70,9 +70,9 @@
 //! use shedlock_core::{LockConfiguration, LockingTaskExecutor};
 //! use shedlock_sqlite::SqliteLockProvider;
 //! # async fn run() -> Result<(), shedlock_core::LockError> {
-//! let provider = SqliteLockProvider::builder_from_url("sqlite://locks.db?mode=rwc")
+//! let provider = SqliteLockProvider::builder()
 //!     .create_table_with_fencing_if_missing()
-//!     .build()
+//!     .connect("sqlite://locks.db?mode=rwc")
 //!     .await?;
 //! let executor = LockingTaskExecutor::new(provider);
 //! let config = LockConfiguration::new("report", Duration::from_secs(60), Duration::ZERO)?;

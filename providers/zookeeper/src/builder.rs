@@ -128,7 +128,7 @@ impl ZookeeperLockProviderBuilder {
     /// and learns the server's clock with one write to the root node, creating the root if it
     /// is missing. Fails with a [`LockError`] naming the redacted connect string otherwise.
     pub async fn connect(self, connect_string: &str) -> Result<ZookeeperLockProvider, LockError> {
-        let provider = self.connect_lazy(connect_string)?;
+        let provider = self.connect_lazy(connect_string).await?;
         let inner = &provider.inner;
         let session = inner.session(Operation::Connect, "").await?;
         let deadline = Instant::now() + inner.operation_timeout;
@@ -141,7 +141,11 @@ impl ZookeeperLockProviderBuilder {
     /// Like [`connect`](Self::connect) without talking to ZooKeeper: an application can start
     /// while ZooKeeper is down, and each lock operation fails (bounded by the connect and
     /// operation timeouts) until it answers. The first operation learns the server's clock.
-    pub fn connect_lazy(self, connect_string: &str) -> Result<ZookeeperLockProvider, LockError> {
+    /// Asynchronous, as every provider's `connect_lazy`, though nothing here waits.
+    pub async fn connect_lazy(
+        self,
+        connect_string: &str,
+    ) -> Result<ZookeeperLockProvider, LockError> {
         let parsed = credentials::parse(connect_string);
         self.validate(&parsed)?;
         #[cfg(feature = "tls-rustls")]
@@ -279,19 +283,22 @@ impl ZookeeperLockProviderBuilder {
 mod tests {
     use super::*;
 
-    #[test]
-    fn bad_settings_are_configuration_errors() {
+    #[tokio::test]
+    async fn bad_settings_are_configuration_errors() {
         let builder = ZookeeperLockProvider::builder;
-        for error in [
-            builder().root("relative").connect_lazy("127.0.0.1:2181"),
+        for lazy in [
+            builder()
+                .root("relative")
+                .connect_lazy("127.0.0.1:2181")
+                .await,
             builder()
                 .operation_timeout(Duration::ZERO)
-                .connect_lazy("127.0.0.1:2181"),
-            builder().connect_lazy("redis://127.0.0.1:6379"),
-            builder().connect_lazy("127.0.0.1:2181/a//b"),
-        ]
-        .map(Result::unwrap_err)
-        {
+                .connect_lazy("127.0.0.1:2181")
+                .await,
+            builder().connect_lazy("redis://127.0.0.1:6379").await,
+            builder().connect_lazy("127.0.0.1:2181/a//b").await,
+        ] {
+            let error = lazy.unwrap_err();
             assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
         }
     }

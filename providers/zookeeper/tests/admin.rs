@@ -220,6 +220,7 @@ async fn listing_by_prefix_reads_small_pages_in_name_order_and_matches_literally
     let empty = ZookeeperLockProvider::builder()
         .root(format!("{root}-never-created"))
         .connect_lazy(&zookeeper_url())
+        .await
         .unwrap();
     let locks = list(&empty, "", 10).await;
     assert!(locks.is_empty(), "{locks:?}");
@@ -720,6 +721,7 @@ async fn an_unreachable_server_fails_each_admin_operation_in_bounded_time_withou
         .connect_timeout(SECOND)
         .operation_timeout(SECOND)
         .connect_lazy(&format!("admin:{secret}@127.0.0.1:1"))
+        .await
         .unwrap();
     let started = Instant::now();
     let errors = [

@@ -281,7 +281,11 @@ async fn every_operation_is_its_minimum_of_requests() {
     );
 
     // A provider built lazily learns the server's clock on its first operation.
-    let lazy = wire.builder().connect_lazy(&wire.connect_string).unwrap();
+    let lazy = wire
+        .builder()
+        .connect_lazy(&wire.connect_string)
+        .await
+        .unwrap();
     let (handle, cost) = wire
         .measure(lazy.try_lock(&config("lazy", Duration::ZERO)))
         .await;

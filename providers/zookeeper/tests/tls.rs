@@ -11,6 +11,7 @@
 async fn zk_tls_without_tls_names_the_feature_to_enable() {
     let error = shedlock_zookeeper::ZookeeperLockProvider::builder()
         .connect_lazy("zk+tls://app:secret-pass@localhost:2282")
+        .await
         .unwrap_err();
     let message = error.to_string();
     assert_eq!(
@@ -297,10 +298,11 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
         assert_eq!(error.kind(), ErrorKind::Unreachable, "{text}");
     }
 
-    #[test]
-    fn zk_tls_without_a_ca_is_refused_before_connecting() {
+    #[tokio::test]
+    async fn zk_tls_without_a_ca_is_refused_before_connecting() {
         let error = ZookeeperLockProvider::builder()
             .connect_lazy(&format!("zk+tls://app:{PASSWORD}@localhost:1"))
+            .await
             .unwrap_err();
         let text = chain(&error);
         assert!(
@@ -314,11 +316,12 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
         assert_eq!(error.kind(), ErrorKind::Configuration, "{text}");
     }
 
-    #[test]
-    fn pem_without_a_certificate_or_key_is_refused_before_connecting() {
+    #[tokio::test]
+    async fn pem_without_a_certificate_or_key_is_refused_before_connecting() {
         let error = ZookeeperLockProvider::builder()
             .tls_root_certificate("no PEM here")
             .connect_lazy("zk+tls://localhost:1")
+            .await
             .unwrap_err();
         assert!(
             chain(&error).contains("the TLS root certificate holds no CERTIFICATE in PEM"),
@@ -331,6 +334,7 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
             .tls_root_certificate(ca())
             .tls_client_certificate(certificate, "not-a-key-but-secret")
             .connect_lazy("zk+tls://localhost:1")
+            .await
             .unwrap_err();
         let text = chain(&error);
         assert!(
@@ -346,6 +350,7 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
             .tls_root_certificate(ca())
             .tls_client_certificate(OTHER_CA, key)
             .connect_lazy("zk+tls://localhost:1")
+            .await
             .unwrap_err();
         assert!(
             chain(&error).contains("the TLS client key does not fit its certificate"),
@@ -354,12 +359,13 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
         assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
     }
 
-    #[test]
-    fn tls_settings_with_a_plain_connect_string_are_refused() {
+    #[tokio::test]
+    async fn tls_settings_with_a_plain_connect_string_are_refused() {
         for plain in ["zk://localhost:2181", "localhost:2181"] {
             let error = ZookeeperLockProvider::builder()
                 .tls_root_certificate(ca())
                 .connect_lazy(plain)
+                .await
                 .unwrap_err();
             let text = chain(&error);
             assert!(
@@ -370,8 +376,8 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
         }
     }
 
-    #[test]
-    fn a_server_with_a_scheme_of_its_own_is_refused() {
+    #[tokio::test]
+    async fn a_server_with_a_scheme_of_its_own_is_refused() {
         for servers in [
             "zk://h1:2181,tcp+tls://h2:2282",
             "zk+tls://h1:2282,tcp://h2:2181",
@@ -379,6 +385,7 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
             let error = ZookeeperLockProvider::builder()
                 .tls_root_certificate(ca())
                 .connect_lazy(servers)
+                .await
                 .unwrap_err();
             let text = chain(&error);
             assert!(

@@ -470,6 +470,7 @@ async fn bad_settings_are_refused_with_what_is_wrong() {
     for connect_string in ["", "a:2181,,b:2181", "u:p@"] {
         let error = ZookeeperLockProvider::builder()
             .connect_lazy(connect_string)
+            .await
             .unwrap_err();
         assert!(error.to_string().contains("connect string"), "{error}");
         assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
@@ -489,6 +490,7 @@ async fn bad_settings_are_refused_with_what_is_wrong() {
         let connect_string = format!("app:{SECRET}@{}{chroot}", zookeeper_url());
         let error = ZookeeperLockProvider::builder()
             .connect_lazy(&connect_string)
+            .await
             .unwrap_err();
         let text = full_text(&error);
         assert!(
@@ -508,6 +510,7 @@ async fn bad_settings_are_refused_with_what_is_wrong() {
         let connect_string = format!("{}{chroot}", zookeeper_url());
         ZookeeperLockProvider::builder()
             .connect_lazy(&connect_string)
+            .await
             .unwrap();
     }
 }
@@ -560,6 +563,7 @@ async fn a_root_holding_another_applications_data_is_refused_and_left_as_it_is()
     // A lazy provider finds it at its first operation, and creates no lock node there.
     let lazy = builder(&config_root)
         .connect_lazy(&zookeeper_url())
+        .await
         .unwrap();
     let error = lazy
         .try_lock(&config("job", Duration::from_secs(5)))
@@ -608,6 +612,7 @@ async fn an_unreachable_server_is_a_clear_error_within_the_timeouts() {
     let lazy = ZookeeperLockProvider::builder()
         .connect_timeout(Duration::from_secs(1))
         .connect_lazy("127.0.0.1:1")
+        .await
         .unwrap();
     for _ in 0..2 {
         let started = Instant::now();
@@ -682,7 +687,7 @@ async fn credentials_never_appear_in_the_logs() {
     };
     let unreachable = format!("zk://app:{SECRET}@127.0.0.1:1");
     assert!(quick().connect(&unreachable).await.is_err());
-    let outcome = LockingTaskExecutor::new(quick().connect_lazy(&unreachable).unwrap())
+    let outcome = LockingTaskExecutor::new(quick().connect_lazy(&unreachable).await.unwrap())
         .execute(&config("job", Duration::from_secs(5)), async {})
         .await;
     assert!(outcome.is_err(), "{outcome:?}");

@@ -167,7 +167,7 @@ impl<K: PlantRecords> SqlHarness<K> {
     /// shape is an error, not a silently different configuration.
     async fn prepare_table(&self) -> Result<(), SetupError> {
         let run = self.run;
-        let builder = SqlLockProvider::<K::Backend>::builder(self.admin.clone())
+        let builder = SqlLockProvider::<K::Backend>::builder()
             .table_name(run.table)
             .time_source(run.time_source);
         let builder = if run.fencing {
@@ -175,7 +175,7 @@ impl<K: PlantRecords> SqlHarness<K> {
         } else {
             builder.create_table_if_missing()
         };
-        let provider = builder.build().await?;
+        let provider = builder.build(self.admin.clone()).await?;
         if provider.has_fencing() != run.fencing {
             return Err(format!(
                 "table {} {} the fencing column, but this run is meant to be {:?}: drop the table",
@@ -202,32 +202,42 @@ impl<K: PlantRecords> ConformanceHarness for SqlHarness<K> {
     }
 
     async fn node(&self, clock: Arc<dyn Clock>) -> Result<SqlLockProvider<K::Backend>, SetupError> {
-        let builder = match &self.sessions {
-            Sessions::Url(url) => SqlLockProvider::<K::Backend>::builder_from_url(url.clone())
-                .max_connections(NODE_CONNECTIONS),
-            Sessions::Pool { pool, connect } => SqlLockProvider::<K::Backend>::builder(
-                pool.clone()
-                    .max_connections(NODE_CONNECTIONS)
-                    .connect_lazy_with(connect.clone()),
-            ),
-        };
-        Ok(builder
+        let builder = SqlLockProvider::<K::Backend>::builder()
             .table_name(self.run.table)
             .time_source(self.run.time_source)
-            .clock(clock)
-            .build()
-            .await?)
+            .clock(clock);
+        Ok(match &self.sessions {
+            Sessions::Url(url) => {
+                builder
+                    .max_connections(NODE_CONNECTIONS)
+                    .connect(url.clone())
+                    .await?
+            }
+            Sessions::Pool { pool, connect } => {
+                builder
+                    .build(
+                        pool.clone()
+                            .max_connections(NODE_CONNECTIONS)
+                            .connect_lazy_with(connect.clone()),
+                    )
+                    .await?
+            }
+        })
     }
 
     async fn unreachable_node(&self) -> Result<Support<SqlLockProvider<K::Backend>>, SetupError> {
-        Ok(
-            SqlLockProvider::<K::Backend>::builder_from_url(K::UNREACHABLE_URL)
-                .table_name(self.run.table)
-                .time_source(self.run.time_source)
-                .connect_timeout(Duration::from_secs(2))
-                .build_without_connecting(self.run.fencing)
-                .map(Support::Supported)?,
-        )
+        let builder = SqlLockProvider::<K::Backend>::builder()
+            .table_name(self.run.table)
+            .time_source(self.run.time_source)
+            .connect_timeout(Duration::from_secs(2));
+        let builder = if self.run.fencing {
+            builder.fencing_column()
+        } else {
+            builder
+        };
+        Ok(Support::Supported(
+            builder.connect_lazy(K::UNREACHABLE_URL).await?,
+        ))
     }
 
     fn admin<'node>(
@@ -326,16 +336,14 @@ impl<K: PlantRecords> FaultHarness for SqlHarness<K> {
         };
         let (before, _, after) =
             split_authority(url).ok_or_else(|| SetupError::new("the URL has no host"))?;
-        Ok(
-            SqlLockProvider::<K::Backend>::builder_from_url(format!("{before}{address}{after}"))
-                .max_connections(NODE_CONNECTIONS)
-                .operation_timeout(STALLED_TIMEOUT)
-                .connect_timeout(STALLED_TIMEOUT)
-                .table_name(self.run.table)
-                .time_source(self.run.time_source)
-                .build()
-                .await?,
-        )
+        Ok(SqlLockProvider::<K::Backend>::builder()
+            .max_connections(NODE_CONNECTIONS)
+            .operation_timeout(STALLED_TIMEOUT)
+            .connect_timeout(STALLED_TIMEOUT)
+            .table_name(self.run.table)
+            .time_source(self.run.time_source)
+            .connect(format!("{before}{address}{after}"))
+            .await?)
     }
 
     async fn pause_backend(&self, limit: Duration) -> Result<Support<()>, SetupError> {

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use shedlock_core::{
-    Acquisition, Clock, LockAdmin, LockConfiguration, LockError, LockHandle, LockProvider,
-    LockState, Operation, SystemClock, TimeSource, raw::SkewedClock,
+    Acquisition, Clock, ErrorKind, LockAdmin, LockConfiguration, LockError, LockHandle,
+    LockProvider, LockState, Operation, SystemClock, TimeSource, raw::SkewedClock,
 };
 use shedlock_sql::{Column, SqlBackend, SqlLockProvider, SqlLockProviderBuilder};
 use sqlx::pool::PoolOptions;
@@ -312,6 +312,58 @@ pub async fn no_fencing_tokens_without_the_column(plain: &dyn LockProvider) {
     assert!(handle.unlock().await.unwrap());
 }
 
+/// `fencing_column()` is checked where the catalog is read and trusted where it is not: on a
+/// table made without the column, `connect` refuses it as a configuration error naming the
+/// table and the column, and a provider that reads nothing (`connect_lazy`) hands out tokens
+/// only when told the column is there. Makes two tables at `url`; gives their names, the one
+/// with the column first, for the caller to drop.
+pub async fn the_fencing_column_is_checked_by_connect_and_trusted_by_connect_lazy<B: SqlBackend>(
+    url: &str,
+) -> [String; 2] {
+    let (with, without) = (unique("fence_decl"), unique("nofence_decl"));
+    let fenced = SqlLockProvider::<B>::builder()
+        .table_name(&with)
+        .create_table_with_fencing_if_missing()
+        .fencing_column()
+        .connect(url)
+        .await
+        .unwrap();
+    assert!(fenced.has_fencing());
+    let plain = SqlLockProvider::<B>::builder()
+        .table_name(&without)
+        .create_table_if_missing()
+        .connect(url)
+        .await
+        .unwrap();
+    assert!(!plain.has_fencing());
+    let error = SqlLockProvider::<B>::builder()
+        .table_name(&without)
+        .fencing_column()
+        .connect(url)
+        .await
+        .expect_err("a table without the fencing column was accepted as having it");
+    assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
+    let message = error.to_string();
+    assert!(
+        message.contains(&format!("{without} has no fencing column fencing_token")),
+        "{message}"
+    );
+    for (table, declared) in [(&with, true), (&without, false)] {
+        let builder = SqlLockProvider::<B>::builder().table_name(table);
+        let builder = if declared {
+            builder.fencing_column()
+        } else {
+            builder
+        };
+        let lazy = builder.connect_lazy(url).await.unwrap();
+        assert_eq!(lazy.has_fencing(), declared, "{table}");
+        let handle = lock(&lazy, "lazy", MINUTE).await.unwrap();
+        assert_eq!(handle.fencing_token().is_some(), declared, "{table}");
+        assert!(handle.unlock().await.unwrap());
+    }
+    [with, without]
+}
+
 /// Renames ShedLock's table to `table` and its columns to `lock_name`, `held_until`,
 /// `taken_at`, `owner` and `fence`, the same way for every database.
 pub fn renamed_table_and_columns<B: SqlBackend>(
@@ -331,11 +383,12 @@ pub fn renamed_table_and_columns<B: SqlBackend>(
 /// naming both columns and the rule, before anything is created (the caller checks its table).
 pub async fn a_column_name_given_twice_is_refused_before_anything_is_written<B: SqlBackend>(
     builder: SqlLockProviderBuilder<B>,
+    url: &str,
 ) {
     let error = builder
         .column_name(Column::LockedAt, "lock_until")
         .create_table_if_missing()
-        .build()
+        .connect(url)
         .await
         .expect_err("a table whose locked_at and lock_until are one column was accepted");
     let message = error.to_string();
@@ -748,14 +801,13 @@ pub async fn sixteen_nodes_create_the_table<B: SqlBackend + 'static>(storage: im
         let url = storage.make().await;
         let fencing = round % 2 == 1;
         let verdict = check_first_use(FIRST_USE_NODES, |index| {
-            let builder =
-                SqlLockProvider::<B>::builder_from_url(url.clone()).holder(format!("node-{index}"));
+            let builder = SqlLockProvider::<B>::builder().holder(format!("node-{index}"));
             let builder = if fencing {
                 builder.create_table_with_fencing_if_missing()
             } else {
                 builder.create_table_if_missing()
             };
-            builder.build()
+            builder.connect(url.clone())
         })
         .await;
         let columns = storage.columns(&url).await;

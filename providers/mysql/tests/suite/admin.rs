@@ -30,21 +30,21 @@ async fn pool() -> MySqlPool {
 
 /// A node with its own connections on `table`, created with the fencing column if missing.
 async fn node(table: &str) -> MySqlLockProvider {
-    MySqlLockProvider::builder_from_url(url())
+    MySqlLockProvider::builder()
         .table_name(table)
         .create_table_with_fencing_if_missing()
         .holder(HOLDER)
-        .build()
+        .connect(url())
         .await
         .unwrap()
 }
 
 /// A node on `table` as it is, without creating it.
 async fn node_on_existing(table: &str, holder: &str) -> MySqlLockProvider {
-    MySqlLockProvider::builder_from_url(url())
+    MySqlLockProvider::builder()
         .table_name(table)
         .holder(holder)
-        .build()
+        .connect(url())
         .await
         .unwrap()
 }
@@ -118,16 +118,15 @@ async fn force_unlock_on_a_datetime_6_table_without_fencing() {
 async fn the_configured_table_and_column_names_are_used() {
     let table = unique("my_admin_renamed");
     let renamed = |holder: &str| {
-        shared::renamed_table_and_columns(MySqlLockProvider::builder_from_url(url()), &table)
-            .holder(holder)
+        shared::renamed_table_and_columns(MySqlLockProvider::builder(), &table).holder(holder)
     };
     let a = renamed(HOLDER)
         .create_table_with_fencing_if_missing()
-        .build()
+        .connect(url())
         .await
         .unwrap();
-    let b = renamed("node-b").build().await.unwrap();
-    let c = renamed("node-c").build().await.unwrap();
+    let b = renamed("node-b").connect(url()).await.unwrap();
+    let c = renamed("node-c").connect(url()).await.unwrap();
     admin_tests::force_unlock_frees_exactly_the_acquisition_it_names(&a, &b, &c, &c).await;
     admin_tests::listing_pages_through_a_prefix_literally_in_name_order(&a, &b).await;
     drop_table(&table).await;
@@ -194,13 +193,13 @@ async fn a_java_row_lists_and_is_freed_by_its_own_acquisition_only() {
     let pool = pool().await;
     for fencing in [true, false] {
         let table = unique("my_admin_java");
-        let builder = MySqlLockProvider::builder_from_url(url()).table_name(&table);
+        let builder = MySqlLockProvider::builder().table_name(&table);
         let node = if fencing {
             builder.create_table_with_fencing_if_missing()
         } else {
             builder.create_table_if_missing()
         }
-        .build()
+        .connect(url())
         .await
         .unwrap();
         admin_tests::a_java_row_lists_and_is_freed_by_its_own_acquisition_only::<MySqlKit>(
@@ -235,10 +234,10 @@ async fn a_thousand_names_list_in_ten_pages_of_a_hundred() {
 async fn client_time_admin_judges_by_the_nodes_clock() {
     let table = unique("my_admin_client");
     node(&table).await;
-    let client = MySqlLockProvider::builder_from_url(url())
+    let client = MySqlLockProvider::builder()
         .table_name(&table)
         .time_source(TimeSource::Client)
-        .build()
+        .connect(url())
         .await
         .unwrap();
     admin_tests::client_time_admin_judges_by_the_nodes_clock(&client).await;
@@ -268,10 +267,10 @@ async fn admin_errors_name_the_operation_and_never_the_password() {
     .await;
     let with_password = url().replacen("root@", &format!("{user}:s3cr3t-pw@"), 1);
     assert!(with_password.contains("s3cr3t-pw"), "{with_password}");
-    let node = MySqlLockProvider::builder_from_url(with_password)
+    let node = MySqlLockProvider::builder()
         .table_name(&table)
         .create_table_with_fencing_if_missing()
-        .build()
+        .connect(with_password)
         .await
         .unwrap();
     let held = lock(&node, "job", MINUTE).await.unwrap();
@@ -315,11 +314,11 @@ async fn admin_errors_name_the_operation_and_never_the_password() {
 #[tokio::test]
 async fn a_force_unlock_that_waits_gives_up_within_the_operation_timeout() {
     let table = unique("my_admin_timeout");
-    let node = MySqlLockProvider::builder_from_url(url())
+    let node = MySqlLockProvider::builder()
         .table_name(&table)
         .create_table_with_fencing_if_missing()
         .operation_timeout(Duration::from_millis(800))
-        .build()
+        .connect(url())
         .await
         .unwrap();
     let held = lock(&node, "job", MINUTE).await.unwrap();

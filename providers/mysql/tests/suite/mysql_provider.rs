@@ -26,13 +26,13 @@ async fn pool() -> MySqlPool {
 }
 
 async fn provider_on(table: &str, fencing: bool) -> MySqlLockProvider {
-    let builder = MySqlLockProvider::builder_from_url(url()).table_name(table);
+    let builder = MySqlLockProvider::builder().table_name(table);
     let builder = if fencing {
         builder.create_table_with_fencing_if_missing()
     } else {
         builder.create_table_if_missing()
     };
-    builder.holder("rust-node").build().await.unwrap()
+    builder.holder("rust-node").connect(url()).await.unwrap()
 }
 
 /// Reads `table`'s rows back.
@@ -77,7 +77,8 @@ async fn a_column_name_given_twice_is_refused_and_no_table_created() {
     let pool = pool().await;
     let table = shared::unique("twice");
     shared::a_column_name_given_twice_is_refused_before_anything_is_written(
-        MySqlLockProvider::builder(pool.clone()).table_name(&table),
+        MySqlLockProvider::builder().table_name(&table),
+        &url(),
     )
     .await;
     let found: i64 = sqlx::query_scalar(
@@ -143,9 +144,9 @@ async fn names_longer_than_the_column_are_refused_before_anything_is_written() {
         ),
     )
     .await;
-    let provider = MySqlLockProvider::builder(pool.clone())
+    let provider = MySqlLockProvider::builder()
         .table_name(&table)
-        .build()
+        .build(pool.clone())
         .await
         .unwrap();
     let rows = Rows {
@@ -197,9 +198,9 @@ async fn shedlock_style_collations_and_charsets_refuse_names_they_would_merge_or
         ),
     )
     .await;
-    let provider = MySqlLockProvider::builder(pool.clone())
+    let provider = MySqlLockProvider::builder()
         .table_name(&table)
-        .build()
+        .build(pool.clone())
         .await
         .unwrap();
     let trailing = provider
@@ -229,9 +230,9 @@ async fn shedlock_style_collations_and_charsets_refuse_names_they_would_merge_or
 #[tokio::test]
 async fn a_missing_table_is_an_error_that_shows_how_to_create_it() {
     let table = unique("my_missing");
-    let error = MySqlLockProvider::builder_from_url(url())
+    let error = MySqlLockProvider::builder()
         .table_name(&table)
-        .build()
+        .connect(url())
         .await
         .unwrap_err();
     assert_eq!(
@@ -283,18 +284,18 @@ async fn wrong_column_types_keys_and_auto_increment_are_refused() {
             &format!("CREATE TABLE {table} (name VARCHAR(64) NOT NULL, {columns})"),
         )
         .await;
-        let error = MySqlLockProvider::builder(pool.clone())
+        let error = MySqlLockProvider::builder()
             .table_name(&table)
-            .build()
+            .build(pool.clone())
             .await
             .unwrap_err()
             .to_string();
         assert!(error.contains(expected), "{columns}: {error}");
         exec(&pool, &format!("DROP TABLE {table}")).await;
     }
-    let bad = MySqlLockProvider::builder(pool.clone())
+    let bad = MySqlLockProvider::builder()
         .column_name(Column::LockedBy, "locked`by")
-        .build()
+        .build(pool.clone())
         .await
         .unwrap_err()
         .to_string();
@@ -304,9 +305,9 @@ async fn wrong_column_types_keys_and_auto_increment_are_refused() {
 #[tokio::test]
 async fn an_unreachable_server_is_an_error_within_the_connect_timeout_without_the_password() {
     let started = Instant::now();
-    let error = MySqlLockProvider::builder_from_url("mysql://app:hunter2@127.0.0.1:1/test")
+    let error = MySqlLockProvider::builder()
         .connect_timeout(Duration::from_secs(2))
-        .build()
+        .connect("mysql://app:hunter2@127.0.0.1:1/test")
         .await
         .unwrap_err();
     assert!(
@@ -320,9 +321,9 @@ async fn an_unreachable_server_is_an_error_within_the_connect_timeout_without_th
     assert!(text.contains("cannot connect"), "{text}");
 
     let started = Instant::now();
-    let error = MySqlLockProvider::builder_from_url("mysql://app:hunter2@10.255.255.1:3306/test")
+    let error = MySqlLockProvider::builder()
         .connect_timeout(Duration::from_secs(1))
-        .build()
+        .connect("mysql://app:hunter2@10.255.255.1:3306/test")
         .await
         .unwrap_err();
     assert!(
@@ -359,6 +360,12 @@ async fn fencing_tokens_come_back_through_the_insert_id_and_are_absent_without_t
     assert_eq!(columns, ["name", "lock_until", "locked_at", "locked_by"]);
     shared::no_fencing_tokens_without_the_column(&plain).await;
     exec(&pool().await, &format!("DROP TABLE {with}, {without}")).await;
+    let [with, without] =
+        shared::the_fencing_column_is_checked_by_connect_and_trusted_by_connect_lazy::<
+            shedlock_mysql::MySqlBackend,
+        >(&url())
+        .await;
+    exec(&pool().await, &format!("DROP TABLE {with}, {without}")).await;
 }
 
 #[tokio::test]
@@ -368,9 +375,9 @@ async fn custom_database_table_and_column_names_work() {
     exec(&pool, &format!("CREATE DATABASE {database}")).await;
     let qualified = format!("{database}.job_locks");
     let build = || {
-        shared::renamed_table_and_columns(MySqlLockProvider::builder(pool.clone()), &qualified)
+        shared::renamed_table_and_columns(MySqlLockProvider::builder(), &qualified)
             .create_table_with_fencing_if_missing()
-            .build()
+            .build(pool.clone())
     };
     let (node_a, node_b) = (build().await.unwrap(), build().await.unwrap());
     shared::renamed_table_and_columns_lock_as_shedlocks_do(&node_a, &node_b, true).await;
@@ -415,9 +422,9 @@ async fn timestamp_columns_need_a_utc_session_and_datetime_columns_do_not() {
         .replace("utf8mb4_nopad_bin", "utf8mb4_bin"),
     )
     .await;
-    let error = MySqlLockProvider::builder(tokyo.clone())
+    let error = MySqlLockProvider::builder()
         .table_name(&timestamps)
-        .build()
+        .build(tokyo.clone())
         .await
         .unwrap_err()
         .to_string();
@@ -437,16 +444,16 @@ async fn timestamp_columns_need_a_utc_session_and_datetime_columns_do_not() {
     .await;
     for time_source in [TimeSource::Server, TimeSource::Client] {
         let case = format!("{time_source:?}");
-        let node_a = MySqlLockProvider::builder(tokyo.clone())
+        let node_a = MySqlLockProvider::builder()
             .table_name(&datetimes)
             .time_source(time_source)
-            .build()
+            .build(tokyo.clone())
             .await
             .unwrap();
-        let node_b = MySqlLockProvider::builder_from_url(url())
+        let node_b = MySqlLockProvider::builder()
             .table_name(&datetimes)
             .time_source(time_source)
-            .build()
+            .connect(url())
             .await
             .unwrap();
         let held = lock(&node_a, &case, Duration::from_millis(400))
@@ -476,10 +483,10 @@ async fn timestamp_columns_need_a_utc_session_and_datetime_columns_do_not() {
 async fn server_time_ignores_node_clocks_and_client_time_uses_them() {
     let table = unique("my_clock");
     let server_time = provider_on(&table, false).await;
-    let client_time = MySqlLockProvider::builder_from_url(url())
+    let client_time = MySqlLockProvider::builder()
         .table_name(&table)
         .time_source(TimeSource::Client)
-        .build()
+        .connect(url())
         .await
         .unwrap();
     let pool = pool().await;
@@ -500,10 +507,10 @@ async fn server_time_ignores_node_clocks_and_client_time_uses_them() {
 async fn lock_statements_run_outside_the_callers_transaction() {
     let pool = pool().await;
     let table = unique("my_tx");
-    let provider = MySqlLockProvider::builder(pool.clone())
+    let provider = MySqlLockProvider::builder()
         .table_name(&table)
         .create_table_if_missing()
-        .build()
+        .build(pool.clone())
         .await
         .unwrap();
     shared::lock_statements_run_outside_the_callers_transaction(&provider).await;
@@ -621,9 +628,9 @@ async fn rows_written_by_java_shedlocks_sql_and_by_rust_honour_each_other() {
         ),
     )
     .await;
-    let rust = MySqlLockProvider::builder_from_url(url())
+    let rust = MySqlLockProvider::builder()
         .table_name(&table)
-        .build()
+        .connect(url())
         .await
         .unwrap();
     let java = JavaShedLock {
@@ -708,10 +715,10 @@ async fn the_acquire_means_the_same_under_mariadbs_simultaneous_assignment() {
     }
     let table = unique("my_simul");
     let build = || {
-        MySqlLockProvider::builder(pool.clone())
+        MySqlLockProvider::builder()
             .table_name(&table)
             .create_table_with_fencing_if_missing()
-            .build()
+            .build(pool.clone())
     };
     let (a, b) = (build().await.unwrap(), build().await.unwrap());
     for expected in 1..=3u64 {
@@ -759,9 +766,9 @@ async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting() 
     let mariadb = url().replacen("mysql://", "mariadb://", 1);
     let provider = tokio::time::timeout(
         Duration::from_secs(30),
-        MySqlLockProvider::builder_from_url(mariadb)
+        MySqlLockProvider::builder()
             .create_table_if_missing()
-            .build(),
+            .connect(mariadb),
     )
     .await
     .expect("connecting took over 30 s");
@@ -796,15 +803,16 @@ async fn locks_ending_past_what_lock_until_can_keep_are_refused_before_writing()
     .await;
     let checked = provider_on(&made, false).await;
     // Built without connecting, the provider trusts the table to be the one it makes, on MySQL.
-    let unchecked = MySqlLockProvider::builder_from_url(url())
+    let unchecked = MySqlLockProvider::builder()
         .table_name(&made)
         .holder("rust-node")
-        .build_without_connecting(false)
+        .connect_lazy(url())
+        .await
         .unwrap();
-    let hand_made = MySqlLockProvider::builder_from_url(url())
+    let hand_made = MySqlLockProvider::builder()
         .table_name(&by_hand)
         .holder("rust-node")
-        .build()
+        .connect(url())
         .await
         .unwrap();
     for (table, provider, (latest, shown), column) in [
@@ -828,11 +836,11 @@ async fn locks_ending_past_what_lock_until_can_keep_are_refused_before_writing()
         ),
     ] {
         exec(&pool, &format!("DELETE FROM {table}")).await;
-        let ahead = MySqlLockProvider::builder_from_url(url())
+        let ahead = MySqlLockProvider::builder()
             .table_name(table)
             .time_source(TimeSource::Client)
             .clock(shared::two_days_ahead())
-            .build()
+            .connect(url())
             .await
             .unwrap();
         shared::locks_ending_past_the_lock_until_columns_limit_are_refused_before_writing(

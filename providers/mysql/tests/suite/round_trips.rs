@@ -20,10 +20,10 @@ fn unique(prefix: &str) -> String {
 }
 
 async fn provider(url: String, table: &str) -> MySqlLockProvider {
-    MySqlLockProvider::builder_from_url(url)
+    MySqlLockProvider::builder()
         .table_name(table)
         .create_table_with_fencing_if_missing()
-        .build()
+        .connect(url)
         .await
         .unwrap()
 }

@@ -74,11 +74,11 @@ async fn within<T>(future: impl Future<Output = T>) -> T {
 }
 
 async fn connect(url: &str, table: &str) -> Result<MySqlLockProvider, LockError> {
-    MySqlLockProvider::builder_from_url(url)
+    MySqlLockProvider::builder()
         .table_name(table)
         .create_table_if_missing()
         .connect_timeout(Duration::from_secs(10))
-        .build()
+        .connect(url)
         .await
 }
 

@@ -20,7 +20,7 @@ async fn ssl_mode_required_without_tls_names_the_feature_to_enable() {
     for mode in ["REQUIRED", "VERIFY_CA", "VERIFY_IDENTITY"] {
         let error = tokio::time::timeout(
             Duration::from_secs(30),
-            MySqlLockProvider::builder_from_url(format!("{url}?ssl-mode={mode}")).build(),
+            MySqlLockProvider::builder().connect(format!("{url}?ssl-mode={mode}")),
         )
         .await
         .expect("within 30 s")

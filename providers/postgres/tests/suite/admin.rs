@@ -27,21 +27,21 @@ async fn pool() -> sqlx::PgPool {
 
 /// A node with its own connections on `table`, created with the fencing column if missing.
 async fn node(table: &str) -> PostgresLockProvider {
-    PostgresLockProvider::builder_from_url(url())
+    PostgresLockProvider::builder()
         .table_name(table)
         .create_table_with_fencing_if_missing()
         .holder(HOLDER)
-        .build()
+        .connect(url())
         .await
         .unwrap()
 }
 
 /// A node on `table` as it is, without creating it.
 async fn node_on_existing(table: &str, holder: &str) -> PostgresLockProvider {
-    PostgresLockProvider::builder_from_url(url())
+    PostgresLockProvider::builder()
         .table_name(table)
         .holder(holder)
-        .build()
+        .connect(url())
         .await
         .unwrap()
 }
@@ -117,16 +117,15 @@ async fn force_unlock_on_a_timestamptz_table_without_fencing() {
 async fn the_configured_table_and_column_names_are_used() {
     let table = unique("pg_admin_renamed");
     let renamed = |holder: &str| {
-        shared::renamed_table_and_columns(PostgresLockProvider::builder_from_url(url()), &table)
-            .holder(holder)
+        shared::renamed_table_and_columns(PostgresLockProvider::builder(), &table).holder(holder)
     };
     let a = renamed(HOLDER)
         .create_table_with_fencing_if_missing()
-        .build()
+        .connect(url())
         .await
         .unwrap();
-    let b = renamed("node-b").build().await.unwrap();
-    let c = renamed("node-c").build().await.unwrap();
+    let b = renamed("node-b").connect(url()).await.unwrap();
+    let c = renamed("node-c").connect(url()).await.unwrap();
     admin_tests::force_unlock_frees_exactly_the_acquisition_it_names(&a, &b, &c, &c).await;
     admin_tests::listing_pages_through_a_prefix_literally_in_name_order(&a, &b).await;
     drop_table(&table).await;
@@ -137,13 +136,13 @@ async fn a_java_row_lists_and_is_freed_by_its_own_acquisition_only() {
     let pool = pool().await;
     for fencing in [true, false] {
         let table = unique("pg_admin_java");
-        let builder = PostgresLockProvider::builder_from_url(url()).table_name(&table);
+        let builder = PostgresLockProvider::builder().table_name(&table);
         let node = if fencing {
             builder.create_table_with_fencing_if_missing()
         } else {
             builder.create_table_if_missing()
         }
-        .build()
+        .connect(url())
         .await
         .unwrap();
         admin_tests::a_java_row_lists_and_is_freed_by_its_own_acquisition_only::<PostgresKit>(
@@ -182,10 +181,10 @@ async fn a_thousand_names_list_in_ten_pages_of_a_hundred() {
 async fn client_time_admin_judges_by_the_nodes_clock() {
     let table = unique("pg_admin_client");
     node(&table).await;
-    let client = PostgresLockProvider::builder_from_url(url())
+    let client = PostgresLockProvider::builder()
         .table_name(&table)
         .time_source(TimeSource::Client)
-        .build()
+        .connect(url())
         .await
         .unwrap();
     admin_tests::client_time_admin_judges_by_the_nodes_clock(&client).await;
@@ -200,10 +199,10 @@ async fn admin_errors_name_the_operation_and_never_the_password() {
     // The test server trusts every connection, so any password connects.
     let with_password = url().replacen("postgres@", "postgres:s3cr3t-pw@", 1);
     assert!(with_password.contains("s3cr3t-pw"), "{with_password}");
-    let node = PostgresLockProvider::builder_from_url(with_password)
+    let node = PostgresLockProvider::builder()
         .table_name(&table)
         .create_table_with_fencing_if_missing()
-        .build()
+        .connect(with_password)
         .await
         .unwrap();
     let held = lock(&node, "job", Duration::from_secs(60)).await.unwrap();
@@ -246,11 +245,11 @@ async fn admin_errors_name_the_operation_and_never_the_password() {
 #[tokio::test]
 async fn a_force_unlock_that_waits_gives_up_within_the_operation_timeout() {
     let table = unique("pg_admin_timeout");
-    let node = PostgresLockProvider::builder_from_url(url())
+    let node = PostgresLockProvider::builder()
         .table_name(&table)
         .create_table_with_fencing_if_missing()
         .operation_timeout(Duration::from_millis(800))
-        .build()
+        .connect(url())
         .await
         .unwrap();
     let held = lock(&node, "job", Duration::from_secs(60)).await.unwrap();

@@ -20,10 +20,10 @@ fn unique(prefix: &str) -> String {
 }
 
 async fn provider(url: String, table: &str) -> PostgresLockProvider {
-    PostgresLockProvider::builder_from_url(url)
+    PostgresLockProvider::builder()
         .table_name(table)
         .create_table_with_fencing_if_missing()
-        .build()
+        .connect(url)
         .await
         .unwrap()
 }
@@ -87,11 +87,11 @@ async fn an_acquire_never_waits_for_another_transaction_holding_the_row() {
     use std::time::Duration;
 
     let table = unique("pg_row_lock");
-    let provider = PostgresLockProvider::builder_from_url(url())
+    let provider = PostgresLockProvider::builder()
         .table_name(&table)
         .create_table_with_fencing_if_missing()
         .operation_timeout(Duration::from_secs(3))
-        .build()
+        .connect(url())
         .await
         .unwrap();
     let config = LockConfiguration::new("job", Duration::from_secs(60), Duration::ZERO).unwrap();

@@ -62,11 +62,11 @@ fn unique(prefix: &str) -> String {
 }
 
 async fn connect(url: &str, table: &str) -> Result<PostgresLockProvider, LockError> {
-    PostgresLockProvider::builder_from_url(url)
+    PostgresLockProvider::builder()
         .table_name(table)
         .create_table_if_missing()
         .connect_timeout(Duration::from_secs(10))
-        .build()
+        .connect(url)
         .await
 }
 

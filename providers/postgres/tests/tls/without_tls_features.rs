@@ -16,7 +16,7 @@ async fn sslmode_require_without_tls_names_the_feature_to_enable() {
     let url = base.replacen("://postgres@", "://postgres:tls-test-secret@", 1);
     let error = tokio::time::timeout(
         Duration::from_secs(30),
-        PostgresLockProvider::builder_from_url(format!("{url}?sslmode=require")).build(),
+        PostgresLockProvider::builder().connect(format!("{url}?sslmode=require")),
     )
     .await
     .expect("within 30 s")

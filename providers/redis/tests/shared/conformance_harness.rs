@@ -131,7 +131,8 @@ impl ConformanceHarness for Harness {
         let node = self
             .builder()
             .operation_timeout(Duration::from_secs(2))
-            .connect_lazy(self.settings.unreachable_url())?;
+            .connect_lazy(self.settings.unreachable_url())
+            .await?;
         Ok(Support::Supported(node))
     }
 
@@ -139,7 +140,7 @@ impl ConformanceHarness for Harness {
     /// the rest of lock_until as TTL. A record whose lock_until has passed is, in Redis, a key
     /// that has expired: none.
     async fn write_record(&self, record: &PlantedRecord) -> Result<Support<()>, SetupError> {
-        let probe = self.builder().connect_lazy(&self.url)?;
+        let probe = self.builder().connect_lazy(&self.url).await?;
         let key = probe.lock_key(&record.name)?;
         let mut admin = self.admin.clone();
         match record.lock_until.duration_since(SystemTime::now()) {
@@ -178,7 +179,11 @@ impl ConformanceHarness for Harness {
         if !self.settings.fencing {
             return Ok(Support::not_applicable("fencing is off in this run"));
         }
-        let key = self.builder().connect_lazy(&self.url)?.fencing_key(name)?;
+        let key = self
+            .builder()
+            .connect_lazy(&self.url)
+            .await?
+            .fencing_key(name)?;
         let mut admin = self.admin.clone();
         redis::cmd("SET")
             .arg(&key)

@@ -33,7 +33,7 @@ impl Database {
     }
 
     fn builder(&self, holder: &str) -> SqliteLockProviderBuilder {
-        SqliteLockProvider::builder_from_url(&self.url).holder(holder)
+        SqliteLockProvider::builder().holder(holder)
     }
 
     /// A node with its own connection, on ShedLock's table created with the fencing column
@@ -45,7 +45,7 @@ impl Database {
         } else {
             builder.create_table_if_missing()
         };
-        builder.build().await.unwrap()
+        builder.connect(&self.url).await.unwrap()
     }
 
     async fn pool(&self) -> SqlitePool {
@@ -103,11 +103,11 @@ async fn the_configured_table_and_column_names_are_used() {
         |holder: &str| shared::renamed_table_and_columns(database.builder(holder), "ops_locks");
     let a = renamed(HOLDER)
         .create_table_with_fencing_if_missing()
-        .build()
+        .connect(&database.url)
         .await
         .unwrap();
-    let b = renamed("node-b").build().await.unwrap();
-    let c = renamed("node-c").build().await.unwrap();
+    let b = renamed("node-b").connect(&database.url).await.unwrap();
+    let c = renamed("node-c").connect(&database.url).await.unwrap();
     admin_tests::force_unlock_frees_exactly_the_acquisition_it_names(&a, &b, &c, &c).await;
     admin_tests::listing_pages_through_a_prefix_literally_in_name_order(&a, &b).await;
     database.remove();
@@ -201,7 +201,7 @@ async fn client_time_admin_judges_by_the_nodes_clock() {
     let client = database
         .builder(HOLDER)
         .time_source(TimeSource::Client)
-        .build()
+        .connect(&database.url)
         .await
         .unwrap();
     admin_tests::client_time_admin_judges_by_the_nodes_clock(&client).await;
@@ -255,7 +255,7 @@ async fn a_force_unlock_that_waits_gives_up_within_the_operation_timeout() {
         .builder(HOLDER)
         .create_table_with_fencing_if_missing()
         .operation_timeout(Duration::from_millis(800))
-        .build()
+        .connect(&database.url)
         .await
         .unwrap();
     let held = lock(&node, "job", MINUTE).await.unwrap();

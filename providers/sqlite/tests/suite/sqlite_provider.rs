@@ -25,13 +25,13 @@ async fn admin(url: &str) -> SqlitePool {
 }
 
 async fn node(url: &str, fencing: bool) -> SqliteLockProvider {
-    let builder = SqliteLockProvider::builder_from_url(url);
+    let builder = SqliteLockProvider::builder();
     let builder = if fencing {
         builder.create_table_with_fencing_if_missing()
     } else {
         builder.create_table_if_missing()
     };
-    builder.holder("rust-node").build().await.unwrap()
+    builder.holder("rust-node").connect(url).await.unwrap()
 }
 
 /// Reads `table`'s rows back; times are checked to be in the documented text format.
@@ -124,9 +124,9 @@ async fn the_declared_name_length_is_enforced_though_sqlite_does_not() {
     let url = database_url();
     let pool = admin(&url).await;
     exec(&pool, "CREATE TABLE narrow (name VARCHAR(10) PRIMARY KEY, lock_until TIMESTAMP NOT NULL, locked_at TIMESTAMP NOT NULL, locked_by VARCHAR(255) NOT NULL)").await;
-    let provider = SqliteLockProvider::builder(pool.clone())
+    let provider = SqliteLockProvider::builder()
         .table_name("narrow")
-        .build()
+        .build(pool.clone())
         .await
         .unwrap();
     let rows = Rows {
@@ -136,9 +136,9 @@ async fn the_declared_name_length_is_enforced_though_sqlite_does_not() {
     shared::a_narrow_name_column_refuses_longer_names_before_writing(&provider, &rows).await;
 
     exec(&pool, "CREATE TABLE wide (name TEXT PRIMARY KEY, lock_until DATETIME NOT NULL, locked_at DATETIME NOT NULL, locked_by TEXT NOT NULL)").await;
-    let wide = SqliteLockProvider::builder(pool.clone())
+    let wide = SqliteLockProvider::builder()
         .table_name("wide")
-        .build()
+        .build(pool.clone())
         .await
         .unwrap();
     assert_eq!(
@@ -162,10 +162,10 @@ async fn a_holder_longer_than_the_locked_by_column_is_refused_before_writing() {
     let url = database_url();
     let pool = admin(&url).await;
     exec(&pool, "CREATE TABLE short_by (name VARCHAR(64) PRIMARY KEY, lock_until TIMESTAMP NOT NULL, locked_at TIMESTAMP NOT NULL, locked_by VARCHAR(40) NOT NULL)").await;
-    let fits = SqliteLockProvider::builder(pool.clone())
+    let fits = SqliteLockProvider::builder()
         .table_name("short_by")
         .holder("node-07")
-        .build()
+        .build(pool.clone())
         .await
         .unwrap();
     assert_eq!(fits.lock_table().table().to_string(), "short_by");
@@ -213,8 +213,8 @@ async fn a_holder_longer_than_the_locked_by_column_is_refused_before_writing() {
 async fn a_missing_table_wrong_types_and_a_missing_key_are_explained() {
     let url = database_url();
     let pool = admin(&url).await;
-    let missing = SqliteLockProvider::builder(pool.clone())
-        .build()
+    let missing = SqliteLockProvider::builder()
+        .build(pool.clone())
         .await
         .unwrap_err();
     assert_eq!(
@@ -230,18 +230,18 @@ async fn a_missing_table_wrong_types_and_a_missing_key_are_explained() {
     );
 
     exec(&pool, "CREATE TABLE wrong (name VARCHAR(64) PRIMARY KEY, lock_until BLOB, locked_at TIMESTAMP, locked_by VARCHAR(255))").await;
-    let wrong = SqliteLockProvider::builder(pool.clone())
+    let wrong = SqliteLockProvider::builder()
         .table_name("wrong")
-        .build()
+        .build(pool.clone())
         .await
         .unwrap_err()
         .to_string();
     assert!(wrong.contains("column lock_until has type BLOB"), "{wrong}");
 
     exec(&pool, "CREATE TABLE nokey (name VARCHAR(64), lock_until TIMESTAMP, locked_at TIMESTAMP, locked_by VARCHAR(255))").await;
-    let nokey = SqliteLockProvider::builder(pool.clone())
+    let nokey = SqliteLockProvider::builder()
         .table_name("nokey")
-        .build()
+        .build(pool.clone())
         .await
         .unwrap_err()
         .to_string();
@@ -251,9 +251,9 @@ async fn a_missing_table_wrong_types_and_a_missing_key_are_explained() {
 #[tokio::test]
 async fn an_unopenable_file_is_an_error_within_the_timeout() {
     let started = Instant::now();
-    let error = SqliteLockProvider::builder_from_url("sqlite:///nonexistent-dir-shedlock/x.db")
+    let error = SqliteLockProvider::builder()
         .connect_timeout(Duration::from_secs(2))
-        .build()
+        .connect("sqlite:///nonexistent-dir-shedlock/x.db")
         .await
         .unwrap_err()
         .to_string();
@@ -269,13 +269,18 @@ async fn fencing_tokens_increase_with_the_column_and_are_absent_without_it() {
     shared::fencing_tokens_count_acquisitions(&a, &b).await;
     let plain = node(&database_url(), false).await;
     shared::no_fencing_tokens_without_the_column(&plain).await;
+    shared::the_fencing_column_is_checked_by_connect_and_trusted_by_connect_lazy::<
+        shedlock_sqlite::SqliteBackend,
+    >(&database_url())
+    .await;
 }
 
 #[tokio::test]
 async fn a_column_name_given_twice_is_refused_and_no_table_created() {
     let url = database_url();
     shared::a_column_name_given_twice_is_refused_before_anything_is_written(
-        SqliteLockProvider::builder_from_url(url.clone()),
+        SqliteLockProvider::builder(),
+        &url,
     )
     .await;
     let tables: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'")
@@ -289,12 +294,9 @@ async fn a_column_name_given_twice_is_refused_and_no_table_created() {
 async fn custom_table_and_column_names_work() {
     let url = database_url();
     let build = || {
-        shared::renamed_table_and_columns(
-            SqliteLockProvider::builder_from_url(url.clone()),
-            "main.job_locks",
-        )
-        .create_table_if_missing()
-        .build()
+        shared::renamed_table_and_columns(SqliteLockProvider::builder(), "main.job_locks")
+            .create_table_if_missing()
+            .connect(url.clone())
     };
     let (a, b) = (build().await.unwrap(), build().await.unwrap());
     shared::renamed_table_and_columns_lock_as_shedlocks_do(&a, &b, false).await;
@@ -309,9 +311,9 @@ async fn custom_table_and_column_names_work() {
 async fn server_time_ignores_node_clocks_and_client_time_uses_them() {
     let url = database_url();
     let server_time = node(&url, false).await;
-    let client_time = SqliteLockProvider::builder_from_url(url.clone())
+    let client_time = SqliteLockProvider::builder()
         .time_source(TimeSource::Client)
-        .build()
+        .connect(url.clone())
         .await
         .unwrap();
     let pool = admin(&url).await;
@@ -330,9 +332,9 @@ async fn server_time_ignores_node_clocks_and_client_time_uses_them() {
 #[tokio::test]
 async fn lock_statements_run_outside_the_callers_transaction() {
     let pool = admin(&database_url()).await;
-    let provider = SqliteLockProvider::builder(pool)
+    let provider = SqliteLockProvider::builder()
         .create_table_if_missing()
-        .build()
+        .build(pool)
         .await
         .unwrap();
     shared::lock_statements_run_outside_the_callers_transaction(&provider).await;
@@ -428,8 +430,9 @@ async fn urls_of_other_backends_are_refused_and_file_paths_still_open() {
     std::fs::remove_file(path).unwrap();
     // A relative file name with a colon is a path too (checked without opening it).
     assert!(
-        SqliteLockProvider::builder_from_url("jobs:locks.db")
-            .build_without_connecting(false)
+        SqliteLockProvider::builder()
+            .connect_lazy("jobs:locks.db")
+            .await
             .is_ok()
     );
 }
@@ -455,30 +458,31 @@ async fn locks_ending_past_the_year_9999_are_refused_before_writing() {
     )
     .await;
     let made = node(&url, false).await;
-    let unchecked = SqliteLockProvider::builder_from_url(url.clone())
+    let unchecked = SqliteLockProvider::builder()
         .holder("rust-node")
-        .build_without_connecting(false)
+        .connect_lazy(url.clone())
+        .await
         .unwrap();
     for (table, provider, column_type) in [
         ("shedlock", made, "TIMESTAMP(3)"),
         ("shedlock", unchecked, "TIMESTAMP(3)"),
         (
             "by_hand",
-            SqliteLockProvider::builder(pool.clone())
+            SqliteLockProvider::builder()
                 .table_name("by_hand")
                 .holder("rust-node")
-                .build()
+                .build(pool.clone())
                 .await
                 .unwrap(),
             "DATETIME",
         ),
     ] {
         exec(&pool, &format!("DELETE FROM {table}")).await;
-        let ahead = SqliteLockProvider::builder_from_url(url.clone())
+        let ahead = SqliteLockProvider::builder()
             .table_name(table)
             .time_source(TimeSource::Client)
             .clock(shared::two_days_ahead())
-            .build()
+            .connect(url.clone())
             .await
             .unwrap();
         let (latest, column) = year_9999(column_type);

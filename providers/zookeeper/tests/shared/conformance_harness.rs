@@ -113,7 +113,8 @@ impl ConformanceHarness for Harness {
             .builder()
             .connect_timeout(Duration::from_secs(2))
             .operation_timeout(Duration::from_secs(2))
-            .connect_lazy("127.0.0.1:1")?;
+            .connect_lazy("127.0.0.1:1")
+            .await?;
         Ok(Support::Supported(node))
     }
 
@@ -130,7 +131,7 @@ impl ConformanceHarness for Harness {
     /// What Java ShedLock's Curator provider leaves: a persistent node whose data is the
     /// lock_until instant, and nothing else (it stores no locked_at or locked_by).
     async fn write_record(&self, record: &PlantedRecord) -> Result<Support<()>, SetupError> {
-        let node = self.builder().connect_lazy(&self.url)?;
+        let node = self.builder().connect_lazy(&self.url).await?;
         let path = node.lock_path(&record.name)?;
         let data = DateTime::<Utc>::from(record.lock_until)
             .to_rfc3339_opts(SecondsFormat::Millis, true)
