@@ -397,19 +397,6 @@ impl AnyLockProviderBuilder {
         )),
         allow(unused_variables)
     )]
-    // The in-process store has nothing to connect, now or later.
-    #[cfg_attr(
-        not(any(
-            feature = "sqlite",
-            feature = "postgres",
-            feature = "mysql",
-            feature = "redis",
-            feature = "etcd",
-            feature = "mongo",
-            feature = "zookeeper"
-        )),
-        expect(unused_variables)
-    )]
     async fn connect_to(
         self,
         known: &'static Scheme,
@@ -420,7 +407,11 @@ impl AnyLockProviderBuilder {
         // Each arm exists only when its feature is on; the last one answers for the others.
         match known.backend {
             #[cfg(feature = "memory")]
-            Backend::Memory => Ok(named_memory_store(scheme, url)?.node().into()),
+            Backend::Memory => {
+                // The in-process store has nothing to connect, now or later.
+                let _ = connect;
+                Ok(named_memory_store(scheme, url)?.node().into())
+            }
             #[cfg(feature = "sqlite")]
             Backend::Sqlite => {
                 sql_provider!(self, shedlock_sqlite::SqliteLockProvider, url, connect)

@@ -258,47 +258,47 @@ async fn sqlites_colon_form_names_the_sqlite_feature_too() {
 
 /// Every backend whose feature is on, as `(a URL nothing answers at, the test server's URL)`.
 fn lazy_cases() -> Vec<(&'static str, String)> {
-    let mut cases = Vec::new();
-    #[cfg(feature = "sqlite")]
-    cases.push((
-        "sqlite:///nonexistent-dir-shedlock/locks.db",
-        format!(
-            "sqlite://{}/{}.db?mode=rwc",
-            std::env::temp_dir().display(),
-            unique("lazy")
+    vec![
+        #[cfg(feature = "sqlite")]
+        (
+            "sqlite:///nonexistent-dir-shedlock/locks.db",
+            format!(
+                "sqlite://{}/{}.db?mode=rwc",
+                std::env::temp_dir().display(),
+                unique("lazy")
+            ),
         ),
-    ));
-    #[cfg(feature = "postgres")]
-    cases.push((
-        "postgres://app@127.0.0.1:1/app",
-        env_url("SHEDLOCK_TEST_POSTGRES_URL"),
-    ));
-    #[cfg(feature = "mysql")]
-    cases.push((
-        "mysql://app@127.0.0.1:1/app",
-        env_url("SHEDLOCK_TEST_MYSQL_URL"),
-    ));
-    #[cfg(feature = "redis")]
-    cases.push(("redis://127.0.0.1:1", env_url("SHEDLOCK_TEST_REDIS_URL")));
-    #[cfg(feature = "etcd")]
-    cases.push((
-        "etcd://127.0.0.1:1",
-        with_scheme("etcd", &env_url("SHEDLOCK_TEST_ETCD_URL")),
-    ));
-    #[cfg(feature = "mongo")]
-    cases.push((
-        "mongodb://127.0.0.1:1/shedlock_facade?directConnection=true",
-        format!(
-            "{}/shedlock_facade",
-            env_url("SHEDLOCK_TEST_MONGO_URL").trim_end_matches('/')
+        #[cfg(feature = "postgres")]
+        (
+            "postgres://app@127.0.0.1:1/app",
+            env_url("SHEDLOCK_TEST_POSTGRES_URL"),
         ),
-    ));
-    #[cfg(feature = "zookeeper")]
-    cases.push((
-        "zk://127.0.0.1:1",
-        format!("zk://{}", env_url("SHEDLOCK_TEST_ZOOKEEPER_URL")),
-    ));
-    cases
+        #[cfg(feature = "mysql")]
+        (
+            "mysql://app@127.0.0.1:1/app",
+            env_url("SHEDLOCK_TEST_MYSQL_URL"),
+        ),
+        #[cfg(feature = "redis")]
+        ("redis://127.0.0.1:1", env_url("SHEDLOCK_TEST_REDIS_URL")),
+        #[cfg(feature = "etcd")]
+        (
+            "etcd://127.0.0.1:1",
+            with_scheme("etcd", &env_url("SHEDLOCK_TEST_ETCD_URL")),
+        ),
+        #[cfg(feature = "mongo")]
+        (
+            "mongodb://127.0.0.1:1/shedlock_facade?directConnection=true",
+            format!(
+                "{}/shedlock_facade",
+                env_url("SHEDLOCK_TEST_MONGO_URL").trim_end_matches('/')
+            ),
+        ),
+        #[cfg(feature = "zookeeper")]
+        (
+            "zk://127.0.0.1:1",
+            format!("zk://{}", env_url("SHEDLOCK_TEST_ZOOKEEPER_URL")),
+        ),
+    ]
 }
 
 /// `connect_lazy` makes each backend's provider without contacting it: where nothing answers
