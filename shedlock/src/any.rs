@@ -85,9 +85,17 @@ impl AnyLockProvider {
     /// ends; call it once the application is done with locks (after the scheduler stopped).
     ///
     /// Today that is MongoDB's client only: see
-    /// [`MongoLockProvider::shutdown`](shedlock_mongo::MongoLockProvider::shutdown), whose
-    /// answer this returns (without it, the `mongodb` driver may print a panic's backtrace as
-    /// the process exits). Every other backend's connections close when the provider is
+    // The link resolves only where the provider is built in (docs.rs builds every feature).
+    #[cfg_attr(
+        feature = "mongo",
+        doc = "[`MongoLockProvider::shutdown`](shedlock_mongo::MongoLockProvider::shutdown),"
+    )]
+    #[cfg_attr(
+        not(feature = "mongo"),
+        doc = "`shedlock::mongo::MongoLockProvider::shutdown`,"
+    )]
+    /// whose answer this returns (without it, the `mongodb` driver may print a panic's backtrace
+    /// as the process exits). Every other backend's connections close when the provider is
     /// dropped, and this answers `true` at once. After it, every operation of a shut-down
     /// provider fails with an error, never a wrong answer.
     pub async fn shutdown(&self) -> bool {

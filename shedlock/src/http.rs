@@ -28,8 +28,8 @@
 //!
 //! Every error these routes answer is JSON, `{"error": "..."}`: `400` for a bad query, path or
 //! body and for a name the provider refuses (naming the parameter or the rule; a body that is
-//! JSON of another shape is `422`, as axum answers it); by the error's
-//! [`ErrorKind`](crate::ErrorKind): `502` when the backend failed, refused this server's
+//! JSON of another shape is `422`, as axum answers it); by the error's kind
+//! ([`ErrorKind`]), `502` when the backend failed, refused this server's
 //! credentials or holds data the provider cannot read, `503` when it could not be reached (a
 //! client may retry), `504` when it did not answer in time (the outcome of a force-unlock is
 //! then unknown: list again), `501` when the provider does not offer the operation, `500` when

@@ -17,6 +17,25 @@
 //!
 //! `shedlock-conformance` proves a provider built on these against the rules every provider
 //! keeps.
+//!
+//! # Words
+//!
+//! Every provider names things the same way, so an application can move between them:
+//!
+//! - **Methods keep Java ShedLock's names** (`try_lock`, `unlock`, `extend`), which is what an
+//!   application ported from Java looks for; **the act is named in prose, logs and errors**
+//!   (acquire, release, extend, force-unlock), which is what
+//!   [`Operation`](crate::Operation) says. So `LockHandle::unlock` fails with
+//!   `Operation::Release`, as `try_lock` fails with `Operation::Acquire`.
+//! - **`lock_until`, `locked_at` and `locked_by` name the stored record**, ShedLock's columns
+//!   and fields that Java nodes read too; **`held_until` is the API's view** of the same
+//!   moment ([`LockHolder`](crate::LockHolder), [`LockInfo`](crate::LockInfo)).
+//! - **A builder's setters are bare** (`holder`, `operation_timeout`, `table_name`), and
+//!   every builder finishes with `connect(url)`, `connect_lazy(url)` or `build(...)` on a pool or
+//!   client of the application's; **a value that is not a builder derives a changed copy with
+//!   `with_`** (`StorageBasedLockProvider::with_holder`, `ProviderSettings::with_holder`),
+//!   and keeps bare names for what it reports (`ProviderSettings::holder`).
+//! - **A TLS root is `tls_root_certificate`**, on every builder that takes one.
 
 mod failure;
 mod settings;
