@@ -322,7 +322,8 @@ impl AnyLockProviderBuilder {
     /// fails (bounded by the operation timeout) until it answers. The URL and the settings are
     /// checked at once all the same, and a scheme whose feature is off is refused here. Nothing
     /// is created: [`create_table_if_missing`](Self::create_table_if_missing) needs a
-    /// connection, so with it this is an error rather than a table that silently never comes.
+    /// connection, so with it a SQL URL is an error rather than a table that silently never
+    /// comes (for the other backends, which have no table, the setting changes nothing).
     ///
     /// ```
     /// # #[cfg(feature = "postgres")]
@@ -372,7 +373,13 @@ impl AnyLockProviderBuilder {
                 ),
             });
         }
-        if connect == Connect::Lazily && self.create_table {
+        // Only the SQL backends have a table to create; for the others the setting changes
+        // nothing, lazily or not.
+        let has_table = matches!(
+            backend,
+            Backend::Sqlite | Backend::Postgres | Backend::Mysql
+        );
+        if connect == Connect::Lazily && self.create_table && has_table {
             return Err(ConnectError::InvalidUrl {
                 scheme: scheme.to_owned(),
                 rule: "create_table_if_missing() needs a connection, which connect_lazy does not \

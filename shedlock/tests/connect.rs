@@ -342,13 +342,15 @@ async fn connect_lazy_contacts_nothing_until_the_first_lock_operation() {
     .await;
 }
 
-/// A table cannot be created without a connection: asking `connect_lazy` for one is refused
-/// up front, naming the setting, rather than a table that silently never comes.
+/// A table cannot be created without a connection: asking `connect_lazy` for one on a SQL URL
+/// is refused up front, naming the setting, rather than a table that silently never comes. A
+/// backend without a table ignores the setting, lazily as when connecting.
 #[tokio::test]
 async fn connect_lazy_refuses_to_create_a_table() {
+    // The scheme is known whatever the features: the refusal comes before any provider.
     let error = AnyLockProvider::builder()
         .create_table_if_missing()
-        .connect_lazy("memory://lazy-table")
+        .connect_lazy("postgres://app@127.0.0.1:1/app")
         .await
         .unwrap_err();
     assert!(
@@ -359,6 +361,14 @@ async fn connect_lazy_refuses_to_create_a_table() {
     assert!(
         text.contains("create_table_if_missing() needs a connection"),
         "{text}"
+    );
+    #[cfg(feature = "memory")]
+    assert!(
+        AnyLockProvider::builder()
+            .create_table_if_missing()
+            .connect_lazy("memory://lazy-table")
+            .await
+            .is_ok()
     );
 }
 
