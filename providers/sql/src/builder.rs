@@ -228,16 +228,8 @@ impl<B: SqlBackend> SqlLockProviderBuilder<B> {
     ) -> Result<SqlLockProvider<B>, LockError> {
         let url = url.into();
         let target = redact_url(&url);
-        let table = self
-            .table
-            .and_then(LockTable::checked)
-            .map_err(bad_table::<B>)?;
-        let connections = Connections::Own(OwnConnections::new(
-            url_options::<B>(&url, &target, self.operation_timeout)?,
-            self.max_connections,
-            self.connect_timeout,
-            self.operation_timeout,
-        ));
+        let table = self.checked_table()?;
+        let connections = Connections::Own(self.own_connections(&url, &target)?);
         let storage = SqlStorage::unchecked(
             connections,
             table,
@@ -253,24 +245,35 @@ impl<B: SqlBackend> SqlLockProviderBuilder<B> {
         ))
     }
 
+    /// The configured table, or the error naming what is wrong with its names; before anything
+    /// connects.
+    fn checked_table(&self) -> Result<LockTable, LockError> {
+        self.table
+            .clone()
+            .and_then(LockTable::checked)
+            .map_err(bad_table::<B>)
+    }
+
+    /// Connections of the provider's own to `url` (`target` is its redacted form), bounded as
+    /// the builder says; none is opened yet.
+    fn own_connections(&self, url: &str, target: &str) -> Result<OwnConnections<B>, LockError> {
+        Ok(OwnConnections::new(
+            url_options::<B>(url, target, self.operation_timeout)?,
+            self.max_connections,
+            self.connect_timeout,
+            self.operation_timeout,
+        ))
+    }
+
     /// Connects to `source`, creates the table if asked, checks it, and returns the provider.
     async fn finish(self, source: Source<B>) -> Result<SqlLockProvider<B>, LockError> {
         let target = source.describe();
-        let table = self
-            .table
-            .and_then(LockTable::checked)
-            .map_err(bad_table::<B>)?;
+        let table = self.checked_table()?;
         let timeout = self.connect_timeout;
         let connections = match source {
             Source::Pool(pool) => Connections::Given(pool),
             Source::Url(url) => {
-                let options = url_options::<B>(&url, &target, self.operation_timeout)?;
-                let own = OwnConnections::new(
-                    options,
-                    self.max_connections,
-                    timeout,
-                    self.operation_timeout,
-                );
+                let own = self.own_connections(&url, &target)?;
                 // One connection first, outside any bound on waiting for a slot: its error says
                 // why (refused, no such host, authentication). It then reads the catalog and
                 // stays for the lock statements.
