@@ -112,19 +112,7 @@ impl LockProvider for AnyLockProvider {
     // Written out as `async_trait` expands it, to hand back the provider's own boxed future
     // rather than box a second future around it: no allocation added per acquisition.
     // Without any provider feature there is no variant, and nothing reads `config`.
-    #[cfg_attr(
-        not(any(
-            feature = "memory",
-            feature = "sqlite",
-            feature = "postgres",
-            feature = "mysql",
-            feature = "redis",
-            feature = "etcd",
-            feature = "mongo",
-            feature = "zookeeper"
-        )),
-        allow(unused_variables)
-    )]
+    #[cfg_attr(not(some_backend), allow(unused_variables))]
     fn try_lock<'provider, 'config, 'async_trait>(
         &'provider self,
         config: &'config LockConfiguration,
@@ -149,19 +137,7 @@ impl LockProvider for AnyLockProvider {
 /// Every provider of this family is also its backend's [`LockAdmin`], so the provider an
 /// application already holds can list and free locks (the `shedlock` CLI and the HTTP view use
 /// exactly this).
-#[cfg_attr(
-    not(any(
-        feature = "memory",
-        feature = "sqlite",
-        feature = "postgres",
-        feature = "mysql",
-        feature = "redis",
-        feature = "etcd",
-        feature = "mongo",
-        feature = "zookeeper"
-    )),
-    allow(unused_variables)
-)]
+#[cfg_attr(not(some_backend), allow(unused_variables))]
 #[shedlock_core::raw::async_trait]
 impl LockAdmin for AnyLockProvider {
     async fn list_locks(&self, request: &PageRequest) -> Result<LockPage, LockError> {

@@ -123,23 +123,9 @@ impl AnyLockProvider {
 #[derive(Clone, Default)]
 pub struct AnyLockProviderBuilder {
     // Read only by the providers that talk to a server.
-    #[cfg_attr(
-        not(any(
-            feature = "sqlite",
-            feature = "postgres",
-            feature = "mysql",
-            feature = "redis",
-            feature = "etcd",
-            feature = "mongo",
-            feature = "zookeeper"
-        )),
-        allow(dead_code)
-    )]
+    #[cfg_attr(not(server_backend), allow(dead_code))]
     operation_timeout: Option<Duration>,
-    #[cfg_attr(
-        not(any(feature = "sqlite", feature = "postgres", feature = "mysql")),
-        allow(dead_code)
-    )]
+    #[cfg_attr(not(sql_backend), allow(dead_code))]
     create_table: bool,
     tls_root_certificate: Option<Vec<u8>>,
     tls_client_certificate: Option<ClientCertificate>,
@@ -177,7 +163,7 @@ impl fmt::Debug for AnyLockProviderBuilder {
 
 /// Connects one of the SQL providers (the same builder, generic over its backend) with the
 /// facade builder's settings.
-#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+#[cfg(sql_backend)]
 macro_rules! sql_provider {
     ($settings:expr, $provider:ty, $url:expr, $connect:expr) => {{
         let settings = $settings;
@@ -197,15 +183,7 @@ macro_rules! sql_provider {
 
 /// Finishes a provider's builder by its `connect` or its `connect_lazy` (every provider has
 /// both, with the same shape), as an [`AnyLockProvider`].
-#[cfg(any(
-    feature = "sqlite",
-    feature = "postgres",
-    feature = "mysql",
-    feature = "redis",
-    feature = "etcd",
-    feature = "mongo",
-    feature = "zookeeper"
-))]
+#[cfg(server_backend)]
 macro_rules! finish {
     ($builder:expr, $url:expr, $connect:expr) => {
         match $connect {
@@ -391,19 +369,7 @@ impl AnyLockProviderBuilder {
     }
 
     // Without any provider feature, every scheme is refused before the URL is read.
-    #[cfg_attr(
-        not(any(
-            feature = "memory",
-            feature = "sqlite",
-            feature = "postgres",
-            feature = "mysql",
-            feature = "redis",
-            feature = "etcd",
-            feature = "mongo",
-            feature = "zookeeper"
-        )),
-        allow(unused_variables)
-    )]
+    #[cfg_attr(not(some_backend), allow(unused_variables))]
     async fn connect_to(
         self,
         known: &'static Scheme,

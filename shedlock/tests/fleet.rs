@@ -8,19 +8,7 @@
 
 #![cfg(feature = "scheduler")]
 // The helpers serve the backends whose features are on.
-#![cfg_attr(
-    not(all(
-        feature = "memory",
-        feature = "sqlite",
-        feature = "postgres",
-        feature = "mysql",
-        feature = "redis",
-        feature = "etcd",
-        feature = "mongo",
-        feature = "zookeeper"
-    )),
-    allow(dead_code, unused_imports)
-)]
+#![cfg_attr(not(every_backend), allow(dead_code, unused_imports))]
 
 mod support;
 
