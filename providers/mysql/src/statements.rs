@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use shedlock_core::TimeSource;
-use shedlock_sql::{Column, LockStatements, LockTable, TableSchema};
+use shedlock_sql::{LockStatements, LockTable, TableSchema};
 
 use crate::table::DIALECT;
 
@@ -105,15 +105,7 @@ pub(crate) fn prepare_statements(
     schema: &TableSchema,
     time_source: TimeSource,
 ) -> LockStatements<Statement> {
-    let q = |c| table.quoted(DIALECT, c);
-    let (t, name, until, at, by, fence) = (
-        table.quoted_table(DIALECT),
-        q(Column::Name),
-        q(Column::LockUntil),
-        q(Column::LockedAt),
-        q(Column::LockedBy),
-        q(Column::FencingToken),
-    );
+    let [t, name, until, at, by, fence] = table.quoted_names(DIALECT);
     let mut w = Writer::new(time_source);
 
     // Insert only: an existing row, held or not, is left alone. `LAST_INSERT_ID(1)` marks

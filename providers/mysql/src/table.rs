@@ -1,7 +1,7 @@
 //! ShedLock's table on MySQL and MariaDB: the statement that creates it, and how far its
 //! date-time column types reach on each server.
 
-use shedlock_sql::{Column, Dialect, LockTable, TimestampLimit, UtcInstant};
+use shedlock_sql::{Dialect, LockTable, TimestampLimit, UtcInstant};
 
 /// How table and column names are quoted and folded on MySQL and MariaDB.
 pub(crate) const DIALECT: Dialect = Dialect::MySql;
@@ -54,9 +54,9 @@ pub(crate) const DATETIME_LIMIT: TimestampLimit = TimestampLimit {
 /// no-pad collation (`utf8mb4_0900_bin` on MySQL, `utf8mb4_nopad_bin` on MariaDB), so `Job`,
 /// `job` and `job ` are three locks, not one. Java nodes are unaffected.
 pub fn create_table_statement(table: &LockTable, fencing: bool, flavor: Flavor) -> String {
-    let q = |c| table.quoted(DIALECT, c);
+    let [t, name, until, at, by, fence] = table.quoted_names(DIALECT);
     let fencing_column = if fencing {
-        format!(", {} BIGINT NOT NULL DEFAULT 0", q(Column::FencingToken))
+        format!(", {fence} BIGINT NOT NULL DEFAULT 0")
     } else {
         String::new()
     };
@@ -64,11 +64,6 @@ pub fn create_table_statement(table: &LockTable, fencing: bool, flavor: Flavor) 
         "CREATE TABLE IF NOT EXISTS {t} ({name} VARCHAR(64) CHARACTER SET utf8mb4 COLLATE {coll} \
          NOT NULL, {until} TIMESTAMP(3) NOT NULL, {at} TIMESTAMP(3) NOT NULL DEFAULT \
          CURRENT_TIMESTAMP(3), {by} VARCHAR(255) NOT NULL{fencing_column}, PRIMARY KEY ({name}))",
-        t = table.quoted_table(DIALECT),
         coll = flavor.name_collation(),
-        name = q(Column::Name),
-        until = q(Column::LockUntil),
-        at = q(Column::LockedAt),
-        by = q(Column::LockedBy),
     )
 }

@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 use chrono::{DateTime, Utc};
 use shedlock_core::{LockError, Operation, TimeSource, raw::NodeTime};
 use shedlock_sql::{
-    Column, Dialect, LIKE_ESCAPE, LockSelection, LockTable, StoredAcquisition, StoredLock,
-    TableSchema, client_time_parameter, statement_error,
+    Dialect, LIKE_ESCAPE, LockSelection, LockTable, StoredAcquisition, StoredLock, TableSchema,
+    client_time_parameter, statement_error,
 };
 use sqlx::postgres::{PgArguments, PgConnection, PgRow};
 use sqlx::query::Query;
@@ -45,15 +45,7 @@ impl AdminStatements {
         schema: &TableSchema,
         time_source: TimeSource,
     ) -> Self {
-        let q = |c| table.quoted(DIALECT, c);
-        let (t, name, until, at, by, fence) = (
-            table.quoted_table(DIALECT),
-            q(Column::Name),
-            q(Column::LockUntil),
-            q(Column::LockedAt),
-            q(Column::LockedBy),
-            q(Column::FencingToken),
-        );
+        let [t, name, until, at, by, fence] = table.quoted_names(DIALECT);
         // The lock statements' clock: UTC wall time for TIMESTAMP, an instant for TIMESTAMPTZ,
         // or the node's, bound after the statement's own parameters.
         let now = |parameters: usize| match (time_source, schema.timestamps_with_time_zone) {

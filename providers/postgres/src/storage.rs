@@ -52,20 +52,15 @@ const TIMESTAMP_LIMIT: TimestampLimit = TimestampLimit {
 ///     "locked_at" TIMESTAMP NOT NULL, "locked_by" VARCHAR(255) NOT NULL, PRIMARY KEY ("name"))
 /// ```
 pub fn create_table_statement(table: &LockTable, fencing: bool) -> String {
-    let q = |c| table.quoted(DIALECT, c);
+    let [t, name, until, at, by, fence] = table.quoted_names(DIALECT);
     let fencing_column = if fencing {
-        format!(", {} BIGINT NOT NULL DEFAULT 0", q(Column::FencingToken))
+        format!(", {fence} BIGINT NOT NULL DEFAULT 0")
     } else {
         String::new()
     };
     format!(
         "CREATE TABLE IF NOT EXISTS {t} ({name} VARCHAR(64) NOT NULL, {until} TIMESTAMP NOT NULL, \
          {at} TIMESTAMP NOT NULL, {by} VARCHAR(255) NOT NULL{fencing_column}, PRIMARY KEY ({name}))",
-        t = table.quoted_table(DIALECT),
-        name = q(Column::Name),
-        until = q(Column::LockUntil),
-        at = q(Column::LockedAt),
-        by = q(Column::LockedBy),
     )
 }
 
@@ -91,15 +86,7 @@ fn prepare_statements(
     schema: &TableSchema,
     time_source: TimeSource,
 ) -> LockStatements<Arc<str>> {
-    let q = |c| table.quoted(DIALECT, c);
-    let (t, name, until, at, by, fence) = (
-        table.quoted_table(DIALECT),
-        q(Column::Name),
-        q(Column::LockUntil),
-        q(Column::LockedAt),
-        q(Column::LockedBy),
-        q(Column::FencingToken),
-    );
+    let [t, name, until, at, by, fence] = table.quoted_names(DIALECT);
     let now = match (time_source, schema.timestamps_with_time_zone) {
         // ShedLock's own server-time expression: UTC wall time, for TIMESTAMP columns.
         (TimeSource::Server, false) => "timezone('utc', CURRENT_TIMESTAMP)",

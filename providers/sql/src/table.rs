@@ -137,6 +137,20 @@ impl LockTable {
     pub fn quoted_table(&self, dialect: Dialect) -> String {
         self.table.quoted(dialect)
     }
+
+    /// The table and every column, quoted for SQL text, in this order: the table, then
+    /// `name`, `lock_until`, `locked_at`, `locked_by` and `fencing_token` as configured. What
+    /// each dialect's statements start from.
+    pub fn quoted_names(&self, dialect: Dialect) -> [String; 6] {
+        [
+            self.quoted_table(dialect),
+            self.quoted(dialect, Column::Name),
+            self.quoted(dialect, Column::LockUntil),
+            self.quoted(dialect, Column::LockedAt),
+            self.quoted(dialect, Column::LockedBy),
+            self.quoted(dialect, Column::FencingToken),
+        ]
+    }
 }
 
 #[cfg(test)]

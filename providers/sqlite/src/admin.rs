@@ -12,8 +12,8 @@ use std::time::SystemTime;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use shedlock_core::{LockError, Operation, TimeSource, raw::NodeTime};
 use shedlock_sql::{
-    Column, Dialect, LIKE_ESCAPE, LockSelection, LockTable, StoredAcquisition, StoredLock,
-    TableSchema, client_time_parameter, statement_error,
+    Dialect, LIKE_ESCAPE, LockSelection, LockTable, StoredAcquisition, StoredLock, TableSchema,
+    client_time_parameter, statement_error,
 };
 use sqlx::query::Query;
 use sqlx::sqlite::{Sqlite, SqliteArguments, SqliteConnection, SqliteRow};
@@ -50,15 +50,7 @@ impl AdminStatements {
         schema: &TableSchema,
         time_source: TimeSource,
     ) -> Self {
-        let q = |c| table.quoted(DIALECT, c);
-        let (t, name, until, at, by, fence) = (
-            table.quoted_table(DIALECT),
-            q(Column::Name),
-            q(Column::LockUntil),
-            q(Column::LockedAt),
-            q(Column::LockedBy),
-            q(Column::FencingToken),
-        );
+        let [t, name, until, at, by, fence] = table.quoted_names(DIALECT);
         let fence_value = if schema.fencing {
             fence.clone()
         } else {

@@ -40,35 +40,22 @@ const TIMESTAMP_LIMIT: TimestampLimit = TimestampLimit {
 ///
 /// SQLite does not enforce `VARCHAR(64)`; the provider does, from the declared length.
 pub fn create_table_statement(table: &LockTable, fencing: bool) -> String {
-    let q = |c| table.quoted(DIALECT, c);
+    let [t, name, until, at, by, fence] = table.quoted_names(DIALECT);
     let fencing_column = if fencing {
-        format!(", {} BIGINT NOT NULL DEFAULT 0", q(Column::FencingToken))
+        format!(", {fence} BIGINT NOT NULL DEFAULT 0")
     } else {
         String::new()
     };
     format!(
         "CREATE TABLE IF NOT EXISTS {t} ({name} VARCHAR(64) NOT NULL, {until} TIMESTAMP(3) NOT NULL, \
          {at} TIMESTAMP(3) NOT NULL, {by} VARCHAR(255) NOT NULL{fencing_column}, PRIMARY KEY ({name}))",
-        t = table.quoted_table(DIALECT),
-        name = q(Column::Name),
-        until = q(Column::LockUntil),
-        at = q(Column::LockedAt),
-        by = q(Column::LockedBy),
     )
 }
 
 /// `?1` name, `?2` locked_by, `?3` a duration modifier (`+1.500 seconds`), `?4` the time:
 /// `'now'` (SQLite's clock) for server time, the node's UTC time for client time.
 fn prepare_statements(table: &LockTable, schema: &TableSchema) -> LockStatements<Arc<str>> {
-    let q = |c| table.quoted(DIALECT, c);
-    let (t, name, until, at, by, fence) = (
-        table.quoted_table(DIALECT),
-        q(Column::Name),
-        q(Column::LockUntil),
-        q(Column::LockedAt),
-        q(Column::LockedBy),
-        q(Column::FencingToken),
-    );
+    let [t, name, until, at, by, fence] = table.quoted_names(DIALECT);
     let now = format!("strftime({FORMAT}, ?4)");
     let now_plus = format!("strftime({FORMAT}, ?4, ?3)");
     let (fence_col, fence_val, fence_update, returning) = if schema.fencing {
