@@ -21,6 +21,7 @@ use crate::identity::AcquisitionIds;
 use crate::provider::{
     Acquisition, Capabilities, LockHandle, LockHolder, LockProvider, TimeSource,
 };
+use crate::raw::{HandleState, check_extend};
 use shedlock_configuration::LockConfiguration;
 
 /// The node's "now", handed to a storage only when the storage declares client time.
@@ -592,7 +593,7 @@ impl LockProvider for StorageBasedLockProvider {
                 lock_at_least_for: config.lock_at_least_for(),
                 fencing_token,
             },
-            released: tokio::sync::Mutex::new(false),
+            state: HandleState::new(()),
         })))
     }
 
@@ -613,30 +614,22 @@ struct StorageLock {
     operation_timeout: Duration,
     time_source: TimeSource,
     held: HeldRecord,
-    /// Whether this handle released its acquisition. Held across each unlock and extend, so
-    /// calls on one handle (shared by several tasks) reach the storage one at a time and a
-    /// second unlock waits for the first and answers `false`, whatever the record still says
-    /// during `lock_at_least_for`.
-    released: tokio::sync::Mutex<bool>,
+    /// Whether the acquisition is over. Held across each unlock and extend, so calls on one
+    /// handle (shared by several tasks) reach the storage one at a time and a second unlock
+    /// waits for the first and answers `false`, whatever the record still says during
+    /// `lock_at_least_for`.
+    state: HandleState<()>,
 }
 
 impl fmt::Debug for StorageLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut shown = f.debug_struct("StorageLock");
-        shown
+        f.debug_struct("StorageLock")
             .field("provider", &self.storage.provider_name())
             .field("name", &self.held.name)
             .field("locked_by", &self.held.locked_by)
-            .field("fencing_token", &self.held.fencing_token);
-        match self.released.try_lock() {
-            Ok(released) => shown.field("released", &*released),
-            // An unlock or extend holds the flag while it waits for the backend.
-            Err(_) => shown.field(
-                "released",
-                &format_args!("(an unlock or extend is running)"),
-            ),
-        };
-        shown.finish()
+            .field("fencing_token", &self.held.fencing_token)
+            .field("state", &self.state)
+            .finish()
     }
 }
 
@@ -661,10 +654,9 @@ impl LockHandle for StorageLock {
     }
 
     async fn unlock(&self) -> Result<bool, LockError> {
-        let mut released = self.released.lock().await;
-        if *released {
+        let Some(mut ongoing) = self.state.ongoing().await else {
             return Ok(false);
-        }
+        };
         let answer = within(
             &*self.storage,
             self.operation_timeout,
@@ -674,22 +666,16 @@ impl LockHandle for StorageLock {
         )
         .await?;
         // `false` too: the acquisition is not ours any more, so nothing is left to release.
-        *released = true;
+        ongoing.end();
         Ok(answer)
     }
 
     async fn extend(&self, lock_at_most_for: Duration) -> Result<bool, LockError> {
-        if lock_at_most_for.is_zero() {
-            return Err(crate::ConfigurationError::ZeroLockAtMostFor {
-                name: self.held.name.clone(),
-            }
-            .into());
-        }
-        let released = self.released.lock().await;
-        if *released {
+        check_extend(&self.held.name, lock_at_most_for)?;
+        let Some(mut ongoing) = self.state.ongoing().await else {
             return Ok(false);
-        }
-        within(
+        };
+        let extended = within(
             &*self.storage,
             self.operation_timeout,
             Operation::Extend,
@@ -697,7 +683,12 @@ impl LockHandle for StorageLock {
             self.storage
                 .extend(&self.held, lock_at_most_for, self.node_time()),
         )
-        .await
+        .await?;
+        if !extended {
+            // Expired or taken: the lock is not this acquisition's any more.
+            ongoing.end();
+        }
+        Ok(extended)
     }
 }
 
@@ -711,6 +702,8 @@ mod tests {
     struct TimeRecorder {
         time_source: TimeSource,
         seen: Mutex<Vec<(&'static str, NodeTime)>>,
+        /// What `extend` answers: `true` unless a test says the lock was lost.
+        extend_answer: std::sync::atomic::AtomicBool,
     }
 
     impl TimeRecorder {
@@ -718,6 +711,7 @@ mod tests {
             Arc::new(Self {
                 time_source,
                 seen: Mutex::new(Vec::new()),
+                extend_answer: std::sync::atomic::AtomicBool::new(true),
             })
         }
 
@@ -761,7 +755,7 @@ mod tests {
             now: NodeTime,
         ) -> Result<bool, LockError> {
             self.see("extend", now);
-            Ok(true)
+            Ok(self.extend_answer.load(std::sync::atomic::Ordering::SeqCst))
         }
 
         async fn unlock(&self, held: &HeldRecord, now: NodeTime) -> Result<bool, LockError> {
@@ -800,24 +794,50 @@ mod tests {
         assert!(!provider.known_names.is_poisoned());
     }
 
+    /// Lock `job`, held for a minute.
+    fn job() -> LockConfiguration {
+        LockConfiguration::new("job", Duration::from_secs(60), Duration::ZERO).unwrap()
+    }
+
+    /// Takes `job` on `provider`, which must grant it.
+    async fn take_job(provider: &StorageBasedLockProvider) -> Box<dyn LockHandle> {
+        provider
+            .try_lock(&job())
+            .await
+            .unwrap()
+            .into_handle()
+            .unwrap()
+    }
+
+    /// An extend the storage answers `false` (expired or taken) ends the acquisition: the
+    /// handle's release and extend answer `false` without reaching the storage again.
+    #[tokio::test]
+    async fn an_extend_answered_false_ends_the_acquisition() {
+        let storage = TimeRecorder::new(TimeSource::Server);
+        storage
+            .extend_answer
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        let provider = StorageBasedLockProvider::from_arc(storage.clone());
+        let handle = take_job(&provider).await;
+        assert!(!handle.extend(Duration::from_secs(60)).await.unwrap());
+        assert!(!handle.unlock().await.unwrap());
+        assert!(!handle.extend(Duration::from_secs(60)).await.unwrap());
+        let calls: Vec<_> = storage.seen().into_iter().map(|(call, _)| call).collect();
+        assert_eq!(calls, ["insert", "extend"], "nothing sent once it was over");
+        assert!(format!("{handle:?}").contains("over: true"), "{handle:?}");
+    }
+
     /// Acquires, extends and releases one lock on `storage`, the node clock stepping 1 s
     /// between calls, then acquires it again (an update: the name is known by then).
     async fn lock_cycle(storage: Arc<TimeRecorder>, clock: &ManualClock) -> Capabilities {
         let provider =
             StorageBasedLockProvider::from_arc(storage).with_clock(Arc::new(clock.clone()));
-        let config =
-            LockConfiguration::new("job", Duration::from_secs(60), Duration::ZERO).unwrap();
-        let handle = provider
-            .try_lock(&config)
-            .await
-            .unwrap()
-            .into_handle()
-            .unwrap();
+        let handle = take_job(&provider).await;
         clock.advance(Duration::from_secs(1));
         assert!(handle.extend(Duration::from_secs(60)).await.unwrap());
         clock.advance(Duration::from_secs(1));
         assert!(handle.unlock().await.unwrap());
-        assert!(provider.try_lock(&config).await.unwrap().is_acquired());
+        assert!(provider.try_lock(&job()).await.unwrap().is_acquired());
         provider.capabilities()
     }
 

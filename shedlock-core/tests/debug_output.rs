@@ -60,18 +60,12 @@ async fn handle_shows_provider_lock_holder_and_fencing_token() {
 }
 
 #[tokio::test]
-async fn handle_shows_whether_it_was_released() {
+async fn handle_shows_whether_its_acquisition_is_over() {
     let provider = StorageBasedLockProvider::new(MemoryLockStore::new()).with_holder("node-a");
     let handle = acquire(&provider, "nightly-report").await;
-    assert!(
-        format!("{handle:?}").contains("released: false"),
-        "{handle:?}"
-    );
+    assert!(format!("{handle:?}").contains("over: false"), "{handle:?}");
     assert!(handle.unlock().await.unwrap());
-    assert!(
-        format!("{handle:?}").contains("released: true"),
-        "{handle:?}"
-    );
+    assert!(format!("{handle:?}").contains("over: true"), "{handle:?}");
 }
 
 /// The answer a log line shows for an attempt: taken (and which acquisition), or refused and

@@ -21,7 +21,8 @@ use super::{Attempt, node, probe_at, timing_of, until_conclusive};
 /// shorter at-most and free right after it; shortened and then released inside the at-least, it
 /// is held until the at-least ends. A release after the at-least window frees an extended lock
 /// at once. Durations and moments are off the unit's grid, so rounding shows.
-/// Extending an expired lock answers `false` and does not revive it. (Extending a released lock is [`check_stale_handle_answers`](crate::check_stale_handle_answers)'s.)
+/// Extending an expired lock answers `false`, does not revive it and ends the acquisition: its
+/// release answers `false` too. (Extending a released lock is [`check_stale_handle_answers`](crate::check_stale_handle_answers)'s.)
 ///
 /// Applies when the provider declares [`shedlock_core::Capabilities::extend`].
 pub async fn check_extend<H: ConformanceHarness>(
@@ -175,6 +176,17 @@ pub async fn check_extend<H: ConformanceHarness>(
             ),
         ));
     }
+    // `false` means the acquisition is over: its release, even with nobody else holding the
+    // lock yet, finds nothing of its own to free.
+    trace
+        .must_unlock_with(
+            "A",
+            &*taken.value,
+            false,
+            Rule::RELEASE_RESULT,
+            "its lock expired, as its extend's false said, so the acquisition is over and nothing is left to release",
+        )
+        .await?;
     trace
         .must_acquire(
             "B",

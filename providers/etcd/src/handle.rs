@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use shedlock_core::{ConfigurationError, LockError, LockHandle, Operation, TimeSource};
+use shedlock_core::raw::{HandleState, Ongoing, check_extend};
+use shedlock_core::{LockError, LockHandle, Operation, TimeSource};
 use tokio::time::Instant;
 
 use crate::lease::{Lease, lease_secs};
@@ -24,16 +25,10 @@ pub(crate) struct EtcdLockHandle {
     /// here, which can only overestimate it, since etcd applied the put before answering.
     pub(crate) acquired_at: Instant,
     pub(crate) lock_at_least_for: Duration,
-    /// Serializes this handle's release and extend.
-    pub(crate) state: tokio::sync::Mutex<HandleState>,
-}
-
-pub(crate) struct HandleState {
-    /// Released, or found lost: this acquisition is over and nothing more is sent.
-    pub(crate) finished: bool,
     /// The leases our key may be attached to: one, unless a move to a new lease got no answer,
     /// in which case the key is on one of them and the others are freed once it moves again.
-    pub(crate) leases: Vec<Lease>,
+    /// Also serializes this handle's release and extend.
+    pub(crate) state: HandleState<Vec<Lease>>,
 }
 
 impl fmt::Debug for EtcdLockHandle {
@@ -43,6 +38,7 @@ impl fmt::Debug for EtcdLockHandle {
             .field("key", &self.key)
             .field("value", &self.value)
             .field("fencing_token", &self.fencing_token)
+            .field("state", &self.state)
             .finish()
     }
 }
@@ -53,7 +49,7 @@ impl EtcdLockHandle {
     async fn move_to_new_lease(
         &self,
         operation: Operation,
-        state: &mut HandleState,
+        leases: &mut Ongoing<'_, Vec<Lease>>,
         ttl: i64,
     ) -> Result<bool, LockError> {
         let inner = &self.inner;
@@ -68,22 +64,22 @@ impl EtcdLockHandle {
             .await;
         match moved {
             Ok(true) => {
-                let old = std::mem::replace(&mut state.leases, vec![lease]);
+                let old = std::mem::replace(&mut **leases, vec![lease]);
                 inner.recycle(old);
                 Ok(true)
             }
             Ok(false) => {
                 // Whatever is on our old leases now is not ours to reuse (a key put there by
                 // hand, say): end them. The new one never got the key.
-                let old = std::mem::take(&mut state.leases);
+                let old = std::mem::take(&mut **leases);
                 inner.revoke_in_background(old, "lock no longer ours");
                 inner.recycle(vec![lease]);
-                state.finished = true;
+                leases.end();
                 Ok(false)
             }
             Err(error) => {
                 // The key may now be on the new lease or still on the old ones: keep them all.
-                state.leases.push(lease);
+                leases.push(lease);
                 Err(error)
             }
         }
@@ -105,19 +101,18 @@ impl LockHandle for EtcdLockHandle {
     }
 
     async fn unlock(&self) -> Result<bool, LockError> {
-        let mut state = self.state.lock().await;
-        if state.finished {
+        let Some(mut leases) = self.state.ongoing().await else {
             return Ok(false);
-        }
+        };
         let remaining = self
             .lock_at_least_for
             .saturating_sub(self.acquired_at.elapsed());
         if !remaining.is_zero() {
             let ttl = lease_secs(Operation::Release, &self.name, remaining)?;
             let released = self
-                .move_to_new_lease(Operation::Release, &mut state, ttl)
+                .move_to_new_lease(Operation::Release, &mut leases, ttl)
                 .await?;
-            state.finished = true;
+            leases.end();
             return Ok(released);
         }
         let inner = &self.inner;
@@ -129,29 +124,23 @@ impl LockHandle for EtcdLockHandle {
                 storage::delete_if_ours(&mut client, &self.key, &self.value),
             )
             .await?;
-        let leases = std::mem::take(&mut state.leases);
+        let ended = std::mem::take(&mut *leases);
         if deleted {
-            inner.recycle(leases);
+            inner.recycle(ended);
         } else {
-            inner.revoke_in_background(leases, "lock no longer ours");
+            inner.revoke_in_background(ended, "lock no longer ours");
         }
-        state.finished = true;
+        leases.end();
         Ok(deleted)
     }
 
     async fn extend(&self, lock_at_most_for: Duration) -> Result<bool, LockError> {
-        if lock_at_most_for.is_zero() {
-            return Err(ConfigurationError::ZeroLockAtMostFor {
-                name: self.name.clone(),
-            }
-            .into());
-        }
+        check_extend(&self.name, lock_at_most_for)?;
         let ttl = lease_secs(Operation::Extend, &self.name, lock_at_most_for)?;
-        let mut state = self.state.lock().await;
-        if state.finished {
+        let Some(mut leases) = self.state.ongoing().await else {
             return Ok(false);
-        }
-        self.move_to_new_lease(Operation::Extend, &mut state, ttl)
+        };
+        self.move_to_new_lease(Operation::Extend, &mut leases, ttl)
             .await
     }
 }

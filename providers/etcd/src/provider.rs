@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::Client;
+use shedlock_core::raw::HandleState;
 use shedlock_core::{
     Acquisition, Capabilities, ConfigurationError, ErrorKind, LockConfiguration, LockError,
     LockHolder, LockProvider, Operation, TimeSource,
@@ -14,7 +15,7 @@ use shedlock_core::{
 use tokio::time::Instant;
 
 use crate::builder::EtcdLockProviderBuilder;
-use crate::handle::{EtcdLockHandle, HandleState};
+use crate::handle::EtcdLockHandle;
 use crate::lease::{Lease, lease_secs};
 use crate::storage::{self, AcquireOutcome};
 use crate::{MAX_NAME_CHARS, PROVIDER};
@@ -111,10 +112,7 @@ impl LockProvider for EtcdLockProvider {
                     fencing_token: u64::try_from(revision).ok(),
                     acquired_at,
                     lock_at_least_for: config.lock_at_least_for(),
-                    state: tokio::sync::Mutex::new(HandleState {
-                        finished: false,
-                        leases: vec![lease],
-                    }),
+                    state: HandleState::new(vec![lease]),
                 })))
             }
             Ok(AcquireOutcome::Held { value: Some(value) }) if !storage::is_lock_value(&value) => {

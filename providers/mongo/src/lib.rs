@@ -58,10 +58,11 @@
 //! `$add` of a date and a number is standard too, but not every MongoDB-compatible server
 //! implements it, and `$dateAdd` needs MongoDB 5.0.
 //!
-//! A released handle answers `false` without asking. The one case of two round trips: a
-//! compatible server that answers an upsert with no document (SecantusDB does for the loser
-//! of two upserts racing to create a name's document; MongoDB itself never does) is asked once
-//! more, which is safe because the command carries this acquisition's own identity.
+//! A released handle, or one whose extend answered `false`, answers `false` without asking.
+//! The one case of two round trips: a compatible server that answers an upsert with no
+//! document (SecantusDB does for the loser of two upserts racing to create a name's document;
+//! MongoDB itself never does) is asked once more, which is safe because the command carries
+//! this acquisition's own identity.
 //!
 //! A held lock is answered "not acquired" without writing anything (the update leaves the
 //! document as it is) and without a duplicate-key error, so the server log stays quiet. Two

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::aio::ConnectionLike;
-use shedlock_core::{ConfigurationError, ErrorKind, LockError, LockHandle, Operation, TimeSource};
+use shedlock_core::raw::{HandleState, check_extend};
+use shedlock_core::{ErrorKind, LockError, LockHandle, Operation, TimeSource};
 
 use crate::PROVIDER;
 use crate::provider::{Inner, ttl_millis};
@@ -21,13 +22,11 @@ pub(crate) struct RedisLockHandle<C> {
     value: String,
     fencing_token: Option<u64>,
     /// Serializes this handle's release and extend, which both read and update it.
-    state: tokio::sync::Mutex<HandleState>,
+    state: HandleState<Ttls>,
 }
 
 /// What release needs to compute the rest of `lock_at_least_for` on the server's clock.
-struct HandleState {
-    /// Released, or found lost: this acquisition is over and nothing more is sent.
-    finished: bool,
+struct Ttls {
     /// The TTL the key was last given (at acquire, or by the last extend), in ms.
     last_ttl_ms: u64,
     /// How much of `lock_at_least_for` remained when that TTL was set (may be negative).
@@ -52,8 +51,7 @@ impl<C> RedisLockHandle<C> {
             key,
             value,
             fencing_token,
-            state: tokio::sync::Mutex::new(HandleState {
-                finished: false,
+            state: HandleState::new(Ttls {
                 last_ttl_ms: at_most_ms,
                 least_remaining_ms: i64::try_from(at_least_ms).unwrap_or(i64::MAX),
             }),
@@ -68,6 +66,7 @@ impl<C> fmt::Debug for RedisLockHandle<C> {
             .field("key", &self.key)
             .field("value", &self.value)
             .field("fencing_token", &self.fencing_token)
+            .field("state", &self.state)
             .finish()
     }
 }
@@ -90,10 +89,9 @@ where
     }
 
     async fn unlock(&self) -> Result<bool, LockError> {
-        let mut state = self.state.lock().await;
-        if state.finished {
+        let Some(mut state) = self.state.ongoing().await else {
             return Ok(false);
-        }
+        };
         let inner = &self.inner;
         let mut connection = inner.connection.clone();
         let released = inner
@@ -111,22 +109,16 @@ where
             )
             .await?;
         // Released now, or not ours any more: either way this acquisition is over.
-        state.finished = true;
+        state.end();
         Ok(released)
     }
 
     async fn extend(&self, lock_at_most_for: Duration) -> Result<bool, LockError> {
-        if lock_at_most_for.is_zero() {
-            return Err(ConfigurationError::ZeroLockAtMostFor {
-                name: self.name.clone(),
-            }
-            .into());
-        }
+        check_extend(&self.name, lock_at_most_for)?;
         let new_ttl_ms = ttl_millis(Operation::Extend, &self.name, lock_at_most_for)?;
-        let mut state = self.state.lock().await;
-        if state.finished {
+        let Some(mut state) = self.state.ongoing().await else {
             return Ok(false);
-        }
+        };
         let inner = &self.inner;
         let mut connection = inner.connection.clone();
         let (before, acknowledged) = inner
@@ -144,7 +136,7 @@ where
             )
             .await?;
         let Some(before_ms) = before else {
-            state.finished = true;
+            state.end();
             return Ok(false);
         };
         // The previous TTL ran for (last_ttl - before) ms on the server's clock.

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use shedlock_core::{ConfigurationError, LockError, LockHandle, Operation, TimeSource};
+use shedlock_core::raw::{HandleState, check_extend};
+use shedlock_core::{LockError, LockHandle, Operation, TimeSource};
 use tokio::time::Instant;
 use tracing::debug;
 
@@ -27,19 +28,16 @@ pub(crate) struct ZookeeperLockHandle {
     /// Server time from which lock_at_least_for counts.
     pub(crate) acquired_at: ServerMicros,
     pub(crate) lock_at_least_for: Duration,
-    /// Which of the provider's sessions took the lock.
-    pub(crate) generation: u64,
     /// Serializes this handle's release and extend.
-    pub(crate) state: tokio::sync::Mutex<HandleState>,
+    pub(crate) state: HandleState<LastWrite>,
 }
 
-pub(crate) struct HandleState {
+/// What this acquisition's last write left on the node.
+pub(crate) struct LastWrite {
     /// The node's version after this acquisition's last write: the proof it is still ours.
     pub(crate) version: i32,
     /// The `lock_until` of that write.
     pub(crate) lock_until: ServerMicros,
-    /// Released, or found lost: nothing more is sent.
-    pub(crate) finished: bool,
 }
 
 impl fmt::Debug for ZookeeperLockHandle {
@@ -48,7 +46,7 @@ impl fmt::Debug for ZookeeperLockHandle {
             .field("name", &self.name)
             .field("path", &self.path)
             .field("fencing_token", &self.fencing_token)
-            .field("generation", &self.generation)
+            .field("state", &self.state)
             .finish()
     }
 }
@@ -71,7 +69,7 @@ impl ZookeeperLockHandle {
     async fn write_if_ours(
         &self,
         operation: Operation,
-        state: &HandleState,
+        state: &LastWrite,
         session: &Session,
         until: impl Fn(&ServerClock, Instant) -> ServerMicros,
     ) -> Result<Owned, LockError> {
@@ -144,6 +142,27 @@ impl ZookeeperLockHandle {
         }
         Ok(Owned::Lost)
     }
+
+    /// [`Self::write_if_ours`] in the provider's current session, and once more in a new one if
+    /// ZooKeeper had ended that session (it then ran nothing of the request). The node's version
+    /// proves the acquisition whatever session took it, so a lock taken in a session that ended
+    /// since is still released and extended while nobody else took it.
+    async fn write_in_any_session(
+        &self,
+        operation: Operation,
+        state: &LastWrite,
+        until: impl Fn(&ServerClock, Instant) -> ServerMicros + Copy,
+    ) -> Result<Owned, LockError> {
+        let session = self.inner.session(operation, &self.name).await?;
+        match self.write_if_ours(operation, state, &session, until).await {
+            Err(error) if session_ended(&error) => {
+                debug!(name = %self.name, ?operation, "the session had ended: sent again in a new one");
+                let session = self.inner.session(operation, &self.name).await?;
+                self.write_if_ours(operation, state, &session, until).await
+            }
+            outcome => outcome,
+        }
+    }
 }
 
 #[async_trait]
@@ -161,10 +180,9 @@ impl LockHandle for ZookeeperLockHandle {
     }
 
     async fn unlock(&self) -> Result<bool, LockError> {
-        let mut state = self.state.lock().await;
-        if state.finished {
+        let Some(mut state) = self.state.ongoing().await else {
             return Ok(false);
-        }
+        };
         let at_least_until = (!self.lock_at_least_for.is_zero()).then(|| {
             storage::ceil_to_millis(
                 self.acquired_at
@@ -178,52 +196,24 @@ impl LockHandle for ZookeeperLockHandle {
             let now = storage::floor_to_millis(clock.earliest(sent.into_std()));
             at_least_until.map_or(now, |until| now.max(until))
         };
-        let session = self.inner.session(Operation::Release, &self.name).await?;
-        let outcome = match self
-            .write_if_ours(Operation::Release, &state, &session, release_until)
-            .await
-        {
-            // The version proves ownership whatever the session: release in the new one.
-            Err(error) if session_ended(&error) => {
-                let session = self.inner.session(Operation::Release, &self.name).await?;
-                self.write_if_ours(Operation::Release, &state, &session, release_until)
-                    .await?
-            }
-            outcome => outcome?,
-        };
-        state.finished = true;
+        let outcome = self
+            .write_in_any_session(Operation::Release, &state, release_until)
+            .await?;
+        state.end();
         Ok(matches!(outcome, Owned::Written(_)))
     }
 
     async fn extend(&self, lock_at_most_for: Duration) -> Result<bool, LockError> {
-        if lock_at_most_for.is_zero() {
-            return Err(ConfigurationError::ZeroLockAtMostFor {
-                name: self.name.clone(),
-            }
-            .into());
-        }
+        check_extend(&self.name, lock_at_most_for)?;
         check_duration(Operation::Extend, &self.name, lock_at_most_for)?;
-        let mut state = self.state.lock().await;
-        if state.finished {
+        let Some(mut state) = self.state.ongoing().await else {
             return Ok(false);
-        }
-        let session = self.inner.session(Operation::Extend, &self.name).await?;
-        if session.generation != self.generation {
-            debug!(name = %self.name, "the session that took the lock ended: extend answers lost");
-            return Ok(false);
-        }
+        };
         let outcome = self
-            .write_if_ours(Operation::Extend, &state, &session, |clock, sent| {
+            .write_in_any_session(Operation::Extend, &state, |clock, sent| {
                 held_until(clock, sent, lock_at_most_for)
             })
-            .await;
-        let outcome = match outcome {
-            Err(error) if session_ended(&error) => {
-                debug!(name = %self.name, "the session that took the lock ended: extend answers lost");
-                return Ok(false);
-            }
-            outcome => outcome?,
-        };
+            .await?;
         match outcome {
             Owned::Written(written) => {
                 state.version = written.stat.version;
@@ -231,7 +221,7 @@ impl LockHandle for ZookeeperLockHandle {
                 Ok(true)
             }
             Owned::Lost => {
-                state.finished = true;
+                state.end();
                 Ok(false)
             }
         }

@@ -112,14 +112,13 @@
 //!
 //! Lock nodes are persistent, so a lock outlives the session that took it, as Curator's do.
 //! A session that ZooKeeper expired (the client was cut off longer than the session timeout)
-//! is replaced by a new one on the next operation. An acquisition made in an expired session
-//! counts as lost for [`LockHandle::extend`], which answers `false`, so a keep-alive tells the
-//! task to stop: the node was out of touch with the ensemble for a while and the task should
-//! not trust its lock to have been kept alive. [`LockHandle::unlock`] of such a handle still
-//! frees its own acquisition if the node is still at the version it wrote: that write proves
-//! nobody took the lock since, and freeing it lets the next run start without waiting for
-//! `lock_at_most_for`. ZooKeeper runs no request of an ended session, so an acquire or release
-//! refused for that reason is sent again, once, in the new session.
+//! is replaced by a new one on the next operation. An acquisition does not belong to the
+//! session that took it: [`LockHandle::extend`] and [`LockHandle::unlock`] write only over the
+//! node's version that the acquisition's last write left, which proves nobody took the lock
+//! since, so they extend and release it from the new session while it has not expired. Once it
+//! expired, or someone took it, they answer `false`, as on every backend. ZooKeeper runs no
+//! request of an ended session, so an acquire, release or extend refused for that reason is
+//! sent again, once, in the new session.
 //!
 //! ```no_run
 //! use std::time::Duration;

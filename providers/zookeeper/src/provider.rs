@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use shedlock_core::raw::HandleState;
 use shedlock_core::{
     Acquisition, Capabilities, ConfigurationError, ErrorKind, LockConfiguration, LockError,
     LockHolder, LockProvider, Operation, TimeSource,
@@ -16,7 +17,7 @@ use zookeeper_client::{Client, Stat};
 use crate::builder::ZookeeperLockProviderBuilder;
 use crate::calibration::{Written, held_until, system_time};
 use crate::failure::{Answer, session_ended};
-use crate::handle::{HandleState, ZookeeperLockHandle};
+use crate::handle::{LastWrite, ZookeeperLockHandle};
 use crate::server_clock::ServerClock;
 use crate::session::{Inner, Session};
 use crate::{MAX_LOCK_DURATION, MAX_NAME_CHARS, PROVIDER, paths, storage};
@@ -268,11 +269,9 @@ impl ZookeeperLockProvider {
                 // millisecond, lock_at_least_for is never counted short.
                 acquired_at: (stat.mtime + 1) * 1000,
                 lock_at_least_for: config.lock_at_least_for(),
-                generation: session.generation,
-                state: tokio::sync::Mutex::new(HandleState {
+                state: HandleState::new(LastWrite {
                     version: last.version,
                     lock_until,
-                    finished: false,
                 }),
             })));
         }

@@ -46,15 +46,12 @@ pub(crate) struct Inner {
 #[derive(Default)]
 pub(crate) struct SessionSlot {
     client: Option<Client>,
-    /// How many sessions this provider has opened: a handle remembers the one it acquired in.
-    generation: u64,
 }
 
-/// A live session and which of the provider's sessions it is.
+/// A live session.
 #[derive(Clone)]
 pub(crate) struct Session {
     pub(crate) client: Client,
-    pub(crate) generation: u64,
 }
 
 impl Inner {
@@ -108,7 +105,6 @@ impl Inner {
             ) {
                 return Ok(Session {
                     client: client.clone(),
-                    generation: slot.generation,
                 });
             }
             debug!(endpoint = %self.endpoint, state = ?client.state(), "ZooKeeper session ended; opening a new one");
@@ -166,12 +162,8 @@ impl Inner {
                 ));
             }
         };
-        slot.generation += 1;
         slot.client = Some(client.clone());
-        Ok(Session {
-            client,
-            generation: slot.generation,
-        })
+        Ok(Session { client })
     }
 
     /// Forgets `client`'s session if ZooKeeper said it is over, so the next operation opens a

@@ -760,7 +760,7 @@ impl Partition {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_lock_taken_in_an_expired_session_cannot_be_extended_but_is_still_released() {
+async fn a_lock_taken_in_an_expired_session_is_still_extended_and_released_by_its_version() {
     let root = unique_root();
     let partition = Partition::start(zookeeper_url()).await;
     // ZooKeeper's shortest session with its default tick (2 s) is 4 s.
@@ -780,6 +780,9 @@ async fn a_lock_taken_in_an_expired_session_cannot_be_extended_but_is_still_rele
     partition.heal();
     assert_not_acquired(&node_b, &config).await;
 
+    // A new session serves the node's next operations, and the version still proves that the
+    // node holds this acquisition: nobody took it, and it has not expired, so it is still held
+    // and extend says so (answering `false` would stop a task whose lock was never lost).
     let extended = tokio::time::timeout(
         Duration::from_secs(15),
         handle.extend(Duration::from_secs(60)),
@@ -787,11 +790,10 @@ async fn a_lock_taken_in_an_expired_session_cannot_be_extended_but_is_still_rele
     .await
     .expect("extend answers in bounded time");
     assert!(
-        !extended.unwrap(),
-        "the session that took the lock ended: extend answers that the lock is lost"
+        extended.unwrap(),
+        "the lock is still this acquisition's: extend answers true in the new session"
     );
-    // A new session serves the node's next operations, and the version still proves that the
-    // node holds this acquisition, so it releases it.
+    assert_not_acquired(&node_b, &config).await;
     assert!(handle.unlock().await.unwrap());
     let fresh = acquire(&node_b, &config).await;
     assert!(fresh.unlock().await.unwrap());

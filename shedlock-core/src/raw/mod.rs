@@ -12,6 +12,8 @@
 //!   write the holder the way every provider does;
 //! - every provider turns a failed or unanswered call into a [`LockError`](crate::LockError)
 //!   the same way, through [`bounded`] and [`consequence`];
+//! - a provider's own handle keeps what its next release or extend needs in a
+//!   [`HandleState`], which answers `false` unasked once the acquisition is over;
 //! - [`ManualClock`] and [`SkewedClock`] are the clocks the conformance kit and a provider's
 //!   own tests set nodes' time with.
 //!
@@ -38,6 +40,7 @@
 //! - **A TLS root is `tls_root_certificate`**, on every builder that takes one.
 
 mod failure;
+mod handle_state;
 mod settings;
 
 /// The attribute a [`LockStorage`] or [`LockProvider`](crate::LockProvider) implementation
@@ -53,6 +56,7 @@ pub use crate::storage::{
     NodeTime, RecordOutcome, StorageBasedLockProvider, default_holder,
 };
 pub use failure::{bounded, consequence, failure_message};
+pub use handle_state::{HandleState, Ongoing, check_extend};
 pub use settings::{
     KeyNamespace, ProviderSettings, check_positive_duration, invalid_setting,
     unused_tls_root_certificate,
