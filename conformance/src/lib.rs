@@ -40,6 +40,7 @@ pub mod faults;
 mod first_use;
 mod harness;
 mod names;
+mod relay;
 mod report;
 pub mod rules;
 mod runner;
@@ -69,7 +70,7 @@ pub use names::NameSpace;
 pub use report::{
     CheckResult, REPORT_DIR_VARIABLE, Report, Status, merged_markdown, merged_report, read_reports,
 };
-pub use runner::{run, run_and_report, run_with_args};
+pub use runner::{run, run_and_report, run_configurations, run_with_args};
 /// The core crate, so a harness needs no second import for its types.
 pub use shedlock_core;
 pub use shedlock_core::{Clock, LockError};

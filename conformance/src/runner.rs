@@ -69,21 +69,85 @@ where
 /// report files. The report holds every check that ran (a check that panicked is a failure
 /// with the panic's message) and the cleanup; it is also written to
 /// [`REPORT_DIR_VARIABLE`]'s folder when that is set, as [`run`] does.
-pub fn run_and_report<H, F, Fut>(mut args: Arguments, make_harness: F) -> (ExitCode, Report)
+pub fn run_and_report<H, F, Fut>(args: Arguments, make_harness: F) -> (ExitCode, Report)
 where
     H: ConformanceHarness,
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<H, SetupError>>,
 {
+    let (exit_code, mut reports) = run_each(args, vec![("", make_harness())]);
+    let report = reports.pop().unwrap_or_else(|| Report::new("", Vec::new()));
+    (exit_code, report)
+}
+
+/// Runs the whole kit once per configuration of one provider in one test binary, where
+/// [`run`] runs it once: the body of `fn main` in a `tests/conformance.rs` that proves, say,
+/// a server-time and a client-time setup. Each test binary is linked on its own, so one binary
+/// for both builds faster than two.
+///
+/// `configurations` pairs a name with what `make_harness` needs to set that configuration up;
+/// each check shows once per configuration, as `<name>::<check>` (`client-time::extend`), so a
+/// filter selects a configuration, a check or both. Each configuration gets its own harness,
+/// names, cleanup and report (its harness's [`name`](ConformanceHarness::name) names the
+/// report, so it must differ between configurations); a harness that cannot be set up fails
+/// that configuration's `<name>::harness_setup` and its checks, not the others'. Otherwise as
+/// [`run`].
+pub fn run_configurations<H, C, F, Fut>(
+    configurations: Vec<(&'static str, C)>,
+    make_harness: F,
+) -> ExitCode
+where
+    H: ConformanceHarness,
+    F: Fn(C) -> Fut,
+    Fut: Future<Output = Result<H, SetupError>>,
+{
+    let setups = configurations
+        .into_iter()
+        .map(|(name, configuration)| (name, make_harness(configuration)))
+        .collect();
+    run_each(Arguments::from_args(), setups).0
+}
+
+/// The name of `check`'s trial in the configuration named `configuration` (`""` for a run of
+/// one configuration, whose trials are named after their checks alone).
+fn trial_name(configuration: &str, check: &str) -> String {
+    if configuration.is_empty() {
+        check.to_owned()
+    } else {
+        format!("{configuration}::{check}")
+    }
+}
+
+/// One configuration's part of a run: its harness (or why there is none), its names and the
+/// results of its checks as they finish.
+struct Part<H> {
+    harness: Result<Arc<H>, String>,
+    names: NameSpace,
+    results: Arc<Mutex<Vec<CheckResult>>>,
+}
+
+/// What [`run_and_report`] and [`run_configurations`] share: sets up each configuration's
+/// harness on one runtime, runs every check of every configuration as one `libtest-mimic` run,
+/// then cleans up and reports each configuration. The reports come back in the order of
+/// `setups`.
+fn run_each<H, Fut>(
+    mut args: Arguments,
+    setups: Vec<(&'static str, Fut)>,
+) -> (ExitCode, Vec<Report>)
+where
+    H: ConformanceHarness,
+    Fut: Future<Output = Result<H, SetupError>>,
+{
     if args.list {
-        let trials = Check::ALL
+        let trials = setups
             .iter()
-            .map(|check| Trial::test(check.name(), || Ok(())))
+            .flat_map(|(configuration, _)| {
+                Check::ALL
+                    .iter()
+                    .map(|check| Trial::test(trial_name(configuration, check.name()), || Ok(())))
+            })
             .collect();
-        return (
-            libtest_mimic::run(&args, trials).exit_code(),
-            Report::new("", Vec::new()),
-        );
+        return (libtest_mimic::run(&args, trials).exit_code(), Vec::new());
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -94,56 +158,113 @@ where
             let message = format!("could not start a tokio runtime: {error}");
             eprintln!("shedlock-conformance: {message}");
             let line = CheckResult::new(SETUP_TRIAL, Status::Failed, Duration::ZERO, message);
-            return (ExitCode::FAILURE, Report::new("", vec![line]));
+            return (ExitCode::FAILURE, vec![Report::new("", vec![line])]);
         }
     };
-    let harness = match runtime.block_on(make_harness()) {
-        Ok(harness) => Arc::new(harness),
-        Err(error) => {
-            let message = format!(
-                "the conformance harness could not be set up, so no check can run: {error}"
-            );
-            eprintln!("shedlock-conformance: {message}");
-            runtime.block_on(crate::backends::stop_containers());
-            let line = CheckResult::new(SETUP_TRIAL, Status::Failed, Duration::ZERO, &message);
-            let mut trials = vec![Trial::test(SETUP_TRIAL, move || Err(Failed::from(message)))];
-            trials.extend(Check::ALL.iter().map(|check| {
-                Trial::test(check.name(), || {
-                    Err(Failed::from(format!(
-                        "not run: the harness could not be set up (the cause is the failure of `{SETUP_TRIAL}`, printed once)"
-                    )))
-                })
-            }));
-            return (
-                libtest_mimic::run(&args, trials).exit_code(),
-                Report::new("", vec![line]),
-            );
-        }
-    };
+    let parts: Vec<(&'static str, Part<H>)> =
+        setups
+            .into_iter()
+            .map(|(configuration, make_harness)| {
+                let harness = runtime.block_on(make_harness).map(Arc::new).map_err(|error| {
+                let message = format!(
+                    "the conformance harness could not be set up, so no check can run: {error}"
+                );
+                eprintln!("shedlock-conformance: {message}");
+                message
+            });
+                let part = Part {
+                    harness,
+                    names: NameSpace::new_run(),
+                    results: Arc::new(Mutex::new(Vec::new())),
+                };
+                (configuration, part)
+            })
+            .collect();
     // On a coarse-precision backend (whole-second leases) the checks spend their time waiting
     // for locks to expire: run them all at once, unless told otherwise, so the run takes as long
     // as its longest check. Fine-grained backends keep one check per core, as their checks are
     // short and some backends (SQLite) serialise every write.
     if args.test_threads.is_none() {
-        let coarse = runtime
-            .block_on(harness.node(Arc::new(SystemClock)))
-            .is_ok_and(|node| {
-                Timing::for_precision(node.capabilities().time_precision).unit >= COARSE_UNIT
-            });
+        let coarse = parts.iter().any(|(_, part)| {
+            part.harness.as_ref().is_ok_and(|harness| {
+                runtime
+                    .block_on(harness.node(Arc::new(SystemClock)))
+                    .is_ok_and(|node| {
+                        Timing::for_precision(node.capabilities().time_precision).unit
+                            >= COARSE_UNIT
+                    })
+            })
+        });
         if coarse {
-            args.test_threads = Some(Check::ALL.len());
+            args.test_threads = Some(Check::ALL.len() * parts.len());
         }
     }
-    let run_names = NameSpace::new_run();
-    let results = Arc::new(Mutex::new(Vec::new()));
-    let trials = Check::ALL
+    let trials = parts
+        .iter()
+        .flat_map(|(configuration, part)| trials(&runtime, configuration, part))
+        .collect();
+    let conclusion = libtest_mimic::run(&args, trials);
+    let mut passed = true;
+    let reports: Vec<Report> = parts
+        .iter()
+        .map(|(_, part)| {
+            let report = match &part.harness {
+                Ok(harness) => Report {
+                    cleanup: Some(cleaned_up(&runtime, &**harness, part.names.prefix())),
+                    ..Report::new(harness.name(), locked(&part.results).clone())
+                },
+                Err(message) => {
+                    let line =
+                        CheckResult::new(SETUP_TRIAL, Status::Failed, Duration::ZERO, message);
+                    Report::new("", vec![line])
+                }
+            };
+            passed &= write_report(&report).is_ok() && report.passed();
+            report
+        })
+        .collect();
+    runtime.block_on(crate::backends::stop_containers());
+    let exit_code = if passed {
+        conclusion.exit_code()
+    } else {
+        ExitCode::FAILURE
+    };
+    (exit_code, reports)
+}
+
+/// The trials of one configuration: each check, or, when its harness could not be set up, the
+/// setup failure once and a pointer to it from each check.
+fn trials<H: ConformanceHarness>(
+    runtime: &Arc<tokio::runtime::Runtime>,
+    configuration: &str,
+    part: &Part<H>,
+) -> Vec<Trial> {
+    let harness = match &part.harness {
+        Ok(harness) => harness,
+        Err(message) => {
+            let message = message.clone();
+            let setup = trial_name(configuration, SETUP_TRIAL);
+            let pointer = format!(
+                "not run: the harness could not be set up (the cause is the failure of `{setup}`, printed once)"
+            );
+            let mut trials = vec![Trial::test(setup, move || Err(Failed::from(message)))];
+            trials.extend(Check::ALL.iter().map(|check| {
+                let pointer = pointer.clone();
+                Trial::test(trial_name(configuration, check.name()), move || {
+                    Err(Failed::from(pointer))
+                })
+            }));
+            return trials;
+        }
+    };
+    Check::ALL
         .iter()
         .map(|&check| {
             let runtime = runtime.clone();
             let harness = harness.clone();
-            let names = check.names_in(&run_names);
-            let results = results.clone();
-            Trial::ignorable_test(check.name(), move || {
+            let names = check.names_in(&part.names);
+            let results = part.results.clone();
+            Trial::ignorable_test(trial_name(configuration, check.name()), move || {
                 let alone = runs_alone(check);
                 let _shared =
                     (!alone).then(|| TURNS.read().unwrap_or_else(PoisonError::into_inner));
@@ -169,21 +290,7 @@ where
                 result
             })
         })
-        .collect();
-    let conclusion = libtest_mimic::run(&args, trials);
-    let cleanup = cleaned_up(&runtime, &*harness, run_names.prefix());
-    runtime.block_on(crate::backends::stop_containers());
-    let report = Report {
-        cleanup: Some(cleanup),
-        ..Report::new(harness.name(), locked(&results).clone())
-    };
-    let written = write_report(&report);
-    let exit_code = if written.is_ok() && report.passed() {
-        conclusion.exit_code()
-    } else {
-        ExitCode::FAILURE
-    };
-    (exit_code, report)
+        .collect()
 }
 
 /// A cleanup longer than this is reported on standard error as slow, as well as in the report:

@@ -1,15 +1,15 @@
 //! A TCP proxy that counts wire round trips, so a provider's tests can assert what a lock
 //! operation costs on the network (a stable count) rather than how long it takes (a noisy one).
 
+use std::future::{Future, ready};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
+
+use crate::relay::{self, Direction, Relay};
 
 /// Forwards every connection made to [`local_addr`](Self::local_addr) to an upstream server,
 /// counting round trips: a round trip is the server speaking after the client has spoken
@@ -33,40 +33,38 @@ struct Counts {
     connections: AtomicU64,
 }
 
+impl Relay for Counts {
+    /// Whether the client spoke since the server last did.
+    type Connection = AtomicBool;
+
+    fn connected(&self) -> AtomicBool {
+        self.connections.fetch_add(1, Ordering::SeqCst);
+        AtomicBool::new(false)
+    }
+
+    fn passing(
+        &self,
+        client_spoke: &AtomicBool,
+        direction: Direction,
+        _bytes: usize,
+    ) -> impl Future<Output = bool> + Send {
+        match direction {
+            Direction::ToServer => client_spoke.store(true, Ordering::SeqCst),
+            Direction::ToClient => {
+                if client_spoke.swap(false, Ordering::SeqCst) {
+                    self.round_trips.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+        ready(true)
+    }
+}
+
 impl CountingProxy {
     /// A proxy on a free port of 127.0.0.1 to `upstream` (`"127.0.0.1:5432"`).
     pub async fn start(upstream: &str) -> io::Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let local_addr = listener.local_addr()?;
         let counts = Arc::new(Counts::default());
-        let upstream = upstream.to_owned();
-        let accepted = counts.clone();
-        let accept = tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let Ok(server) = TcpStream::connect(&upstream).await else {
-                    // The client sees its connection closed, as if the server were down.
-                    continue;
-                };
-                accepted.connections.fetch_add(1, Ordering::SeqCst);
-                let _ = client.set_nodelay(true);
-                let _ = server.set_nodelay(true);
-                let (client_read, client_write) = client.into_split();
-                let (server_read, server_write) = server.into_split();
-                let client_spoke = Arc::new(AtomicBool::new(false));
-                tokio::spawn(forward(
-                    client_read,
-                    server_write,
-                    client_spoke.clone(),
-                    None,
-                ));
-                tokio::spawn(forward(
-                    server_read,
-                    client_write,
-                    client_spoke,
-                    Some(accepted.clone()),
-                ));
-            }
-        });
+        let (local_addr, accept) = relay::listen(upstream, counts.clone()).await?;
         Ok(Self {
             local_addr,
             counts,
@@ -96,38 +94,11 @@ impl Drop for CountingProxy {
     }
 }
 
-/// Copies one direction of a connection. The client's direction (`counts` is `None`) marks that
-/// the client spoke; the server's direction counts a round trip when it answers a client that
-/// spoke, before passing the answer on.
-async fn forward(
-    mut from: OwnedReadHalf,
-    mut to: OwnedWriteHalf,
-    client_spoke: Arc<AtomicBool>,
-    counts: Option<Arc<Counts>>,
-) {
-    let mut buffer = vec![0u8; 64 * 1024];
-    loop {
-        let read = match from.read(&mut buffer).await {
-            Ok(0) | Err(_) => break,
-            Ok(read) => read,
-        };
-        match &counts {
-            None => client_spoke.store(true, Ordering::SeqCst),
-            Some(counts) => {
-                if client_spoke.swap(false, Ordering::SeqCst) {
-                    counts.round_trips.fetch_add(1, Ordering::SeqCst);
-                }
-            }
-        }
-        if to.write_all(&buffer[..read]).await.is_err() {
-            break;
-        }
-    }
-    let _ = to.shutdown().await;
-}
-
 #[cfg(test)]
 mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
     use super::*;
 
     /// An echo server that answers each request line with one reply, in two packets.

@@ -167,11 +167,7 @@ impl fmt::Debug for AnyLockProviderBuilder {
 macro_rules! sql_provider {
     ($settings:expr, $provider:ty, $url:expr, $connect:expr) => {{
         let settings = $settings;
-        let builder = <$provider>::builder();
-        let builder = match settings.operation_timeout {
-            Some(timeout) => builder.operation_timeout(timeout),
-            None => builder,
-        };
+        let builder = builder_with_timeout!(settings, $provider);
         let builder = if settings.create_table {
             builder.create_table_if_missing()
         } else {
@@ -179,6 +175,34 @@ macro_rules! sql_provider {
         };
         finish!(builder, $url, $connect)
     }};
+}
+
+/// `$provider`'s builder with the facade builder's operation timeout, when it has one: the
+/// setting every provider's builder takes.
+#[cfg(server_backend)]
+macro_rules! builder_with_timeout {
+    ($settings:expr, $provider:ty) => {{
+        let builder = <$provider>::builder();
+        match $settings.operation_timeout {
+            Some(timeout) => builder.operation_timeout(timeout),
+            None => builder,
+        }
+    }};
+}
+
+/// `$builder` with the facade builder's TLS root certificate, when it has one, for the
+/// providers that take one (Redis, etcd); a build without TLS refuses it for `$scheme`.
+#[cfg(any(feature = "redis", feature = "etcd"))]
+macro_rules! with_tls_root {
+    ($builder:expr, $pem:expr, $scheme:expr) => {
+        match $pem {
+            #[cfg(any(feature = "rustls", feature = "rustls-native-roots"))]
+            Some(pem) => $builder.tls_root_certificate(pem),
+            #[cfg(not(any(feature = "rustls", feature = "rustls-native-roots")))]
+            Some(_) => return Err(tls_feature_disabled($scheme)),
+            None => $builder,
+        }
+    };
 }
 
 /// Finishes a provider's builder by its `connect` or its `connect_lazy` (every provider has
@@ -397,52 +421,25 @@ impl AnyLockProviderBuilder {
             Backend::Mysql => sql_provider!(self, shedlock_mysql::MySqlLockProvider, url, connect),
             #[cfg(feature = "redis")]
             Backend::Redis => {
-                let builder = shedlock_redis::RedisLockProvider::builder();
-                let builder = match self.operation_timeout {
-                    Some(timeout) => builder.operation_timeout(timeout),
-                    None => builder,
-                };
-                let builder = match self.tls_root_certificate {
-                    #[cfg(any(feature = "rustls", feature = "rustls-native-roots"))]
-                    Some(pem) => builder.tls_root_certificate(pem),
-                    #[cfg(not(any(feature = "rustls", feature = "rustls-native-roots")))]
-                    Some(_) => return Err(tls_feature_disabled(scheme)),
-                    None => builder,
-                };
+                let builder = builder_with_timeout!(self, shedlock_redis::RedisLockProvider);
+                let builder = with_tls_root!(builder, self.tls_root_certificate, scheme);
                 finish!(builder, url, connect)
             }
             #[cfg(feature = "etcd")]
             Backend::Etcd => {
-                let builder = shedlock_etcd::EtcdLockProvider::builder();
-                let builder = match self.operation_timeout {
-                    Some(timeout) => builder.operation_timeout(timeout),
-                    None => builder,
-                };
-                let builder = match self.tls_root_certificate {
-                    #[cfg(any(feature = "rustls", feature = "rustls-native-roots"))]
-                    Some(pem) => builder.tls_root_certificate(pem),
-                    #[cfg(not(any(feature = "rustls", feature = "rustls-native-roots")))]
-                    Some(_) => return Err(tls_feature_disabled(scheme)),
-                    None => builder,
-                };
+                let builder = builder_with_timeout!(self, shedlock_etcd::EtcdLockProvider);
+                let builder = with_tls_root!(builder, self.tls_root_certificate, scheme);
                 finish!(builder, &etcd_endpoints(scheme, url), connect)
             }
             #[cfg(feature = "mongo")]
             Backend::Mongo => {
-                let builder = shedlock_mongo::MongoLockProvider::builder();
-                let builder = match self.operation_timeout {
-                    Some(timeout) => builder.operation_timeout(timeout),
-                    None => builder,
-                };
+                let builder = builder_with_timeout!(self, shedlock_mongo::MongoLockProvider);
                 finish!(builder, url, connect)
             }
             #[cfg(feature = "zookeeper")]
             Backend::Zookeeper => {
-                let builder = shedlock_zookeeper::ZookeeperLockProvider::builder();
-                let builder = match self.operation_timeout {
-                    Some(timeout) => builder.operation_timeout(timeout),
-                    None => builder,
-                };
+                let builder =
+                    builder_with_timeout!(self, shedlock_zookeeper::ZookeeperLockProvider);
                 #[cfg(any(feature = "rustls", feature = "rustls-native-roots"))]
                 let builder = {
                     let builder = match self.tls_root_certificate {

@@ -50,6 +50,41 @@ async fn assert_same_backend(any: &AnyLockProvider, own: &dyn LockProvider) {
     assert!(again.unlock().await.unwrap());
 }
 
+/// Connects to each of `urls` through `shedlock::connect`, and checks that each is the backend
+/// `is_backend` accepts and the same one as `own`.
+async fn assert_urls_reach(
+    urls: impl IntoIterator<Item = String>,
+    own: &dyn LockProvider,
+    is_backend: fn(&AnyLockProvider) -> bool,
+) {
+    for url in urls {
+        let any = shedlock::connect(&url)
+            .await
+            .unwrap_or_else(|error| panic!("{url}: {error}"));
+        assert!(is_backend(&any), "{url}: {any:?}");
+        assert_same_backend(&any, own).await;
+    }
+}
+
+/// What a connect shows a user: the provider's `Debug`, or the error's message and `Debug`.
+fn shown(outcome: &Result<AnyLockProvider, ConnectError>) -> String {
+    match outcome {
+        Ok(any) => format!("{any:?}"),
+        Err(error) => format!("{error} {error:?}"),
+    }
+}
+
+/// Asserts that `error` is `provider`'s own error of `kind` and shows no password.
+fn assert_provider_error(error: &ConnectError, provider: &str, kind: shedlock::ErrorKind) {
+    assert!(
+        matches!(error, ConnectError::Provider(LockError::Backend { provider: named, .. }) if *named == provider),
+        "{error:?}"
+    );
+    assert_eq!(error.kind(), kind, "{error}");
+    assert_no_secret("the error", &error.to_string());
+    assert_no_secret("the error's Debug", &format!("{error:?}"));
+}
+
 /// `url` with `user:password` put in front of its host.
 fn with_password(url: &str, user: &str) -> String {
     let (scheme, rest) = url.split_once("://").expect("a URL with a scheme");
@@ -474,14 +509,11 @@ mod sqlite {
                 .connect(format!("sqlite://{}?mode=rwc", file.display()))
                 .await
                 .unwrap();
-            for url in [
+            let urls = [
                 format!("sqlite://{}", file.display()),
                 format!("sqlite:{}", file.display()),
-            ] {
-                let any = shedlock::connect(&url).await.unwrap();
-                assert!(matches!(any, AnyLockProvider::Sqlite(_)), "{url}: {any:?}");
-                assert_same_backend(&any, &own).await;
-            }
+            ];
+            assert_urls_reach(urls, &own, |any| matches!(any, AnyLockProvider::Sqlite(_))).await;
             std::fs::remove_dir_all(dir).unwrap();
         })
         .await;
@@ -532,13 +564,11 @@ mod postgres {
                 .connect(url())
                 .await
                 .unwrap();
-            for scheme in ["postgres", "postgresql"] {
-                let any = shedlock::connect(&with_scheme(scheme, &url()))
-                    .await
-                    .unwrap();
-                assert!(matches!(any, AnyLockProvider::Postgres(_)), "{any:?}");
-                assert_same_backend(&any, &own).await;
-            }
+            let urls = ["postgres", "postgresql"].map(|scheme| with_scheme(scheme, &url()));
+            assert_urls_reach(urls, &own, |any| {
+                matches!(any, AnyLockProvider::Postgres(_))
+            })
+            .await;
         })
         .await;
     }
@@ -582,13 +612,8 @@ mod mysql {
                 .connect(url())
                 .await
                 .unwrap();
-            for scheme in ["mysql", "mariadb"] {
-                let any = shedlock::connect(&with_scheme(scheme, &url()))
-                    .await
-                    .unwrap();
-                assert!(matches!(any, AnyLockProvider::MySql(_)), "{any:?}");
-                assert_same_backend(&any, &own).await;
-            }
+            let urls = ["mysql", "mariadb"].map(|scheme| with_scheme(scheme, &url()));
+            assert_urls_reach(urls, &own, |any| matches!(any, AnyLockProvider::MySql(_))).await;
         })
         .await;
     }
@@ -599,23 +624,7 @@ mod mysql {
             let error = shedlock::connect(&with_password(&url(), "nobody"))
                 .await
                 .unwrap_err();
-            assert!(
-                matches!(
-                    &error,
-                    ConnectError::Provider(LockError::Backend {
-                        provider: "mysql",
-                        ..
-                    })
-                ),
-                "{error:?}"
-            );
-            assert_eq!(
-                error.kind(),
-                shedlock::ErrorKind::CredentialsRefused,
-                "{error}"
-            );
-            assert_no_secret("the access-denied error", &error.to_string());
-            assert_no_secret("the access-denied error's Debug", &format!("{error:?}"));
+            assert_provider_error(&error, "mysql", shedlock::ErrorKind::CredentialsRefused);
         })
         .await;
     }
@@ -634,9 +643,10 @@ mod redis {
     async fn redis_urls_reach_the_same_server() {
         bounded(async {
             let own = RedisLockProvider::connect(&url()).await.unwrap();
-            let any = shedlock::connect(&url()).await.unwrap();
-            assert!(matches!(any, AnyLockProvider::Redis(_)), "{any:?}");
-            assert_same_backend(&any, &own).await;
+            assert_urls_reach([url()], &own, |any| {
+                matches!(any, AnyLockProvider::Redis(_))
+            })
+            .await;
         })
         .await;
     }
@@ -645,11 +655,7 @@ mod redis {
     async fn a_password_shows_neither_in_debug_nor_in_errors() {
         bounded(async {
             let outcome = shedlock::connect(&with_password(&url(), "default")).await;
-            let shown = match &outcome {
-                Ok(any) => format!("{any:?}"),
-                Err(error) => format!("{error} {error:?}"),
-            };
-            assert_no_secret("the provider or its error", &shown);
+            assert_no_secret("the provider or its error", &shown(&outcome));
             // The plain server does not answer a TLS greeting: the attempt is bounded, and
             // its error shows the URL redacted.
             let error = AnyLockProvider::builder()
@@ -678,11 +684,10 @@ mod redis {
                 let (form, rest) = url.split_once("://").unwrap();
                 let valkey_form = format!("{}://{rest}", form.replacen("redis", "valkey", 1));
                 let own = RedisLockProvider::connect(&url).await.unwrap();
-                for url in [&url, &valkey_form] {
-                    let any = shedlock::connect(url).await.unwrap();
-                    assert!(matches!(any, AnyLockProvider::Redis(_)), "{url}: {any:?}");
-                    assert_same_backend(&any, &own).await;
-                }
+                assert_urls_reach([url, valkey_form], &own, |any| {
+                    matches!(any, AnyLockProvider::Redis(_))
+                })
+                .await;
             }
         })
         .await;
@@ -701,10 +706,7 @@ mod redis {
                     .operation_timeout(Duration::from_secs(2))
                     .connect(&url)
                     .await;
-                let shown = match &outcome {
-                    Ok(any) => format!("{any:?}"),
-                    Err(error) => format!("{error} {error:?}"),
-                };
+                let shown = shown(&outcome);
                 assert!(outcome.is_err(), "{var}: the servers have no user 'nobody'");
                 assert_no_secret("the provider's error", &shown);
                 assert!(shown.contains("nobody:***@"), "{shown}");
@@ -777,11 +779,10 @@ mod etcd {
     async fn etcd_urls_reach_the_same_cluster() {
         bounded(async {
             let own = EtcdLockProvider::connect(&url()).await.unwrap();
-            let any = shedlock::connect(&with_scheme("etcd", &url()))
-                .await
-                .unwrap();
-            assert!(matches!(any, AnyLockProvider::Etcd(_)), "{any:?}");
-            assert_same_backend(&any, &own).await;
+            assert_urls_reach([with_scheme("etcd", &url())], &own, |any| {
+                matches!(any, AnyLockProvider::Etcd(_))
+            })
+            .await;
         })
         .await;
     }
@@ -819,11 +820,7 @@ mod etcd {
         bounded(async {
             let outcome =
                 shedlock::connect(&with_password(&with_scheme("etcd", &url()), "root")).await;
-            let shown = match &outcome {
-                Ok(any) => format!("{any:?}"),
-                Err(error) => format!("{error} {error:?}"),
-            };
-            assert_no_secret("the provider or its error", &shown);
+            assert_no_secret("the provider or its error", &shown(&outcome));
         })
         .await;
     }
@@ -846,9 +843,10 @@ mod mongo {
     async fn mongodb_urls_reach_the_same_server() {
         bounded(async {
             let own = MongoLockProvider::connect(&url()).await.unwrap();
-            let any = shedlock::connect(&url()).await.unwrap();
-            assert!(matches!(any, AnyLockProvider::Mongo(_)), "{any:?}");
-            assert_same_backend(&any, &own).await;
+            assert_urls_reach([url()], &own, |any| {
+                matches!(any, AnyLockProvider::Mongo(_))
+            })
+            .await;
         })
         .await;
     }
@@ -862,19 +860,7 @@ mod mongo {
                 .connect(&format!("mongodb+srv://app:{SECRET}@locks.invalid/app"))
                 .await
                 .unwrap_err();
-            assert!(
-                matches!(
-                    &error,
-                    ConnectError::Provider(LockError::Backend {
-                        provider: "mongo",
-                        ..
-                    })
-                ),
-                "{error:?}"
-            );
-            assert_eq!(error.kind(), shedlock::ErrorKind::Unreachable, "{error}");
-            assert_no_secret("the SRV error", &error.to_string());
-            assert_no_secret("the SRV error's Debug", &format!("{error:?}"));
+            assert_provider_error(&error, "mongo", shedlock::ErrorKind::Unreachable);
         })
         .await;
     }
@@ -895,13 +881,11 @@ mod zookeeper {
             let own = ZookeeperLockProvider::connect(&connect_string())
                 .await
                 .unwrap();
-            for scheme in ["zk", "zookeeper"] {
-                let any = shedlock::connect(&format!("{scheme}://{}", connect_string()))
-                    .await
-                    .unwrap();
-                assert!(matches!(any, AnyLockProvider::Zookeeper(_)), "{any:?}");
-                assert_same_backend(&any, &own).await;
-            }
+            let urls = ["zk", "zookeeper"].map(|scheme| format!("{scheme}://{}", connect_string()));
+            assert_urls_reach(urls, &own, |any| {
+                matches!(any, AnyLockProvider::Zookeeper(_))
+            })
+            .await;
         })
         .await;
     }

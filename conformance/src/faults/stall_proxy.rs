@@ -1,16 +1,16 @@
 //! A TCP proxy that can stall: traffic stops in both directions, as when a network link or the
 //! server freezes (SIGSTOP), and what was sent meanwhile is delivered late when it resumes.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+use crate::relay::{self, Direction, Relay};
 
 /// Forwards every connection made to [`local_addr`](Self::local_addr) to an upstream server
 /// until [`pause`](Self::pause); then holds every byte either side sends, without closing
@@ -20,48 +20,45 @@ use tokio::task::JoinHandle;
 #[derive(Debug)]
 pub struct StallProxy {
     local_addr: SocketAddr,
-    paused: watch::Sender<bool>,
-    delayed_bytes: Arc<AtomicU64>,
+    stall: Arc<Stall>,
     accept: JoinHandle<()>,
+}
+
+#[derive(Debug)]
+struct Stall {
+    paused: watch::Sender<bool>,
+    delayed_bytes: AtomicU64,
+}
+
+impl Relay for Stall {
+    type Connection = ();
+
+    fn connected(&self) {}
+
+    /// A chunk read during a pause waits for the resume.
+    fn passing(&self, _: &(), _: Direction, bytes: usize) -> impl Future<Output = bool> + Send {
+        let mut paused = self.paused.subscribe();
+        async move {
+            if !*paused.borrow_and_update() {
+                return true;
+            }
+            self.delayed_bytes.fetch_add(bytes as u64, Ordering::SeqCst);
+            paused.wait_for(|paused| !paused).await.is_ok()
+        }
+    }
 }
 
 impl StallProxy {
     /// A proxy on a free port of 127.0.0.1 to `upstream` (`"127.0.0.1:5432"`).
     pub async fn start(upstream: &str) -> io::Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let local_addr = listener.local_addr()?;
-        let (paused, watching) = watch::channel(false);
-        let delayed_bytes = Arc::new(AtomicU64::new(0));
-        let upstream = upstream.to_owned();
-        let delayed = delayed_bytes.clone();
-        let accept = tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let Ok(server) = TcpStream::connect(&upstream).await else {
-                    // The client sees its connection closed, as if the server were down.
-                    continue;
-                };
-                let _ = client.set_nodelay(true);
-                let _ = server.set_nodelay(true);
-                let (client_read, client_write) = client.into_split();
-                let (server_read, server_write) = server.into_split();
-                tokio::spawn(forward(
-                    client_read,
-                    server_write,
-                    watching.clone(),
-                    delayed.clone(),
-                ));
-                tokio::spawn(forward(
-                    server_read,
-                    client_write,
-                    watching.clone(),
-                    delayed.clone(),
-                ));
-            }
+        let stall = Arc::new(Stall {
+            paused: watch::Sender::new(false),
+            delayed_bytes: AtomicU64::new(0),
         });
+        let (local_addr, accept) = relay::listen(upstream, stall.clone()).await?;
         Ok(Self {
             local_addr,
-            paused,
-            delayed_bytes,
+            stall,
             accept,
         })
     }
@@ -73,57 +70,34 @@ impl StallProxy {
 
     /// Stops all traffic: nothing is forwarded, nothing is closed.
     pub fn pause(&self) {
-        self.paused.send_replace(true);
+        self.stall.paused.send_replace(true);
     }
 
     /// Delivers what was held, and forwards as before.
     pub fn resume(&self) {
-        self.paused.send_replace(false);
+        self.stall.paused.send_replace(false);
     }
 
     /// Bytes that waited in the proxy during a pause, in either direction, so far.
     pub fn delayed_bytes(&self) -> u64 {
-        self.delayed_bytes.load(Ordering::SeqCst)
+        self.stall.delayed_bytes.load(Ordering::SeqCst)
     }
 }
 
 impl Drop for StallProxy {
     fn drop(&mut self) {
         self.accept.abort();
-        // Forwarders waiting on a pause end with the channel.
-        self.paused.send_replace(false);
+        // Chunks waiting on a pause go on, and their connections end as they would.
+        self.stall.paused.send_replace(false);
     }
-}
-
-/// Copies one direction of a connection; a chunk read during a pause waits for the resume.
-async fn forward(
-    mut from: OwnedReadHalf,
-    mut to: OwnedWriteHalf,
-    mut paused: watch::Receiver<bool>,
-    delayed: Arc<AtomicU64>,
-) {
-    let mut buffer = vec![0u8; 64 * 1024];
-    loop {
-        let read = match from.read(&mut buffer).await {
-            Ok(0) | Err(_) => break,
-            Ok(read) => read,
-        };
-        if *paused.borrow_and_update() {
-            delayed.fetch_add(read as u64, Ordering::SeqCst);
-            if paused.wait_for(|paused| !paused).await.is_err() {
-                break;
-            }
-        }
-        if to.write_all(&buffer[..read]).await.is_err() {
-            break;
-        }
-    }
-    let _ = to.shutdown().await;
 }
 
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
 
     use super::*;
 
