@@ -81,15 +81,22 @@ redis_ready() { timeout 5 redis-cli -h 127.0.0.1 -p 6379 ping | grep -q PONG; }
 etcd_ready() { curl -fsS --max-time 5 http://127.0.0.1:2379/health | grep -q '"health":"true"'; }
 # In a subshell: fd 3 (the connection) closes with it and never stays open in the caller.
 zookeeper_ready() { (exec 3<>/dev/tcp/127.0.0.1/2181 && printf 'srvr' >&3 && timeout 2 cat <&3 | grep -q 'Mode: standalone'); }
-mongo_ready() {
-  timeout 5 python3 - <<'PY'
-import socket, struct
+mongo_ready() { mongo_answers_hello 127.0.0.1 27017; }
+
+# mongo_answers_hello HOST PORT [CA_FILE]: the server answers a MongoDB hello with ok: 1; with
+# CA_FILE, over TLS, the server's certificate verified against CA_FILE for the name HOST.
+mongo_answers_hello() {
+  timeout 5 python3 - "$@" <<'PY'
+import socket, ssl, struct, sys
+host, port = sys.argv[1], int(sys.argv[2])
 # OP_MSG {hello: 1, $db: "admin"}; a server that answers it with ok: 1 is up.
 doc = b"\x10hello\x00" + struct.pack("<i", 1) + b"\x02$db\x00" + struct.pack("<i", 6) + b"admin\x00"
 doc = struct.pack("<i", len(doc) + 5) + doc + b"\x00"
 body = struct.pack("<I", 0) + b"\x00" + doc
 msg = struct.pack("<iiii", 16 + len(body), 1, 0, 2013) + body
-s = socket.create_connection(("127.0.0.1", 27017), timeout=2)
+s = socket.create_connection((host, port), timeout=2)
+if len(sys.argv) > 3:
+    s = ssl.create_default_context(cafile=sys.argv[3]).wrap_socket(s, server_hostname=host)
 s.sendall(msg)
 reply = b""
 while len(reply) < 4 or len(reply) < struct.unpack("<i", reply[:4])[0]:

@@ -27,28 +27,7 @@ command -v secantusd-rs >/dev/null \
 
 # Ready means: a TLS handshake with the name localhost verifies the server against the test
 # CA, and the server answers a MongoDB hello with ok: 1 over it.
-tls_ready() {
-  python3 - "$TLS_DIR/ca.pem" "$PORT" <<'PY'
-import socket, ssl, struct, sys
-context = ssl.create_default_context(cafile=sys.argv[1])
-# OP_MSG {hello: 1, $db: "admin"}; a server that answers it with ok: 1 is up.
-doc = b"\x10hello\x00" + struct.pack("<i", 1) + b"\x02$db\x00" + struct.pack("<i", 6) + b"admin\x00"
-doc = struct.pack("<i", len(doc) + 5) + doc + b"\x00"
-body = struct.pack("<I", 0) + b"\x00" + doc
-msg = struct.pack("<iiii", 16 + len(body), 1, 0, 2013) + body
-with socket.create_connection(("localhost", int(sys.argv[2])), timeout=2) as raw:
-    with context.wrap_socket(raw, server_hostname="localhost") as s:
-        s.sendall(msg)
-        reply = b""
-        while len(reply) < 4 or len(reply) < struct.unpack("<i", reply[:4])[0]:
-            chunk = s.recv(65536)
-            if not chunk:
-                raise SystemExit(1)
-            reply += chunk
-ok = (b"\x01ok\x00" + struct.pack("<d", 1.0), b"\x10ok\x00" + struct.pack("<i", 1))
-raise SystemExit(0 if any(o in reply for o in ok) else 1)
-PY
-}
+tls_ready() { mongo_answers_hello localhost "$PORT" "$TLS_DIR/ca.pem"; }
 
 if tls_ready 2>/dev/null; then
   log "the TLS MongoDB (SecantusDB) on localhost:$PORT is up"
