@@ -108,3 +108,20 @@ ok = (b"\x01ok\x00" + struct.pack("<d", 1.0), b"\x10ok\x00" + struct.pack("<i", 
 raise SystemExit(0 if any(o in reply for o in ok) else 1)
 PY
 }
+
+# free_port_of_earlier_run PORT PID_FILE PROCESS WHAT LOG: a TLS server of an earlier run still
+# on PORT (its pid in PID_FILE, PROCESS in its command line), whose certificate has since been
+# replaced, is stopped so that the caller starts it again; anything else on the port is not
+# ours to stop, and fails the run naming WHAT and LOG.
+free_port_of_earlier_run() {
+  local port=$1 pid_file=$2 process=$3 what=$4 log_file=$5
+  port_open "$port" || return 0
+  if [ -s "$pid_file" ] && grep -q "$process" "/proc/$(cat "$pid_file")/cmdline" 2>/dev/null; then
+    log "stopping the $what of an earlier run (it does not verify against the test CA)"
+    kill "$(cat "$pid_file")"
+    for _ in $(seq 1 60); do port_open "$port" || break; sleep 0.5; done
+  fi
+  if port_open "$port"; then
+    die "port $port is taken by something that is not the $what (see $log_file)"
+  fi
+}

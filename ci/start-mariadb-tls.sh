@@ -37,17 +37,7 @@ if tls_ready; then
   exit 0
 fi
 
-if port_open $PORT; then
-  # A TLS MariaDB of an earlier run whose certificate has since been replaced: stopped here
-  # and started again below. Anything else on the port is not ours to stop.
-  if [ -s "$DIR/mariadbd.pid" ] && kill -0 "$(cat "$DIR/mariadbd.pid")" 2>/dev/null \
-      && grep -q mariadbd "/proc/$(cat "$DIR/mariadbd.pid")/cmdline" 2>/dev/null; then
-    log "stopping the TLS MariaDB of an earlier run (it does not verify against $TLS_DIR/ca.pem)"
-    kill "$(cat "$DIR/mariadbd.pid")"
-    for _ in $(seq 1 60); do port_open $PORT || break; sleep 0.5; done
-  fi
-  port_open $PORT && die "port $PORT is taken by something that is not the TLS MariaDB (see $LOG)"
-fi
+free_port_of_earlier_run "$PORT" "$DIR/mariadbd.pid" mariadbd "TLS MariaDB" "$LOG"
 
 mkdir -p "$DIR"
 # The server runs as mysql and must read its key; the shared copy stays root's alone.

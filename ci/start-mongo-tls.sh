@@ -35,16 +35,7 @@ if tls_ready 2>/dev/null; then
 fi
 
 pid_file="$DIR/secantusd.pid"
-if port_open $PORT; then
-  # A TLS server of an earlier run whose certificate has since been replaced: stopped here and
-  # started again below. Anything else on the port is not ours to stop.
-  if [ -s "$pid_file" ] && grep -q secantusd "/proc/$(cat "$pid_file")/cmdline" 2>/dev/null; then
-    log "stopping the TLS MongoDB of an earlier run (it does not verify against $TLS_DIR/ca.pem)"
-    kill "$(cat "$pid_file")"
-    for _ in $(seq 1 60); do port_open $PORT || break; sleep 0.5; done
-  fi
-  port_open $PORT && die "port $PORT is taken by something that is not the TLS MongoDB (see $LOG)"
-fi
+free_port_of_earlier_run "$PORT" "$pid_file" secantusd "TLS MongoDB" "$LOG"
 
 mkdir -p "$DIR/data"
 log "starting the TLS MongoDB (SecantusDB) on localhost:$PORT"

@@ -61,16 +61,7 @@ if tls_ready; then
 fi
 
 pid_file="$DIR/zookeeper_server.pid"
-if port_open $PORT; then
-  # A TLS ZooKeeper of an earlier run whose certificates have since been replaced: stopped
-  # here and started again below. Anything else on the port is not ours to stop.
-  if [ -s "$pid_file" ] && grep -q QuorumPeerMain "/proc/$(cat "$pid_file")/cmdline" 2>/dev/null; then
-    log "stopping the TLS ZooKeeper of an earlier run (it does not verify against $TLS_DIR/ca.pem)"
-    kill "$(cat "$pid_file")"
-    for _ in $(seq 1 60); do port_open $PORT || break; sleep 0.5; done
-  fi
-  port_open $PORT && die "port $PORT is taken by something that is not the TLS ZooKeeper (see $LOG)"
-fi
+free_port_of_earlier_run "$PORT" "$pid_file" QuorumPeerMain "TLS ZooKeeper" "$LOG"
 
 # ZooKeeper's PEM key store is one file holding the key and the certificate.
 cat "$TLS_DIR/server.key" "$TLS_DIR/server.pem" >"$DIR/server-keystore.pem"
