@@ -5,7 +5,11 @@
 //! - [`log_capture`]: everything a test's `tracing` logs say, as text (always built).
 //! - `sql` (the `sql` feature): the SQL providers' shared tests and the conformance kit's
 //!   harness for any of them.
+//! - `kv` (the `kv` feature): the key-value providers' (etcd, Redis, MongoDB, ZooKeeper) shared
+//!   test steps and conformance harness pieces.
 
+#[cfg(feature = "kv")]
+pub mod kv;
 pub mod log_capture;
 #[cfg(feature = "sql")]
 pub mod sql;

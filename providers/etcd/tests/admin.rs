@@ -5,26 +5,27 @@
 //! Every test uses its own env segment, so runs never see each other's keys, and deletes its
 //! keys at the end (they would also vanish with their leases).
 
-use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime};
 
 use etcd_client::{Client, DeleteOptions, PutOptions, Txn, TxnOp};
-use futures_util::TryStreamExt;
-use shedlock_core::{
-    Acquisition, AcquisitionId, ConfigurationError, LockAdmin, LockConfiguration, LockError,
-    LockHandle, LockInfo, LockProvider, LockState, Operation, PageRequest, list_all_locks,
-};
+use shedlock_core::{ConfigurationError, LockAdmin, LockError, LockState};
 use shedlock_etcd::EtcdLockProvider;
+use shedlock_test_support::kv::admin::{
+    PrefixListing, assert_a_released_id_frees_nothing,
+    assert_a_thousand_listed_in_pages_of_a_hundred, assert_an_id_outlives_an_extend,
+    assert_foreign_acquisition_refused, assert_foreign_cursor_refused, assert_refused, hold_all,
+    inspect, list, names,
+};
+use shedlock_test_support::kv::locks::{acquire, config, config_with_at_least, server_url};
 
 const SECOND: Duration = Duration::from_secs(1);
 
 fn etcd_url() -> String {
-    std::env::var("SHEDLOCK_TEST_ETCD_URL").unwrap_or_else(|_| {
-        panic!(
-            "SHEDLOCK_TEST_ETCD_URL is not set: point it at an etcd server, e.g. \
-             SHEDLOCK_TEST_ETCD_URL=http://127.0.0.1:2379 (ci/start-backends.sh starts one)"
-        )
-    })
+    server_url(
+        "SHEDLOCK_TEST_ETCD_URL",
+        "an etcd server",
+        "http://127.0.0.1:2379",
+    )
 }
 
 fn unique_env() -> String {
@@ -57,36 +58,6 @@ async fn cleanup(env: &str) {
         .unwrap();
 }
 
-fn config(name: &str, at_most: Duration, at_least: Duration) -> LockConfiguration {
-    LockConfiguration::new(name, at_most, at_least).unwrap()
-}
-
-async fn acquire(node: &EtcdLockProvider, config: &LockConfiguration) -> Box<dyn LockHandle> {
-    match node.try_lock(config).await.unwrap() {
-        Acquisition::Acquired(handle) => handle,
-        other => panic!("expected to acquire {:?}, got {other:?}", config.name()),
-    }
-}
-
-async fn assert_refused(node: &EtcdLockProvider, name: &str) {
-    let outcome = node
-        .try_lock(&config(name, 10 * SECOND, Duration::ZERO))
-        .await
-        .unwrap();
-    assert!(!outcome.is_acquired(), "{name:?} should still be held");
-}
-
-async fn list(admin: &dyn LockAdmin, prefix: &str, page_size: usize) -> Vec<LockInfo> {
-    list_all_locks(admin, prefix, page_size)
-        .try_collect()
-        .await
-        .unwrap()
-}
-
-fn names(locks: &[LockInfo]) -> Vec<&str> {
-    locks.iter().map(|lock| lock.name.as_str()).collect()
-}
-
 /// Puts `value` on a lease of `ttl` seconds under `key`, as Java ShedLock does; returns the
 /// key's create revision.
 async fn plant(client: &mut Client, key: &str, value: &str, ttl: i64) -> i64 {
@@ -102,83 +73,26 @@ async fn plant(client: &mut Client, key: &str, value: &str, ttl: i64) -> i64 {
 async fn listing_by_prefix_reads_small_pages_in_name_order_and_matches_literally() {
     let env = unique_env();
     let a = node(&env, "node-a").await;
-    let long = 30 * SECOND;
-    let inside = [
-        "jobs/",
-        "jobs/a",
-        "jobs/b:with:colons",
-        "jobs/c d é",
-        "jobs/e",
-        "jobs/f",
-        "jobs/f\u{10ffff}",
-    ];
-    // Share all or part of the prefix without starting with it.
-    let outside = ["jobs", "jobs.", "jobs0", "job", "jobt/a"];
-    let literal_inside = ["p%_.*[a", "p%_.*[b"];
-    let lookalikes = ["pab.*[a", "p%_xy[a", "p%_.*"];
-    let mut handles = Vec::new();
-    for name in inside
-        .iter()
-        .chain(&outside)
-        .chain(&literal_inside)
-        .chain(&lookalikes)
-    {
-        handles.push(acquire(&a, &config(name, long, Duration::ZERO)).await);
-    }
+    let listing = PrefixListing {
+        inside: [
+            "jobs/",
+            "jobs/a",
+            "jobs/b:with:colons",
+            "jobs/c d é",
+            "jobs/e",
+            "jobs/f",
+            "jobs/f\u{10ffff}",
+        ],
+        outside: &["jobs", "jobs.", "jobs0", "job", "jobt/a"],
+        literal_prefix: "p%_.*[",
+        literal_inside: &["p%_.*[a", "p%_.*[b"],
+        lookalikes: &["pab.*[a", "p%_xy[a", "p%_.*"],
+    };
+    let _handles = hold_all(&a, listing.all()).await;
 
     let operator = node(&env, "operator").await;
-    let listed = list(&operator, "jobs/", 2).await;
-    let mut expected = inside.to_vec();
-    expected.sort_unstable();
-    assert_eq!(names(&listed), expected, "every name once, in name order");
-    assert!(listed.iter().all(|lock| lock.state == LockState::Held));
-
-    // Pages hold at most the limit, and the last one says it is the last.
-    let mut request = PageRequest::first("jobs/").with_limit(2);
-    let mut pages = Vec::new();
-    loop {
-        let page = operator.list_locks(&request).await.unwrap();
-        assert!(page.locks.len() <= 2, "{page:?}");
-        pages.push(names(&page.locks).len());
-        match page.next {
-            Some(cursor) => request.after = Some(cursor),
-            None => break,
-        }
-    }
-    assert_eq!(pages, [2, 2, 2, 1]);
-
-    // Pattern characters of a prefix are characters.
-    let listed = list(&operator, "p%_.*[", 2).await;
-    assert_eq!(names(&listed), literal_inside);
-    // An empty prefix is every lock of the env.
-    assert_eq!(
-        list(&operator, "", 3).await.len(),
-        inside.len() + outside.len() + literal_inside.len() + lookalikes.len()
-    );
-    assert!(list(&operator, "nothing-here", 2).await.is_empty());
-
-    // A cursor this provider never returned is refused, naming what it expects.
-    let error = operator
-        .list_locks(&PageRequest {
-            after: Some(shedlock_core::PageCursor::new("not hex")),
-            ..PageRequest::first("jobs/")
-        })
-        .await
-        .unwrap_err();
-    assert!(
-        error.to_string().contains("page cursor \"not hex\""),
-        "{error}"
-    );
-    assert!(
-        matches!(
-            error,
-            LockError::InvalidRequest {
-                operation: Operation::List,
-                ..
-            }
-        ),
-        "{error:?}"
-    );
+    listing.assert_listed(&operator).await;
+    assert_foreign_cursor_refused(&operator, "not hex").await;
     cleanup(&env).await;
 }
 
@@ -188,11 +102,11 @@ async fn a_listed_lock_shows_holder_times_fencing_token_and_etcds_remaining_ttl(
     let a = node(&env, "node-a").await;
     let operator = node(&env, "operator").await;
     let before = SystemTime::now();
-    let held = acquire(&a, &config("held", 10 * SECOND, Duration::ZERO)).await;
+    let held = acquire(&a, &config("held", 10 * SECOND)).await;
     let after = SystemTime::now();
-    let released = acquire(&a, &config("released", 10 * SECOND, Duration::ZERO)).await;
+    let released = acquire(&a, &config("released", 10 * SECOND)).await;
     assert!(released.unlock().await.unwrap());
-    let kept = acquire(&a, &config("kept", 10 * SECOND, 6 * SECOND)).await;
+    let kept = acquire(&a, &config_with_at_least("kept", 10 * SECOND, 6 * SECOND)).await;
     assert!(kept.unlock().await.unwrap());
 
     let listed = list(&operator, "", 2).await;
@@ -236,7 +150,7 @@ async fn a_listed_lock_shows_holder_times_fencing_token_and_etcds_remaining_ttl(
     assert_eq!(kept_lock.fencing_token, kept.fencing_token());
 
     // Inspect shows what the listing showed.
-    let inspected = operator.inspect_lock("held").await.unwrap().unwrap();
+    let inspected = inspect(&operator, "held").await;
     assert_eq!(
         (
             &inspected.acquisition,
@@ -263,7 +177,7 @@ async fn a_listed_lock_shows_holder_times_fencing_token_and_etcds_remaining_ttl(
 
     // Extend moves the key to a longer lease; the acquisition id does not change.
     assert!(held.extend(20 * SECOND).await.unwrap());
-    let extended = operator.inspect_lock("held").await.unwrap().unwrap();
+    let extended = inspect(&operator, "held").await;
     assert_eq!(extended.acquisition, lock.acquisition);
     assert!(extended.remaining.unwrap() > 18 * SECOND);
     cleanup(&env).await;
@@ -277,9 +191,9 @@ async fn force_unlock_frees_exactly_the_acquisition_it_names() {
     let c = node(&env, "node-c").await;
     let operator = node(&env, "operator").await;
     // lock_at_least_for as long as the lock: only a force-unlock frees it early.
-    let x = config("x", 30 * SECOND, 30 * SECOND);
+    let x = config_with_at_least("x", 30 * SECOND, 30 * SECOND);
     let held = acquire(&a, &x).await;
-    let seen = operator.inspect_lock("x").await.unwrap().unwrap();
+    let seen = inspect(&operator, "x").await;
     assert!(operator.force_unlock("x", &seen.acquisition).await.unwrap());
     assert!(operator.inspect_lock("x").await.unwrap().is_none());
 
@@ -293,34 +207,16 @@ async fn force_unlock_frees_exactly_the_acquisition_it_names() {
         "a stale id frees nothing"
     );
     assert_refused(&c, "x").await;
-    let now_seen = operator.inspect_lock("x").await.unwrap().unwrap();
+    let now_seen = inspect(&operator, "x").await;
     assert_ne!(now_seen.acquisition, seen.acquisition);
     assert!(now_seen.locked_by.unwrap().starts_with("node-b:"));
 
-    // An id stays valid across an extend of its acquisition.
-    let y = acquire(&a, &config("y", 10 * SECOND, Duration::ZERO)).await;
-    let seen_y = operator.inspect_lock("y").await.unwrap().unwrap();
-    assert!(y.extend(20 * SECOND).await.unwrap());
-    assert!(
-        operator
-            .force_unlock("y", &seen_y.acquisition)
-            .await
-            .unwrap()
-    );
-    acquire(&c, &config("y", 10 * SECOND, Duration::ZERO)).await;
+    assert_an_id_outlives_an_extend(&a, &operator, &c).await;
 
     // Released, expired, never used: nothing to free.
-    let free = acquire(&a, &config("free", 10 * SECOND, Duration::ZERO)).await;
-    let seen_free = operator.inspect_lock("free").await.unwrap().unwrap();
-    assert!(free.unlock().await.unwrap());
-    assert!(
-        !operator
-            .force_unlock("free", &seen_free.acquisition)
-            .await
-            .unwrap()
-    );
-    let _short = acquire(&a, &config("short", SECOND, Duration::ZERO)).await;
-    let seen_short = operator.inspect_lock("short").await.unwrap().unwrap();
+    assert_a_released_id_frees_nothing(&a, &operator).await;
+    let _short = acquire(&a, &config("short", SECOND)).await;
+    let seen_short = inspect(&operator, "short").await;
     let expiry = Instant::now() + 10 * SECOND;
     while operator.inspect_lock("short").await.unwrap().is_some() {
         assert!(Instant::now() < expiry, "the 1 s lock never expired");
@@ -340,26 +236,7 @@ async fn force_unlock_frees_exactly_the_acquisition_it_names() {
     );
 
     // An id this provider did not write is refused, and the lock is left alone.
-    let error = operator
-        .force_unlock("x", &AcquisitionId::new("7@123/host"))
-        .await
-        .unwrap_err();
-    assert!(
-        error
-            .to_string()
-            .contains("is not one the etcd provider produced"),
-        "{error}"
-    );
-    assert!(
-        matches!(
-            error,
-            LockError::InvalidRequest {
-                operation: Operation::ForceUnlock,
-                ..
-            }
-        ),
-        "{error:?}"
-    );
+    assert_foreign_acquisition_refused(&operator, "x", "etcd").await;
     assert_refused(&c, "x").await;
     assert!(taken.unlock().await.unwrap());
     cleanup(&env).await;
@@ -440,7 +317,7 @@ async fn a_key_java_shedlock_wrote_is_listed_and_freed_by_its_create_revision_an
         value.as_bytes(),
         "a stale force-unlock deleted nothing"
     );
-    let fresh = operator.inspect_lock("java-job").await.unwrap().unwrap();
+    let fresh = inspect(&operator, "java-job").await;
     assert!(
         operator
             .force_unlock("java-job", &fresh.acquisition)
@@ -471,25 +348,7 @@ async fn a_thousand_locks_list_exactly_once_a_hundred_per_page() {
         client.txn(Txn::new().and_then(puts)).await.unwrap();
     }
     let operator = node(&env, "operator").await;
-    let started = Instant::now();
-    let mut request = PageRequest::first("bulk-").with_limit(100);
-    let mut listed = Vec::new();
-    let mut pages = 0;
-    loop {
-        let page = operator.list_locks(&request).await.unwrap();
-        assert!(page.locks.len() <= 100);
-        pages += 1;
-        listed.extend(page.locks.into_iter().map(|lock| lock.name));
-        match page.next {
-            Some(cursor) => request.after = Some(cursor),
-            None => break,
-        }
-    }
-    let took = started.elapsed();
-    assert_eq!(listed, names, "all 1,000, once each, in name order");
-    assert_eq!(listed.iter().collect::<HashSet<_>>().len(), 1000);
-    assert_eq!(pages, 10);
-    assert!(took < 10 * SECOND, "took {took:?}");
+    assert_a_thousand_listed_in_pages_of_a_hundred(&operator, "bulk-", &names).await;
     client.lease_revoke(lease).await.unwrap();
     cleanup(&env).await;
 }

@@ -3,33 +3,19 @@
 //! `SHEDLOCK_TEST_ETCD_TLS_URL` (with the host `localhost`) and `SHEDLOCK_TEST_TLS_CA_FILE`.
 #![cfg(feature = "tls")]
 
-use std::future::Future;
 use std::time::Duration;
 
-use shedlock_core::{ErrorKind, LockConfiguration, LockError, LockProvider};
+use shedlock_core::ErrorKind;
 use shedlock_etcd::{EtcdLockProvider, EtcdLockProviderBuilder};
-
-fn env(var: &str, what: &str, example: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: these tests need {what}, e.g. {var}={example}")
-    })
-}
+use shedlock_test_support::kv::errors::error_chain;
+use shedlock_test_support::kv::tls::{ca, locks_excludes_and_releases, required_var, within};
 
 fn tls_url() -> String {
-    env(
+    required_var(
         "SHEDLOCK_TEST_ETCD_TLS_URL",
         "an etcd that serves clients over TLS only",
         "https://localhost:2381",
     )
-}
-
-fn ca() -> Vec<u8> {
-    let path = env(
-        "SHEDLOCK_TEST_TLS_CA_FILE",
-        "the CA that signed the TLS test servers' certificates",
-        "/var/tmp/shedlock-ci/tls/ca.pem",
-    );
-    std::fs::read(&path).unwrap_or_else(|e| panic!("read the test CA {path}: {e}"))
 }
 
 fn builder() -> EtcdLockProviderBuilder {
@@ -38,64 +24,36 @@ fn builder() -> EtcdLockProviderBuilder {
         .operation_timeout(Duration::from_secs(3))
 }
 
-async fn within<T>(future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(30), future)
-        .await
-        .expect("within 30 s")
-}
-
-/// The error's whole chain, as a person reading a log sees it.
-fn chain(error: &LockError) -> String {
-    let mut text = format!("{error}");
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(&format!(" / {cause}"));
-        source = cause.source();
-    }
-    text
-}
-
 #[tokio::test]
 async fn https_with_the_clusters_ca_locks_and_releases() {
     let provider = within(builder().tls_root_certificate(ca()).connect(&tls_url()))
         .await
         .unwrap();
-    let config = LockConfiguration::new("report", Duration::from_secs(60), Duration::ZERO).unwrap();
-    let handle = within(provider.try_lock(&config))
-        .await
-        .unwrap()
-        .into_handle()
-        .expect("a fresh lock is acquired over TLS");
-    assert!(
-        !within(provider.try_lock(&config))
-            .await
-            .unwrap()
-            .is_acquired(),
-        "the held lock excludes another attempt"
-    );
-    assert!(within(handle.unlock()).await.unwrap(), "released over TLS");
-    assert!(
-        within(provider.try_lock(&config))
-            .await
-            .unwrap()
-            .is_acquired(),
-        "the released lock can be taken again"
-    );
+    locks_excludes_and_releases(&provider, &provider).await;
 }
 
 #[tokio::test]
 async fn the_tls_member_refuses_plain_http() {
     let plain = format!("http://{}", tls_url().split_once("://").unwrap().1);
     let error = within(builder().connect(&plain)).await.unwrap_err();
-    assert!(chain(&error).contains("etcd"), "{}", chain(&error));
-    assert_eq!(error.kind(), ErrorKind::Unreachable, "{}", chain(&error));
+    assert!(
+        error_chain(&error).contains("etcd"),
+        "{}",
+        error_chain(&error)
+    );
+    assert_eq!(
+        error.kind(),
+        ErrorKind::Unreachable,
+        "{}",
+        error_chain(&error)
+    );
 }
 
 #[tokio::test]
 async fn a_certificate_no_trusted_ca_signed_is_refused() {
     // Without the test CA the trusted roots are the public ones, which did not sign it.
     let error = within(builder().connect(&tls_url())).await.unwrap_err();
-    let text = chain(&error);
+    let text = error_chain(&error);
     assert!(text.contains("UnknownIssuer"), "{text}");
     // A failed handshake: nothing was sent.
     assert_eq!(error.kind(), ErrorKind::Unreachable, "{text}");
@@ -108,7 +66,7 @@ async fn a_host_name_the_certificate_does_not_name_is_refused() {
     let error = within(builder().tls_root_certificate(ca()).connect(&url))
         .await
         .unwrap_err();
-    let text = chain(&error);
+    let text = error_chain(&error);
     assert!(
         text.contains("certificate not valid for name") && text.contains("127.0.0.1"),
         "{text}"
@@ -127,7 +85,7 @@ async fn a_ca_certificate_with_plain_endpoints_is_refused_before_connecting() {
         .connect("http://root:tls-test-secret@localhost:1")
         .await
         .unwrap_err();
-    let text = chain(&error);
+    let text = error_chain(&error);
     assert!(
         text.contains(
             "a TLS root certificate was set but http://root:***@localhost:1 does not use TLS"

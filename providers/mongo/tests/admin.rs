@@ -5,29 +5,28 @@
 //! Every test uses a collection of its own, dropped at the end, so runs never see each
 //! other's documents.
 
-use std::collections::HashSet;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
-use futures_util::TryStreamExt;
 use mongodb::bson::{Bson, DateTime, Document, doc, oid::ObjectId};
 use mongodb::{Client, Collection};
-use shedlock_core::{
-    Acquisition, AcquisitionId, ConfigurationError, LockAdmin, LockConfiguration, LockError,
-    LockHandle, LockInfo, LockProvider, LockState, Operation, PageCursor, PageRequest,
-    list_all_locks,
-};
+use shedlock_core::{ConfigurationError, LockAdmin, LockError, LockState, PageCursor, PageRequest};
 use shedlock_mongo::{MAX_NAME_CHARS, MongoLockProvider};
+use shedlock_test_support::kv::admin::{
+    PrefixListing, assert_a_released_id_frees_nothing,
+    assert_a_thousand_listed_in_pages_of_a_hundred, assert_an_id_outlives_an_extend,
+    assert_foreign_acquisition_refused, assert_refused, hold_all, inspect, list, names,
+};
+use shedlock_test_support::kv::locks::{acquire, config, config_with_at_least, server_url};
 
 const DATABASE: &str = "shedlock_admin_tests";
 const SECOND: Duration = Duration::from_secs(1);
 
 fn mongo_url() -> String {
-    std::env::var("SHEDLOCK_TEST_MONGO_URL").unwrap_or_else(|_| {
-        panic!(
-            "SHEDLOCK_TEST_MONGO_URL is not set: point it at a MongoDB server, e.g. \
-             SHEDLOCK_TEST_MONGO_URL=mongodb://127.0.0.1:27017 (ci/start-backends.sh starts one)"
-        )
-    })
+    server_url(
+        "SHEDLOCK_TEST_MONGO_URL",
+        "a MongoDB server",
+        "mongodb://127.0.0.1:27017",
+    )
 }
 
 /// A collection of this test's own, seen through a plain client.
@@ -48,36 +47,6 @@ async fn node(collection: &Collection<Document>, holder: &str) -> MongoLockProvi
         .connect(&mongo_url())
         .await
         .unwrap()
-}
-
-fn config(name: &str, at_most: Duration, at_least: Duration) -> LockConfiguration {
-    LockConfiguration::new(name, at_most, at_least).unwrap()
-}
-
-async fn acquire(node: &MongoLockProvider, config: &LockConfiguration) -> Box<dyn LockHandle> {
-    match node.try_lock(config).await.unwrap() {
-        Acquisition::Acquired(handle) => handle,
-        other => panic!("expected to acquire {:?}, got {other:?}", config.name()),
-    }
-}
-
-async fn assert_refused(node: &MongoLockProvider, name: &str) {
-    let outcome = node
-        .try_lock(&config(name, 10 * SECOND, Duration::ZERO))
-        .await
-        .unwrap();
-    assert!(!outcome.is_acquired(), "{name:?} should still be held");
-}
-
-async fn list(admin: &dyn LockAdmin, prefix: &str, page_size: usize) -> Vec<LockInfo> {
-    list_all_locks(admin, prefix, page_size)
-        .try_collect()
-        .await
-        .unwrap()
-}
-
-fn names(locks: &[LockInfo]) -> Vec<&str> {
-    locks.iter().map(|lock| lock.name.as_str()).collect()
 }
 
 async fn read(collection: &Collection<Document>, name: &str) -> Document {
@@ -114,28 +83,23 @@ fn millis(time: SystemTime) -> SystemTime {
 async fn listing_by_prefix_reads_small_pages_in_name_order_and_matches_literally() {
     let collection = collection().await;
     let a = node(&collection, "node-a").await;
-    let long = 30 * SECOND;
-    let inside = [
-        "jobs/",
-        "jobs/a",
-        "jobs/b:with:colons",
-        "jobs/c d é",
-        "jobs/e",
-        "jobs/f",
-        "jobs/f\u{10ffff}",
-    ];
-    // Share all or part of the prefix without starting with it.
-    let outside = ["jobs", "jobs.", "jobs0", "job", "Jobs/a", "jobt/a"];
-    let literal_inside = ["p%_.*[(^$a", "p%_.*[(^$b"];
-    let lookalikes = ["pab.*[(^$a", "p%_xy[(^$a", "p%_.*[(^", "p%_.*[(^#"];
-    for name in inside
-        .iter()
-        .chain(&outside)
-        .chain(&literal_inside)
-        .chain(&lookalikes)
-    {
-        acquire(&a, &config(name, long, Duration::ZERO)).await;
-    }
+    let listing = PrefixListing {
+        inside: [
+            "jobs/",
+            "jobs/a",
+            "jobs/b:with:colons",
+            "jobs/c d é",
+            "jobs/e",
+            "jobs/f",
+            "jobs/f\u{10ffff}",
+        ],
+        outside: &["jobs", "jobs.", "jobs0", "job", "Jobs/a", "jobt/a"],
+        // Pattern and regular expression characters of a prefix are characters.
+        literal_prefix: "p%_.*[(^$",
+        literal_inside: &["p%_.*[(^$a", "p%_.*[(^$b"],
+        lookalikes: &["pab.*[(^$a", "p%_xy[(^$a", "p%_.*[(^", "p%_.*[(^#"],
+    };
+    hold_all(&a, listing.all()).await;
     // A document no lock of ShedLock's is (an ObjectId _id) is passed over.
     collection
         .insert_one(doc! { "_id": ObjectId::new(), "note": "not a lock" })
@@ -143,40 +107,10 @@ async fn listing_by_prefix_reads_small_pages_in_name_order_and_matches_literally
         .unwrap();
 
     let operator = node(&collection, "operator").await;
-    let listed = list(&operator, "jobs/", 2).await;
-    let mut expected = inside.to_vec();
-    expected.sort_unstable();
-    assert_eq!(names(&listed), expected, "every name once, in name order");
-    assert!(listed.iter().all(|lock| lock.state == LockState::Held));
-
-    // Pages hold at most the limit, and the last one says it is the last.
-    let mut request = PageRequest::first("jobs/").with_limit(2);
-    let mut pages = Vec::new();
-    loop {
-        let page = operator.list_locks(&request).await.unwrap();
-        assert!(page.locks.len() <= 2, "{page:?}");
-        pages.push(page.locks.len());
-        match page.next {
-            Some(cursor) => request.after = Some(cursor),
-            None => break,
-        }
-    }
-    assert_eq!(pages, [2, 2, 2, 1]);
-
-    // Pattern and regular expression characters of a prefix are characters.
-    assert_eq!(
-        names(&list(&operator, "p%_.*[(^$", 2).await),
-        literal_inside
-    );
-    let all = list(&operator, "", 3).await;
-    assert_eq!(
-        all.len(),
-        inside.len() + outside.len() + literal_inside.len() + lookalikes.len()
-    );
+    let all = listing.assert_listed(&operator).await;
     let mut sorted = names(&all);
     sorted.sort_unstable();
     assert_eq!(names(&all), sorted, "byte order, as Rust sorts strings");
-    assert!(list(&operator, "nothing-here", 2).await.is_empty());
     // A page that starts after the prefix's last name is empty and the last.
     let past = operator
         .list_locks(&PageRequest {
@@ -194,10 +128,10 @@ async fn a_listed_lock_shows_the_document_judged_by_the_servers_now() {
     let collection = collection().await;
     let a = node(&collection, "node-a").await;
     let operator = node(&collection, "operator").await;
-    let held = acquire(&a, &config("held", 10 * SECOND, Duration::ZERO)).await;
-    let released = acquire(&a, &config("released", 10 * SECOND, Duration::ZERO)).await;
+    let held = acquire(&a, &config("held", 10 * SECOND)).await;
+    let released = acquire(&a, &config("released", 10 * SECOND)).await;
     assert!(released.unlock().await.unwrap());
-    let kept = acquire(&a, &config("kept", 10 * SECOND, 6 * SECOND)).await;
+    let kept = acquire(&a, &config_with_at_least("kept", 10 * SECOND, 6 * SECOND)).await;
     assert!(kept.unlock().await.unwrap());
 
     let listed = list(&operator, "", 2).await;
@@ -248,7 +182,7 @@ async fn a_listed_lock_shows_the_document_judged_by_the_servers_now() {
     assert!(free.locked_by.as_deref().unwrap().starts_with("node-a#"));
 
     // Inspect shows what the listing showed.
-    let inspected = operator.inspect_lock("held").await.unwrap().unwrap();
+    let inspected = inspect(&operator, "held").await;
     assert_eq!(
         (
             &inspected.acquisition,
@@ -285,7 +219,7 @@ async fn a_listed_lock_shows_the_document_judged_by_the_servers_now() {
         .insert_one(doc! { "_id": "odd", "lockUntil": "tomorrow", "lockedBy": "someone" })
         .await
         .unwrap();
-    let odd = operator.inspect_lock("odd").await.unwrap().unwrap();
+    let odd = inspect(&operator, "odd").await;
     assert_eq!((odd.state, odd.remaining), (LockState::Held, None));
     assert!(
         !operator
@@ -295,7 +229,7 @@ async fn a_listed_lock_shows_the_document_judged_by_the_servers_now() {
     );
     // A document with only its _id, as an acquire's upsert creates it, is free.
     collection.insert_one(doc! { "_id": "bare" }).await.unwrap();
-    let bare = operator.inspect_lock("bare").await.unwrap().unwrap();
+    let bare = inspect(&operator, "bare").await;
     assert_eq!((bare.state, bare.locked_by), (LockState::Free, None));
     assert_eq!(bare.acquisition.as_str(), "-/-/");
     assert_eq!(
@@ -313,13 +247,13 @@ async fn force_unlock_frees_exactly_the_acquisition_it_names() {
     let c = node(&collection, "node-c").await;
     let operator = node(&collection, "operator").await;
     // lock_at_least_for as long as the lock: only a force-unlock frees it early.
-    let x = config("x", 30 * SECOND, 30 * SECOND);
+    let x = config_with_at_least("x", 30 * SECOND, 30 * SECOND);
     let held = acquire(&a, &x).await;
-    let seen = operator.inspect_lock("x").await.unwrap().unwrap();
+    let seen = inspect(&operator, "x").await;
     assert!(operator.force_unlock("x", &seen.acquisition).await.unwrap());
     // The document stays, freed as a release frees it, with the fencing token counted up:
     // that retires the acquisition, so its id names it no more.
-    let freed = operator.inspect_lock("x").await.unwrap().unwrap();
+    let freed = inspect(&operator, "x").await;
     assert_eq!(freed.state, LockState::Free);
     assert_ne!(freed.acquisition, seen.acquisition);
     assert_eq!(
@@ -341,35 +275,17 @@ async fn force_unlock_frees_exactly_the_acquisition_it_names() {
         "a stale id frees nothing"
     );
     assert_refused(&c, "x").await;
-    let now_seen = operator.inspect_lock("x").await.unwrap().unwrap();
+    let now_seen = inspect(&operator, "x").await;
     assert_ne!(now_seen.acquisition, seen.acquisition);
     assert!(now_seen.locked_by.unwrap().starts_with("node-b#"));
 
-    // An id stays valid across an extend of its acquisition.
-    let y = acquire(&a, &config("y", 10 * SECOND, Duration::ZERO)).await;
-    let seen_y = operator.inspect_lock("y").await.unwrap().unwrap();
-    assert!(y.extend(20 * SECOND).await.unwrap());
-    assert!(
-        operator
-            .force_unlock("y", &seen_y.acquisition)
-            .await
-            .unwrap()
-    );
-    acquire(&c, &config("y", 10 * SECOND, Duration::ZERO)).await;
+    assert_an_id_outlives_an_extend(&a, &operator, &c).await;
 
     // Released, expired, never used: nothing to free.
-    let free = acquire(&a, &config("free", 10 * SECOND, Duration::ZERO)).await;
-    let seen_free = operator.inspect_lock("free").await.unwrap().unwrap();
-    assert!(free.unlock().await.unwrap());
-    assert!(
-        !operator
-            .force_unlock("free", &seen_free.acquisition)
-            .await
-            .unwrap()
-    );
-    let short = config("short", Duration::from_millis(100), Duration::ZERO);
+    assert_a_released_id_frees_nothing(&a, &operator).await;
+    let short = config("short", Duration::from_millis(100));
     let _short = acquire(&a, &short).await;
-    let seen_short = operator.inspect_lock("short").await.unwrap().unwrap();
+    let seen_short = inspect(&operator, "short").await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(
         !operator
@@ -385,26 +301,7 @@ async fn force_unlock_frees_exactly_the_acquisition_it_names() {
     );
 
     // An id this provider did not write is refused, and the lock is left alone.
-    let error = operator
-        .force_unlock("x", &AcquisitionId::new("7@123/host"))
-        .await
-        .unwrap_err();
-    assert!(
-        error
-            .to_string()
-            .contains("is not one the mongo provider produced"),
-        "{error}"
-    );
-    assert!(
-        matches!(
-            error,
-            LockError::InvalidRequest {
-                operation: Operation::ForceUnlock,
-                ..
-            }
-        ),
-        "{error:?}"
-    );
+    assert_foreign_acquisition_refused(&operator, "x", "mongo").await;
     assert_refused(&c, "x").await;
     assert!(taken.unlock().await.unwrap());
     collection.drop().await.unwrap();
@@ -454,7 +351,7 @@ async fn a_document_java_shedlock_wrote_is_listed_and_freed_by_its_locked_at() {
         "the record stays"
     );
     let b = node(&collection, "node-b").await;
-    acquire(&b, &config("java-job", 10 * SECOND, Duration::ZERO)).await;
+    acquire(&b, &config("java-job", 10 * SECOND)).await;
 
     // The same host again, at another time: the old id is stale.
     let again = millis(SystemTime::now());
@@ -483,7 +380,7 @@ async fn a_document_java_shedlock_wrote_is_listed_and_freed_by_its_locked_at() {
         )
         .await
         .unwrap();
-    let seen = operator.inspect_lock("java-job").await.unwrap().unwrap();
+    let seen = inspect(&operator, "java-job").await;
     assert_eq!(seen.fencing_token, None);
     assert!(seen.acquisition.as_str().contains("/41/java-host"));
     assert!(
@@ -506,25 +403,7 @@ async fn a_thousand_locks_list_exactly_once_a_hundred_per_page() {
         .collect();
     collection.insert_many(documents).await.unwrap();
     let operator = node(&collection, "operator").await;
-    let started = Instant::now();
-    let mut request = PageRequest::first("bulk-").with_limit(100);
-    let mut listed = Vec::new();
-    let mut pages = 0;
-    loop {
-        let page = operator.list_locks(&request).await.unwrap();
-        assert!(page.locks.len() <= 100);
-        assert!(page.locks.iter().all(|lock| lock.state == LockState::Held));
-        pages += 1;
-        listed.extend(page.locks.into_iter().map(|lock| lock.name));
-        match page.next {
-            Some(cursor) => request.after = Some(cursor),
-            None => break,
-        }
-    }
-    let took = started.elapsed();
-    assert_eq!(listed, names, "all 1,000, once each, in name order");
-    assert_eq!(listed.iter().collect::<HashSet<_>>().len(), 1000);
-    assert_eq!(pages, 10);
-    assert!(took < 10 * SECOND, "took {took:?}");
+    let listed = assert_a_thousand_listed_in_pages_of_a_hundred(&operator, "bulk-", &names).await;
+    assert!(listed.iter().all(|lock| lock.state == LockState::Held));
     collection.drop().await.unwrap();
 }

@@ -7,7 +7,6 @@
 //! starts one). Every test uses a collection of its own, so tests run in parallel and
 //! repeatedly on one server.
 
-use std::error::Error as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -17,24 +16,24 @@ use mongodb::event::command::CommandEvent;
 use mongodb::options::{ClientOptions, ReadConcern, WriteConcern};
 use mongodb::{Client, Collection};
 use shedlock_core::{
-    Acquisition, ErrorKind, LockConfiguration, LockError, LockHandle, LockProvider,
-    LockingTaskExecutor, TaskOutcome,
+    Acquisition, ErrorKind, LockConfiguration, LockError, LockProvider, LockingTaskExecutor,
+    TaskOutcome,
 };
 use shedlock_mongo::{
     MAX_LOCK_DURATION, MAX_NAME_CHARS, MongoLockProvider, MongoLockProviderBuilder,
 };
+use shedlock_test_support::kv::errors::{assert_configuration_error, full_text};
+use shedlock_test_support::kv::locks::{SECRET, acquire, config, config_with_at_least, server_url};
 use tokio::time::Instant;
 
 const DATABASE: &str = "shedlock_tests";
-const SECRET: &str = "sup3rs3cret-pw";
 
 fn mongo_url() -> String {
-    std::env::var("SHEDLOCK_TEST_MONGO_URL").unwrap_or_else(|_| {
-        panic!(
-            "SHEDLOCK_TEST_MONGO_URL is not set: point it at a MongoDB server, e.g. \
-             SHEDLOCK_TEST_MONGO_URL=mongodb://127.0.0.1:27017 (ci/start-backends.sh starts one)"
-        )
-    })
+    server_url(
+        "SHEDLOCK_TEST_MONGO_URL",
+        "a MongoDB server",
+        "mongodb://127.0.0.1:27017",
+    )
 }
 
 fn unique_collection() -> String {
@@ -66,19 +65,8 @@ async fn read(collection: &Collection<Document>, name: &str) -> Option<Document>
     collection.find_one(doc! { "_id": name }).await.unwrap()
 }
 
-fn config(name: &str, at_most: Duration, at_least: Duration) -> LockConfiguration {
-    LockConfiguration::new(name, at_most, at_least).unwrap()
-}
-
 fn minute(name: &str) -> LockConfiguration {
-    config(name, Duration::from_secs(60), Duration::ZERO)
-}
-
-async fn acquire(provider: &impl LockProvider, config: &LockConfiguration) -> Box<dyn LockHandle> {
-    match provider.try_lock(config).await.unwrap() {
-        Acquisition::Acquired(handle) => handle,
-        other => panic!("expected to acquire {:?}, got {other:?}", config.name()),
-    }
+    config(name, Duration::from_secs(60))
 }
 
 fn date(document: &Document, field: &str) -> DateTime {
@@ -110,23 +98,12 @@ async fn java_acquire(collection: &Collection<Document>, name: &str, hold: Durat
     }
 }
 
-/// The whole error text: Display, Debug, and every source's Display.
-fn full_text(error: &LockError) -> String {
-    let mut text = format!("{error} | {error:?}");
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(&format!(" | {cause}"));
-        source = cause.source();
-    }
-    text
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn documents_have_shedlocks_layout_and_server_times() {
     let (provider, collection) = node_and_raw_collection().await;
     let handle = acquire(
         &provider,
-        &config("report", Duration::from_secs(30), Duration::from_secs(10)),
+        &config_with_at_least("report", Duration::from_secs(30), Duration::from_secs(10)),
     )
     .await;
     let document = read(&collection, "report").await.unwrap();
@@ -209,7 +186,7 @@ async fn durations_round_up_to_whole_milliseconds() {
     let (provider, collection) = node_and_raw_collection().await;
     let handle = acquire(
         &provider,
-        &config(
+        &config_with_at_least(
             "job",
             Duration::from_micros(60_000_001),
             Duration::from_nanos(1),
@@ -388,7 +365,7 @@ async fn durations_past_a_thousand_years_are_refused_before_anything_is_written(
         Duration::MAX,
     ] {
         let error = provider
-            .try_lock(&config("job", too_long, Duration::ZERO))
+            .try_lock(&config("job", too_long))
             .await
             .unwrap_err();
         assert!(
@@ -415,7 +392,7 @@ async fn durations_past_a_thousand_years_are_refused_before_anything_is_written(
     // A thousand years is written as a date ten centuries on; extending past it is refused.
     let handle = acquire(
         &provider,
-        &config("job", MAX_LOCK_DURATION, MAX_LOCK_DURATION),
+        &config_with_at_least("job", MAX_LOCK_DURATION, MAX_LOCK_DURATION),
     )
     .await;
     let document = read(&collection, "job").await.unwrap();
@@ -898,17 +875,8 @@ async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting() 
         ("127.0.0.1:27017/app".to_owned(), "not a URL"),
     ] {
         let error = MongoLockProvider::connect(&url).await.unwrap_err();
-        let message = error.to_string();
-        assert!(message.contains(refused), "{url}: {message}");
-        assert!(
-            message.contains("accepts mongodb://... or mongodb+srv://..."),
-            "{message}"
-        );
-        assert_eq!(error.kind(), ErrorKind::Configuration, "{message}");
-        assert!(
-            !format!("{message} {error:?}").contains(SECRET),
-            "{message}"
-        );
+        assert_configuration_error(&error, refused, SECRET);
+        assert_configuration_error(&error, "accepts mongodb://... or mongodb+srv://...", SECRET);
     }
 }
 

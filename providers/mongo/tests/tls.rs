@@ -4,11 +4,12 @@
 //! query) and `SHEDLOCK_TEST_TLS_CA_FILE`. The URL's TLS options go to the driver as they are;
 //! these tests check that they reach it and that its refusals read well through the provider.
 
-use std::error::Error as _;
 use std::time::Duration;
 
-use shedlock_core::{ErrorKind, LockConfiguration, LockError, LockProvider};
+use shedlock_core::{ErrorKind, LockError};
 use shedlock_mongo::{MongoLockProvider, MongoLockProviderBuilder};
+use shedlock_test_support::kv::errors::full_text;
+use shedlock_test_support::kv::tls::{ca_file, locks_excludes_and_releases, required_var, within};
 use tokio::time::Instant;
 
 const DATABASE: &str = "shedlock_tls_tests";
@@ -16,16 +17,10 @@ const DATABASE: &str = "shedlock_tls_tests";
 /// refusal can be checked for leaking it.
 const PASSWORD: &str = "tls-test-secret";
 
-fn env(var: &str, what: &str, example: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: these tests need {what}, e.g. {var}={example}")
-    })
-}
-
 /// The TLS-only server's URL with `query`. A direct connection: the server announces a
 /// one-node replica set under a name of its own, which the certificate need not list.
 fn url(query: &str) -> String {
-    let base = env(
+    let base = required_var(
         "SHEDLOCK_TEST_MONGO_TLS_URL",
         "a MongoDB server that serves TLS only",
         "mongodb://localhost:27018",
@@ -33,14 +28,6 @@ fn url(query: &str) -> String {
     format!(
         "{}/?directConnection=true&{query}",
         base.trim_end_matches('/')
-    )
-}
-
-fn ca_file() -> String {
-    env(
-        "SHEDLOCK_TEST_TLS_CA_FILE",
-        "the CA that signed the TLS test servers' certificates",
-        "/var/tmp/shedlock-ci/tls/ca.pem",
     )
 }
 
@@ -62,20 +49,9 @@ fn builder() -> MongoLockProviderBuilder {
         .server_selection_timeout(Duration::from_secs(2))
 }
 
-async fn within<T>(future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(30), future)
-        .await
-        .expect("within 30 s")
-}
-
-/// The error's whole chain, as a person reading a log sees it.
+/// The error's whole chain and `Debug` output, which must not show the URL's password.
 fn chain(error: &LockError) -> String {
-    let mut text = format!("{error} / {error:?}");
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(&format!(" / {cause}"));
-        source = cause.source();
-    }
+    let text = full_text(error);
     assert!(
         !text.contains(PASSWORD),
         "the error shows the URL's password: {text}"
@@ -86,27 +62,7 @@ fn chain(error: &LockError) -> String {
 #[tokio::test]
 async fn tls_with_the_servers_ca_locks_and_releases() {
     let provider = within(builder().connect(&url(&verified()))).await.unwrap();
-    let config = LockConfiguration::new("report", Duration::from_secs(60), Duration::ZERO).unwrap();
-    let handle = within(provider.try_lock(&config))
-        .await
-        .unwrap()
-        .into_handle()
-        .expect("a fresh lock is acquired over TLS");
-    assert!(
-        !within(provider.node().try_lock(&config))
-            .await
-            .unwrap()
-            .is_acquired(),
-        "the held lock excludes another node"
-    );
-    assert!(within(handle.unlock()).await.unwrap(), "released over TLS");
-    assert!(
-        within(provider.try_lock(&config))
-            .await
-            .unwrap()
-            .is_acquired(),
-        "the released lock can be taken again"
-    );
+    locks_excludes_and_releases(&provider, &provider.node()).await;
     within(provider.collection().drop().into_future())
         .await
         .unwrap();

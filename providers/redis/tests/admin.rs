@@ -10,18 +10,19 @@ use std::time::{Duration, SystemTime};
 use redis::aio::MultiplexedConnection;
 use shedlock_conformance::CountingProxy;
 use shedlock_core::{
-    Acquisition, AcquisitionId, ErrorKind, LockAdmin, LockConfiguration, LockError, LockHandle,
-    LockInfo, LockProvider, LockState, Operation, PageCursor, PageRequest,
+    Acquisition, AcquisitionId, ErrorKind, LockAdmin, LockError, LockHandle, LockInfo,
+    LockProvider, LockState, Operation, PageCursor, PageRequest,
 };
 use shedlock_redis::RedisLockProvider;
+use shedlock_test_support::kv::admin::{inspect, pages};
+use shedlock_test_support::kv::locks::{config, config_with_at_least, server_url};
 
 fn redis_url() -> String {
-    std::env::var("SHEDLOCK_TEST_REDIS_URL").unwrap_or_else(|_| {
-        panic!(
-            "SHEDLOCK_TEST_REDIS_URL is not set: point it at a Redis server, e.g. \
-             SHEDLOCK_TEST_REDIS_URL=redis://127.0.0.1:6379 (ci/start-backends.sh starts one)"
-        )
-    })
+    server_url(
+        "SHEDLOCK_TEST_REDIS_URL",
+        "a Redis server",
+        "redis://127.0.0.1:6379",
+    )
 }
 
 fn unique_env(what: &str) -> String {
@@ -46,10 +47,6 @@ async fn raw(url: &str) -> MultiplexedConnection {
         .unwrap()
 }
 
-fn config(name: &str, at_most: Duration, at_least: Duration) -> LockConfiguration {
-    LockConfiguration::new(name, at_most, at_least).unwrap()
-}
-
 #[track_caller]
 fn acquired(acquisition: Result<Acquisition, LockError>) -> Box<dyn LockHandle> {
     match acquisition.unwrap() {
@@ -61,14 +58,18 @@ fn acquired(acquisition: Result<Acquisition, LockError>) -> Box<dyn LockHandle> 
 async fn take(provider: &RedisLockProvider, name: &str, at_least: Duration) -> Box<dyn LockHandle> {
     acquired(
         provider
-            .try_lock(&config(name, Duration::from_secs(30), at_least))
+            .try_lock(&config_with_at_least(
+                name,
+                Duration::from_secs(30),
+                at_least,
+            ))
             .await,
     )
 }
 
 async fn is_free(provider: &RedisLockProvider, name: &str) -> bool {
     match provider
-        .try_lock(&config(name, Duration::from_secs(30), Duration::ZERO))
+        .try_lock(&config(name, Duration::from_secs(30)))
         .await
         .unwrap()
     {
@@ -80,30 +81,9 @@ async fn is_free(provider: &RedisLockProvider, name: &str) -> bool {
     }
 }
 
-/// Every page of a listing, followed cursor by cursor as `list_all_locks` does, checking that
-/// no page holds more than `limit` locks.
-async fn list_pages(admin: &dyn LockAdmin, prefix: &str, limit: usize) -> Vec<Vec<LockInfo>> {
-    let mut request = PageRequest::first(prefix).with_limit(limit);
-    let mut pages = Vec::new();
-    loop {
-        let page = admin.list_locks(&request).await.unwrap();
-        assert!(
-            page.locks.len() <= limit,
-            "a page of {} locks, limit {limit}",
-            page.locks.len()
-        );
-        pages.push(page.locks);
-        match page.next {
-            Some(cursor) => request.after = Some(cursor),
-            None => return pages,
-        }
-        assert!(pages.len() < 100_000, "the listing does not end");
-    }
-}
-
 /// The names of a listing, each asserted to appear once, sorted.
 async fn listed_names(admin: &dyn LockAdmin, prefix: &str, limit: usize) -> Vec<String> {
-    let locks: Vec<LockInfo> = list_pages(admin, prefix, limit)
+    let locks: Vec<LockInfo> = pages(admin, prefix, limit)
         .await
         .into_iter()
         .flatten()
@@ -171,11 +151,7 @@ async fn held_released_and_kept_locks_show_their_state_holder_and_times() {
     assert!(kept.unlock().await.unwrap());
     let now = SystemTime::now();
 
-    let locks: Vec<LockInfo> = list_pages(&node, "", 2)
-        .await
-        .into_iter()
-        .flatten()
-        .collect();
+    let locks: Vec<LockInfo> = pages(&node, "", 2).await.into_iter().flatten().collect();
     let mut names: Vec<&str> = locks.iter().map(|lock| lock.name.as_str()).collect();
     names.sort();
     // Redis deletes a released key: the released lock is not listed.
@@ -214,7 +190,7 @@ async fn held_released_and_kept_locks_show_their_state_holder_and_times() {
     );
 
     // Inspect shows what the listing showed.
-    let inspected = node.inspect_lock("held").await.unwrap().unwrap();
+    let inspected = inspect(&node, "held").await;
     let listed = locks.iter().find(|lock| lock.name == "held").unwrap();
     assert_eq!(inspected.acquisition, listed.acquisition);
     assert_eq!(inspected.locked_by, listed.locked_by);
@@ -237,7 +213,7 @@ async fn force_unlock_frees_exactly_the_acquisition_it_names() {
     let b = provider(&url, &env, "node-b", true).await;
     let operator = provider(&url, &env, "operator", true).await;
     let held = take(&a, "x", Duration::from_secs(30)).await;
-    let seen = operator.inspect_lock("x").await.unwrap().unwrap();
+    let seen = inspect(&operator, "x").await;
     assert!(operator.force_unlock("x", &seen.acquisition).await.unwrap());
     // Free at once, lock_at_least_for notwithstanding; the fencing counter is kept.
     let taken = take(&b, "x", Duration::ZERO).await;
@@ -255,7 +231,7 @@ async fn force_unlock_frees_exactly_the_acquisition_it_names() {
         !is_free(&a, "x").await,
         "a stale force-unlock freed node B's lock"
     );
-    let now_seen = operator.inspect_lock("x").await.unwrap().unwrap();
+    let now_seen = inspect(&operator, "x").await;
     assert_ne!(now_seen.acquisition, seen.acquisition);
     assert!(now_seen.locked_by.unwrap().starts_with("node-b:"));
     assert!(taken.unlock().await.unwrap());
@@ -268,10 +244,10 @@ async fn force_unlock_frees_exactly_the_acquisition_it_names() {
             .unwrap()
     );
     let short = acquired(
-        a.try_lock(&config("short", Duration::from_millis(200), Duration::ZERO))
+        a.try_lock(&config("short", Duration::from_millis(200)))
             .await,
     );
-    let short_seen = operator.inspect_lock("short").await.unwrap().unwrap();
+    let short_seen = inspect(&operator, "short").await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(
         !operator
@@ -317,11 +293,7 @@ async fn a_value_java_shedlock_wrote_is_listed_and_can_be_force_unlocked_once() 
     };
     plant("2024-05-06T07:08:09.123Z").await;
     let now = SystemTime::now();
-    let locks: Vec<LockInfo> = list_pages(&node, "", 10)
-        .await
-        .into_iter()
-        .flatten()
-        .collect();
+    let locks: Vec<LockInfo> = pages(&node, "", 10).await.into_iter().flatten().collect();
     assert_eq!(locks.len(), 1, "{locks:?}");
     let lock = &locks[0];
     assert_eq!(lock.name, "java-job");
@@ -349,7 +321,7 @@ async fn a_value_java_shedlock_wrote_is_listed_and_can_be_force_unlocked_once() 
 
     // The same host again, at another time: the first acquisition's id is stale.
     plant("2024-05-06T07:08:09.123Z").await;
-    let first = node.inspect_lock("java-job").await.unwrap().unwrap();
+    let first = inspect(&node, "java-job").await;
     plant("2024-05-06T07:09:00.000Z").await;
     assert!(
         !node
@@ -357,7 +329,7 @@ async fn a_value_java_shedlock_wrote_is_listed_and_can_be_force_unlocked_once() 
             .await
             .unwrap()
     );
-    let second = node.inspect_lock("java-job").await.unwrap().unwrap();
+    let second = inspect(&node, "java-job").await;
     assert_eq!(second.locked_by.as_deref(), Some("java-host"));
     assert!(
         node.force_unlock("java-job", &second.acquisition)
@@ -391,7 +363,7 @@ async fn a_thousand_locks_are_listed_a_hundred_at_a_time_each_once() {
     pipeline.query_async::<()>(&mut connection).await.unwrap();
 
     let started = std::time::Instant::now();
-    let pages = list_pages(&node, "bulk-", 100).await;
+    let pages = pages(&node, "bulk-", 100).await;
     let elapsed = started.elapsed();
     let mut listed: Vec<String> = pages
         .iter()
@@ -607,14 +579,14 @@ async fn inspect_force_unlock_and_a_page_are_one_round_trip_each() {
     .await;
     // Warm-up: every script loaded once (a first EVALSHA answered NOSCRIPT costs more).
     let warm = take(&node, "warm", Duration::ZERO).await;
-    let seen = node.inspect_lock("warm").await.unwrap().unwrap();
+    let seen = inspect(&node, "warm").await;
     node.list_locks(&PageRequest::first("")).await.unwrap();
     assert!(node.force_unlock("warm", &seen.acquisition).await.unwrap());
     drop(warm);
 
     let handle = take(&node, "counted", Duration::ZERO).await;
     let before = proxy.round_trips();
-    let seen = node.inspect_lock("counted").await.unwrap().unwrap();
+    let seen = inspect(&node, "counted").await;
     assert_eq!(proxy.round_trips() - before, 1, "inspect");
     let before = proxy.round_trips();
     let page = node.list_locks(&PageRequest::first("")).await.unwrap();
@@ -649,7 +621,7 @@ async fn on_a_cluster_every_master_is_listed_and_force_unlock_works() {
     }
     let elsewhere = take(&a, "elsewhere", Duration::ZERO).await;
     assert_eq!(listed_names(&b, "spread-", 3).await, names);
-    let pages = list_pages(&b, "spread-", 100).await;
+    let pages = pages(&b, "spread-", 100).await;
     assert!(
         pages
             .iter()

@@ -41,17 +41,13 @@ async fn rediss_without_tls_names_the_feature_to_enable() {
 mod over_tls {
     use std::time::Duration;
 
-    use shedlock_core::{ErrorKind, LockConfiguration, LockError, LockProvider};
+    use shedlock_core::ErrorKind;
     use shedlock_redis::{RedisLockProvider, RedisLockProviderBuilder};
-
-    fn env(var: &str, what: &str, example: &str) -> String {
-        std::env::var(var).unwrap_or_else(|_| {
-            panic!("{var} is not set: these tests need {what}, e.g. {var}={example}")
-        })
-    }
+    use shedlock_test_support::kv::errors::error_chain;
+    use shedlock_test_support::kv::tls::{ca, locks_excludes_and_releases, required_var, within};
 
     fn tls_url() -> String {
-        env(
+        required_var(
             "SHEDLOCK_TEST_REDIS_TLS_URL",
             "a Redis server that listens for TLS only",
             "rediss://localhost:6380",
@@ -59,20 +55,11 @@ mod over_tls {
     }
 
     fn plain_url() -> String {
-        env(
+        required_var(
             "SHEDLOCK_TEST_REDIS_URL",
             "a Redis server without TLS",
             "redis://127.0.0.1:6379",
         )
-    }
-
-    fn ca() -> Vec<u8> {
-        let path = env(
-            "SHEDLOCK_TEST_TLS_CA_FILE",
-            "the CA that signed the TLS test servers' certificates",
-            "/var/tmp/shedlock-ci/tls/ca.pem",
-        );
-        std::fs::read(&path).unwrap_or_else(|e| panic!("read the test CA {path}: {e}"))
     }
 
     /// `url` with its scheme replaced by `scheme`.
@@ -97,50 +84,12 @@ mod over_tls {
             .operation_timeout(Duration::from_secs(5))
     }
 
-    async fn within<T>(future: impl Future<Output = T>) -> T {
-        tokio::time::timeout(Duration::from_secs(30), future)
-            .await
-            .expect("within 30 s")
-    }
-
-    /// The error's whole chain, as a person reading a log sees it.
-    fn chain(error: &LockError) -> String {
-        let mut text = format!("{error}");
-        let mut source = std::error::Error::source(error);
-        while let Some(cause) = source {
-            text.push_str(&format!(" / {cause}"));
-            source = cause.source();
-        }
-        text
-    }
-
     #[tokio::test]
     async fn rediss_with_the_servers_ca_locks_and_releases() {
         let provider = within(builder().tls_root_certificate(ca()).connect(&tls_url()))
             .await
             .unwrap();
-        let config =
-            LockConfiguration::new("report", Duration::from_secs(60), Duration::ZERO).unwrap();
-        let handle = within(provider.try_lock(&config))
-            .await
-            .unwrap()
-            .into_handle()
-            .expect("a fresh lock is acquired over TLS");
-        assert!(
-            !within(provider.try_lock(&config))
-                .await
-                .unwrap()
-                .is_acquired(),
-            "the held lock excludes another attempt"
-        );
-        assert!(within(handle.unlock()).await.unwrap(), "released over TLS");
-        assert!(
-            within(provider.try_lock(&config))
-                .await
-                .unwrap()
-                .is_acquired(),
-            "the released lock can be taken again"
-        );
+        locks_excludes_and_releases(&provider, &provider).await;
     }
 
     #[tokio::test]
@@ -150,9 +99,9 @@ mod over_tls {
             .await
             .unwrap_err();
         assert!(
-            chain(&plain_to_tls).contains("could not connect to Redis"),
+            error_chain(&plain_to_tls).contains("could not connect to Redis"),
             "{}",
-            chain(&plain_to_tls)
+            error_chain(&plain_to_tls)
         );
         assert_eq!(
             plain_to_tls.kind(),
@@ -169,7 +118,7 @@ mod over_tls {
         )
         .await
         .unwrap_err();
-        let text = chain(&tls_to_plain);
+        let text = error_chain(&tls_to_plain);
         assert!(
             text.contains("could not connect to Redis")
                 || text.contains("did not answer within 1s"),
@@ -186,7 +135,7 @@ mod over_tls {
         let error = within(builder().tls_root_certificate(ca()).connect(&url))
             .await
             .unwrap_err();
-        let text = chain(&error);
+        let text = error_chain(&error);
         assert!(
             text.contains("certificate not valid for name \"127.0.0.1\""),
             "the error says the certificate is not for this name: {text}"
@@ -204,7 +153,7 @@ mod over_tls {
     async fn a_certificate_no_trusted_ca_signed_is_refused() {
         // Without the test CA the trusted roots are the public ones, which did not sign it.
         let error = within(builder().connect(&tls_url())).await.unwrap_err();
-        let text = chain(&error);
+        let text = error_chain(&error);
         assert!(
             text.contains("UnknownIssuer") && text.contains("tls_root_certificate"),
             "the error says who signed the certificate is not trusted: {text}"
@@ -234,14 +183,14 @@ mod over_tls {
             let error = within(builder().tls_root_certificate(ca()).connect(&url))
                 .await
                 .unwrap_err();
-            let text = chain(&error);
+            let text = error_chain(&error);
             assert!(text.contains(past_the_handshake), "{url}: {text}");
             // The server is not of the deployment kind the URL names.
             assert_eq!(error.kind(), ErrorKind::Configuration, "{url}: {text}");
 
             // Without the CA the same handshake is refused, and the error says what to do.
             let error = within(builder().connect(&url)).await.unwrap_err();
-            let text = chain(&error);
+            let text = error_chain(&error);
             assert!(
                 text.contains("UnknownIssuer") && !text.contains(past_the_handshake),
                 "{url}: {text}"
@@ -261,7 +210,7 @@ mod over_tls {
             .connect("redis://:secret-pass@localhost:1")
             .await
             .unwrap_err();
-        let text = chain(&error);
+        let text = error_chain(&error);
         assert!(
             text.contains("a TLS root certificate was set but redis://:***@localhost:1 does not use TLS: use rediss://"),
             "{text}"

@@ -7,7 +7,7 @@
 #[path = "shared/conformance_harness.rs"]
 mod conformance_harness;
 
-use conformance_harness::Suite;
+use shedlock_test_support::kv::conformance::Suite;
 
 fn main() -> std::process::ExitCode {
     shedlock_conformance::faults::run(|| conformance_harness::harness(Suite::Faults))

@@ -36,10 +36,13 @@ async fn zk_tls_without_tls_names_the_feature_to_enable() {
 /// Over TLS: needs this crate's TLS feature (on by default).
 #[cfg(feature = "tls-rustls")]
 mod over_tls {
-    use std::error::Error as _;
     use std::time::Duration;
 
-    use shedlock_core::{ErrorKind, LockConfiguration, LockError, LockProvider};
+    use shedlock_core::{ErrorKind, LockError};
+    use shedlock_test_support::kv::errors::full_text;
+    use shedlock_test_support::kv::tls::{
+        ca, ca_file, locks_excludes_and_releases, read_file, required_var, within,
+    };
     use shedlock_zookeeper::{ZookeeperLockProvider, ZookeeperLockProviderBuilder};
     use tokio::time::Instant;
 
@@ -66,41 +69,22 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
     /// client's attempts, then the provider's own handshake), and more is a failure.
     const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
-    fn env(var: &str, what: &str, example: &str) -> String {
-        std::env::var(var).unwrap_or_else(|_| {
-            panic!("{var} is not set: these tests need {what}, e.g. {var}={example}")
-        })
-    }
-
     fn tls_url() -> String {
-        env(
+        required_var(
             "SHEDLOCK_TEST_ZOOKEEPER_TLS_URL",
             "a ZooKeeper that serves clients over TLS only",
             "zk+tls://localhost:2282",
         )
     }
 
-    fn read(var: &str, what: &str, example: &str) -> Vec<u8> {
-        let path = env(var, what, example);
-        std::fs::read(&path).unwrap_or_else(|e| panic!("read {what} {path}: {e}"))
-    }
-
-    fn ca() -> Vec<u8> {
-        read(
-            "SHEDLOCK_TEST_TLS_CA_FILE",
-            "the CA that signed the TLS test servers' certificates",
-            "/var/tmp/shedlock-ci/tls/ca.pem",
-        )
-    }
-
     fn client_certificate() -> (Vec<u8>, Vec<u8>) {
         (
-            read(
+            read_file(
                 "SHEDLOCK_TEST_ZOOKEEPER_TLS_CLIENT_CERT",
                 "a client certificate the TLS ZooKeeper accepts",
                 "/var/tmp/shedlock-ci/zookeeper-tls/client.pem",
             ),
-            read(
+            read_file(
                 "SHEDLOCK_TEST_ZOOKEEPER_TLS_CLIENT_KEY",
                 "the key of that client certificate",
                 "/var/tmp/shedlock-ci/zookeeper-tls/client.key",
@@ -126,20 +110,10 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
             .tls_client_certificate(certificate, key)
     }
 
-    async fn within<T>(future: impl Future<Output = T>) -> T {
-        tokio::time::timeout(Duration::from_secs(30), future)
-            .await
-            .expect("within 30 s")
-    }
-
-    /// The error's whole chain, as a person reading a log sees it.
+    /// The error's whole chain and `Debug` output, which must not show the connect string's
+    /// password.
     fn chain(error: &LockError) -> String {
-        let mut text = format!("{error} / {error:?}");
-        let mut source = error.source();
-        while let Some(cause) = source {
-            text.push_str(&format!(" / {cause}"));
-            source = cause.source();
-        }
+        let text = full_text(error);
         assert!(
             !text.contains(PASSWORD),
             "the error shows the connect string's password: {text}"
@@ -169,29 +143,8 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
             format!("{provider:?}").contains("tls: true"),
             "{provider:?}"
         );
-        let config =
-            LockConfiguration::new("report", Duration::from_secs(60), Duration::ZERO).unwrap();
-        let handle = within(provider.try_lock(&config))
-            .await
-            .unwrap()
-            .into_handle()
-            .expect("a fresh lock is acquired over TLS");
-        assert!(handle.fencing_token().is_some());
-        assert!(
-            !within(provider.try_lock(&config))
-                .await
-                .unwrap()
-                .is_acquired(),
-            "the held lock excludes another attempt"
-        );
-        assert!(within(handle.unlock()).await.unwrap(), "released over TLS");
-        assert!(
-            within(provider.try_lock(&config))
-                .await
-                .unwrap()
-                .is_acquired(),
-            "the released lock can be taken again"
-        );
+        let token = locks_excludes_and_releases(&provider, &provider).await;
+        assert!(token.is_some());
     }
 
     #[tokio::test]
@@ -247,14 +200,10 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
         // The server's own certificate, with its key: the server's CA signed it, but for server
         // authentication only (extendedKeyUsage=serverAuth), so the server refuses it from a
         // client.
-        let ca_dir = std::path::Path::new(&env(
-            "SHEDLOCK_TEST_TLS_CA_FILE",
-            "the CA that signed the TLS test servers' certificates",
-            "/var/tmp/shedlock-ci/tls/ca.pem",
-        ))
-        .parent()
-        .unwrap()
-        .to_owned();
+        let ca_dir = std::path::Path::new(&ca_file())
+            .parent()
+            .unwrap()
+            .to_owned();
         let (Ok(certificate), Ok(key)) = (
             std::fs::read(ca_dir.join("server.pem")),
             std::fs::read(ca_dir.join("server.key")),

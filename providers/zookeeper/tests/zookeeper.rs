@@ -6,16 +6,17 @@
 //! one). Every test uses a root of its own, so tests run in parallel and repeatedly on one
 //! server.
 
-use std::error::Error as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use shedlock_core::{
-    Acquisition, ErrorKind, LockConfiguration, LockError, LockHandle, LockProvider,
-    LockingTaskExecutor,
+use shedlock_core::{Acquisition, ErrorKind, LockError, LockProvider, LockingTaskExecutor};
+use shedlock_test_support::kv::errors::{assert_configuration_error, full_text};
+use shedlock_test_support::kv::locks::{
+    SECRET, acquire, acquires_of_an_unreachable_server_fail, assert_not_acquired, config,
+    config_with_at_least, server_url,
 };
 use shedlock_zookeeper::{ZookeeperLockProvider, ZookeeperLockProviderBuilder, lock_name};
 use tokio::net::{TcpListener, TcpStream};
@@ -26,15 +27,13 @@ use zookeeper_client::{Acls, Client, CreateMode, Stat};
 use shedlock_test_support::log_capture;
 
 const MS: Duration = Duration::from_millis(1);
-const SECRET: &str = "sup3rs3cret-pw";
 
 fn zookeeper_url() -> String {
-    std::env::var("SHEDLOCK_TEST_ZOOKEEPER_URL").unwrap_or_else(|_| {
-        panic!(
-            "SHEDLOCK_TEST_ZOOKEEPER_URL is not set: point it at a ZooKeeper server, e.g. \
-             SHEDLOCK_TEST_ZOOKEEPER_URL=127.0.0.1:2181 (ci/start-backends.sh starts one)"
-        )
-    })
+    server_url(
+        "SHEDLOCK_TEST_ZOOKEEPER_URL",
+        "a ZooKeeper server",
+        "127.0.0.1:2181",
+    )
 }
 
 fn unique_root() -> String {
@@ -58,30 +57,6 @@ async fn node_and_raw_path(name: &str) -> (ZookeeperLockProvider, Client, String
     let provider = provider(&unique_root()).await;
     let path = provider.lock_path(name).unwrap();
     (provider, raw().await, path)
-}
-
-fn config(name: &str, at_most: Duration) -> LockConfiguration {
-    config_with_at_least(name, at_most, Duration::ZERO)
-}
-
-fn config_with_at_least(name: &str, at_most: Duration, at_least: Duration) -> LockConfiguration {
-    LockConfiguration::new(name, at_most, at_least).unwrap()
-}
-
-async fn acquire(provider: &impl LockProvider, config: &LockConfiguration) -> Box<dyn LockHandle> {
-    match provider.try_lock(config).await.unwrap() {
-        Acquisition::Acquired(handle) => handle,
-        other => panic!("expected to acquire {:?}, got {other:?}", config.name()),
-    }
-}
-
-async fn assert_not_acquired(provider: &impl LockProvider, config: &LockConfiguration) {
-    let outcome = provider.try_lock(config).await.unwrap();
-    assert!(
-        !outcome.is_acquired(),
-        "{:?} should be held by someone else, but was acquired",
-        config.name()
-    );
 }
 
 /// The node's data as text, and its stat.
@@ -131,17 +106,6 @@ async fn curator_write(client: &Client, path: &str, data: &str) {
         }
         Err(error) => panic!("{error}"),
     }
-}
-
-/// The whole error text: Display, Debug, and every source's Display.
-fn full_text(error: &LockError) -> String {
-    let mut text = format!("{error} | {error:?}");
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(&format!(" | {cause}"));
-        source = cause.source();
-    }
-    text
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -614,28 +578,10 @@ async fn an_unreachable_server_is_a_clear_error_within_the_timeouts() {
         .connect_lazy("127.0.0.1:1")
         .await
         .unwrap();
-    for _ in 0..2 {
-        let started = Instant::now();
-        let error = lazy
-            .try_lock(&config("job", Duration::from_secs(5)))
-            .await
-            .unwrap_err();
-        assert!(
-            started.elapsed() < Duration::from_secs(3),
-            "{:?}",
-            started.elapsed()
-        );
-        assert!(
-            matches!(error, LockError::Backend { .. } | LockError::Timeout { .. }),
-            "{error:?}"
-        );
+    for error in acquires_of_an_unreachable_server_fail(&lazy).await {
         // No session could be opened, so no request of the acquire was sent.
         assert_eq!(error.kind(), ErrorKind::Unreachable, "{error}");
-        let text = error.to_string();
-        assert!(
-            text.contains("job") && text.contains("must not run"),
-            "{text}"
-        );
+        assert!(error.to_string().contains("must not run"), "{error}");
     }
 }
 
@@ -913,20 +859,12 @@ async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting() 
         (format!("etcd://root:{SECRET}@127.0.0.1:2379"), "etcd"),
     ] {
         let error = ZookeeperLockProvider::connect(&url).await.unwrap_err();
-        let message = error.to_string();
-        assert!(
-            message.contains(&format!("the connect string's scheme is \"{scheme}\"")),
-            "{message}"
+        assert_configuration_error(
+            &error,
+            &format!("the connect string's scheme is \"{scheme}\""),
+            SECRET,
         );
-        assert!(
-            message.contains("optionally after zk:// or zookeeper://"),
-            "{message}"
-        );
-        assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
-        assert!(
-            !format!("{message} {error:?}").contains(SECRET),
-            "{message}"
-        );
+        assert_configuration_error(&error, "optionally after zk:// or zookeeper://", SECRET);
     }
     // The connect string, bare or after either ZooKeeper scheme, still connects.
     for prefix in ["", "zk://", "zookeeper://"] {

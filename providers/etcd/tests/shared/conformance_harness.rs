@@ -14,6 +14,7 @@ use shedlock_conformance::{
     Clock, ConformanceHarness, PlantedRecord, SetupError, Support, async_trait,
 };
 use shedlock_etcd::{EtcdLockProvider, EtcdLockProviderBuilder};
+use shedlock_test_support::kv::conformance::{Failover, Suite, names_a_port};
 
 /// How long a node reached through the kit's stalling proxy waits for an answer.
 const STALL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -21,22 +22,14 @@ const STALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// How many puts [`ConformanceHarness::advance_fencing_tokens`] keeps in flight.
 const ADVANCE_WRITERS: usize = 32;
 
-/// Which suite a run puts the provider through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(dead_code)] // Each target runs one of them.
-pub enum Suite {
-    /// The lock rules.
-    Conformance,
-    /// The fault suite, whose crash and soak checks start the test binary again as node
-    /// processes: they build a harness of their own, which must use the same env segment.
-    Faults,
-    /// The fault suite against the 3-member cluster of `ci/start-clusters.sh` (`SHEDLOCK_TEST_ETCD_CLUSTER_URL`), whose "restart" is its leader killed with SIGKILL and, once a new leader serves, the member started again.
-    Cluster,
-}
-
-/// The steps of `ci/failover.sh` (in `SHEDLOCK_TEST_ETCD_FAILOVER`) that fail the
-/// cluster over and bring it back, for [`Suite::Cluster`].
-const FAILOVER_STEPS: &[&str] = &["etcd-kill-leader", "etcd-restore"];
+/// How the cluster run fails the 3-member cluster of `ci/start-clusters.sh` over: its leader
+/// killed with SIGKILL and, once a new leader serves, the member started again.
+const FAILOVER: Failover = Failover {
+    backend: Backend::Etcd,
+    cluster_url_var: "SHEDLOCK_TEST_ETCD_CLUSTER_URL",
+    script_var: "SHEDLOCK_TEST_ETCD_FAILOVER",
+    steps: &["etcd-kill-leader", "etcd-restore"],
+};
 
 pub struct Harness {
     url: String,
@@ -47,23 +40,11 @@ pub struct Harness {
 
 /// The harness of one run of `suite`: the body of each target's `main`.
 pub async fn harness(suite: Suite) -> Result<Harness, SetupError> {
-    let url = match suite {
-        Suite::Cluster => std::env::var("SHEDLOCK_TEST_ETCD_CLUSTER_URL").map_err(|_| {
-            SetupError::new(
-                "SHEDLOCK_TEST_ETCD_CLUSTER_URL is not set: run ci/start-clusters.sh and set it to the cluster's URL (ci/test.sh does)",
-            )
-        })?,
-        Suite::Conformance | Suite::Faults => backends::etcd_url().await?,
-    };
+    let url = suite.url(&FAILOVER, backends::etcd_url()).await?;
     let endpoints: Vec<&str> = url.split(',').collect();
     let admin = Client::connect(endpoints, None).await?;
-    // Each run has an env segment of its own, deleted at the end; the fault suite's is the
-    // same in the test process and in the node processes it starts.
-    let env = match suite {
-        Suite::Conformance => format!("conformance-{}", uuid::Uuid::new_v4().simple()),
-        Suite::Faults => format!("faults-{}", faults::run_id()),
-        Suite::Cluster => format!("cluster-{}", faults::run_id()),
-    };
+    // Each run has an env segment of its own, deleted at the end.
+    let env = suite.run_segment();
     Ok(Harness {
         url,
         suite,
@@ -204,13 +185,7 @@ impl FaultHarness for Harness {
     }
 
     async fn pause_backend(&self, limit: Duration) -> Result<Support<()>, SetupError> {
-        if self.suite == Suite::Cluster {
-            return Ok(Support::not_applicable(
-                "the cluster's members are not paused here: its failover is what backend_restart \
-                 runs",
-            ));
-        }
-        faults::pause_command(Backend::Etcd, limit).await
+        self.suite.pause(&FAILOVER, limit).await
     }
 
     async fn resume_backend(&self) -> Result<(), SetupError> {
@@ -218,22 +193,7 @@ impl FaultHarness for Harness {
     }
 
     async fn restart_backend(&self) -> Result<Support<()>, SetupError> {
-        if self.suite != Suite::Cluster {
-            return faults::restart_command(Backend::Etcd, Duration::from_secs(120)).await;
-        }
-        for step in FAILOVER_STEPS {
-            let done = faults::command_from_env(
-                "SHEDLOCK_TEST_ETCD_FAILOVER",
-                &[step],
-                "the path of ci/failover.sh",
-                Duration::from_secs(120),
-            )
-            .await?;
-            if let Support::NotApplicable(reason) = done {
-                return Ok(Support::NotApplicable(reason));
-            }
-        }
-        Ok(Support::Supported(()))
+        self.suite.restart(&FAILOVER).await
     }
 }
 
@@ -255,12 +215,7 @@ fn endpoint_parts(url: &str) -> Result<(&str, &str, &str), String> {
         .rfind('@')
         .map_or(after_scheme, |at| after_scheme + at + 1);
     let address = &url[host_start..authority_end];
-    let has_port = address.rsplit_once(':').is_some_and(|(host, port)| {
-        !host.is_empty()
-            && port.parse::<u16>().is_ok()
-            && (!host.contains(':') || host.ends_with(']'))
-    });
-    if !has_port {
+    if !names_a_port(address) {
         return Err(format!(
             "{shown} names no host:port the kit could put a proxy in front of"
         ));

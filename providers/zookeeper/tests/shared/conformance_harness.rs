@@ -13,6 +13,7 @@ use shedlock_conformance::{
     Clock, ConformanceHarness, PlantedRecord, SetupError, Support, async_trait,
 };
 use shedlock_core::LockAdmin;
+use shedlock_test_support::kv::conformance::{Failover, Suite, names_a_port};
 use shedlock_zookeeper::{ZookeeperLockProvider, ZookeeperLockProviderBuilder};
 use zookeeper_client::{Acls, Client, CreateMode};
 
@@ -27,27 +28,19 @@ const DEFAULT_PORT: u16 = 2181;
 /// [`ConformanceHarness::cleanup`] keep in flight.
 const ADVANCE_WRITERS: usize = 32;
 
-/// Which suite a run puts the provider through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(dead_code)] // Each target runs one of them.
-pub enum Suite {
-    /// The lock rules.
-    Conformance,
-    /// The fault suite, whose crash and soak checks start the test binary again as node
-    /// processes: they build a harness of their own, which must use the same root.
-    Faults,
-    /// The fault suite against the 3-server ensemble of `ci/start-clusters.sh` (`SHEDLOCK_TEST_ZOOKEEPER_ENSEMBLE_URL`), whose "restart" is a follower killed with SIGKILL, then the leader, each started again once the rest serves.
-    Cluster,
-}
-
-/// The steps of `ci/failover.sh` (in `SHEDLOCK_TEST_ZOOKEEPER_FAILOVER`) that fail the
-/// cluster over and bring it back, for [`Suite::Cluster`].
-const FAILOVER_STEPS: &[&str] = &[
-    "zookeeper-kill-follower",
-    "zookeeper-restore",
-    "zookeeper-kill-leader",
-    "zookeeper-restore",
-];
+/// How the cluster run fails the 3-server ensemble of `ci/start-clusters.sh` over: a follower
+/// killed with SIGKILL, then the leader, each started again once the rest serves.
+const FAILOVER: Failover = Failover {
+    backend: Backend::Zookeeper,
+    cluster_url_var: "SHEDLOCK_TEST_ZOOKEEPER_ENSEMBLE_URL",
+    script_var: "SHEDLOCK_TEST_ZOOKEEPER_FAILOVER",
+    steps: &[
+        "zookeeper-kill-follower",
+        "zookeeper-restore",
+        "zookeeper-kill-leader",
+        "zookeeper-restore",
+    ],
+};
 
 pub struct Harness {
     url: String,
@@ -58,22 +51,11 @@ pub struct Harness {
 
 /// The harness of one run of `suite`: the body of each target's `main`.
 pub async fn harness(suite: Suite) -> Result<Harness, SetupError> {
-    let url = match suite {
-        Suite::Cluster => std::env::var("SHEDLOCK_TEST_ZOOKEEPER_ENSEMBLE_URL").map_err(|_| {
-            SetupError::new(
-                "SHEDLOCK_TEST_ZOOKEEPER_ENSEMBLE_URL is not set: run ci/start-clusters.sh and set it to the cluster's URL (ci/test.sh does)",
-            )
-        })?,
-        Suite::Conformance | Suite::Faults => backends::zookeeper_url().await?,
-    };
+    let url = suite.url(&FAILOVER, backends::zookeeper_url()).await?;
     let admin = Client::connect(&url).await?;
-    // Each run has a root of its own, deleted at the end; the fault suite's is the same in the
-    // test process and in the node processes it starts, which find it made.
-    let root = match suite {
-        Suite::Conformance => format!("/shedlock-conformance-{}", uuid::Uuid::new_v4().simple()),
-        Suite::Faults => format!("/shedlock-faults-{}", faults::run_id()),
-        Suite::Cluster => format!("/shedlock-cluster-{}", faults::run_id()),
-    };
+    // Each run has a root of its own, deleted at the end; the fault suite's node processes find
+    // it made.
+    let root = format!("/shedlock-{}", suite.run_segment());
     admin
         .mkdir(&root, &CreateMode::Persistent.with_acls(Acls::anyone_all()))
         .await?;
@@ -225,13 +207,7 @@ impl FaultHarness for Harness {
     }
 
     async fn pause_backend(&self, limit: Duration) -> Result<Support<()>, SetupError> {
-        if self.suite == Suite::Cluster {
-            return Ok(Support::not_applicable(
-                "the cluster's members are not paused here: its failover is what backend_restart \
-                 runs",
-            ));
-        }
-        faults::pause_command(Backend::Zookeeper, limit).await
+        self.suite.pause(&FAILOVER, limit).await
     }
 
     async fn resume_backend(&self) -> Result<(), SetupError> {
@@ -239,22 +215,7 @@ impl FaultHarness for Harness {
     }
 
     async fn restart_backend(&self) -> Result<Support<()>, SetupError> {
-        if self.suite != Suite::Cluster {
-            return faults::restart_command(Backend::Zookeeper, Duration::from_secs(120)).await;
-        }
-        for step in FAILOVER_STEPS {
-            let done = faults::command_from_env(
-                "SHEDLOCK_TEST_ZOOKEEPER_FAILOVER",
-                &[step],
-                "the path of ci/failover.sh",
-                Duration::from_secs(120),
-            )
-            .await?;
-            if let Support::NotApplicable(reason) = done {
-                return Ok(Support::NotApplicable(reason));
-            }
-        }
-        Ok(Support::Supported(()))
+        self.suite.restart(&FAILOVER).await
     }
 }
 
@@ -286,12 +247,7 @@ fn server_parts(connect_string: &str) -> Result<(&str, String), String> {
                 .to_owned(),
         );
     }
-    let has_port = servers.rsplit_once(':').is_some_and(|(host, port)| {
-        !host.is_empty()
-            && port.parse::<u16>().is_ok()
-            && (!host.contains(':') || host.ends_with(']'))
-    });
-    let address = if has_port {
+    let address = if names_a_port(servers) {
         servers.to_owned()
     } else {
         format!("{servers}:{DEFAULT_PORT}")
