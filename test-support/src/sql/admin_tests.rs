@@ -4,6 +4,7 @@
 //! admin tests call these on their own nodes; rows written as Java does are planted through
 //! the kit's harness ([`PlantRecords`]).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -11,13 +12,14 @@ use futures_util::TryStreamExt;
 use shedlock_conformance::PlantedRecord;
 use shedlock_core::{
     AcquisitionId, Clock, LockAdmin, LockError, LockInfo, LockProvider, LockState, Operation,
-    PageRequest, SystemClock, list_all_locks, raw::SkewedClock,
+    PageRequest, SystemClock, TimeSource, list_all_locks, raw::SkewedClock,
 };
 use shedlock_sql::{SqlBackend, SqlLockProvider};
-use sqlx::Pool;
+use sqlx::{Database, Executor, IntoArguments, Pool};
 
 use super::conformance_harness::{DatabaseOf, PlantRecords};
-use super::provider_tests::{config, lock};
+use super::provider_tests::{config, lock, renamed_table_and_columns};
+use super::test_database::{DbOf, HOLDER, TestDatabase, TestServer};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -55,12 +57,20 @@ async fn pages(admin: &dyn LockAdmin, prefix: &str, limit: usize) -> (Vec<String
     panic!("the listing of {prefix:?} did not end within 1,000 pages");
 }
 
+/// [`lists_a_prefix_literally_in_name_order`] on a new table with the fencing column.
+pub async fn listing_pages_through_a_prefix_literally_in_name_order<D: TestDatabase>(database: &D) {
+    let table = database.new_table("admin_list");
+    let node = database.node(&table, true).await;
+    lists_a_prefix_literally_in_name_order(&node, &node).await;
+    database.drop_table(&table).await;
+}
+
 /// `%`, `_`, `\` and `!` (the provider's `LIKE` escape) in a prefix are literal, a sibling that
 /// shares a shorter prefix or differs in case is left out, and pages of two list every name
 /// once, in name order. The database orders names as Rust does here (binary or C collations).
 /// Every name starts with `l.`, so other locks in the table do not matter, except to the empty
 /// prefix, under which these names appear among the others in the same order.
-pub async fn listing_pages_through_a_prefix_literally_in_name_order(
+pub async fn lists_a_prefix_literally_in_name_order(
     node: &dyn LockProvider,
     admin: &dyn LockAdmin,
 ) {
@@ -114,10 +124,18 @@ pub async fn listing_pages_through_a_prefix_literally_in_name_order(
     }
 }
 
+/// [`shows_held_released_and_at_least_states`] on a new table with the fencing column.
+pub async fn held_released_and_at_least_locks_show_their_state<D: TestDatabase>(database: &D) {
+    let table = database.new_table("admin_states");
+    let node = database.node(&table, true).await;
+    shows_held_released_and_at_least_states(&node, &node, HOLDER).await;
+    database.drop_table(&table).await;
+}
+
 /// A held lock shows its holder, times, remaining time and fencing token; a released one is
 /// free; one released within its `lock_at_least_for` is still held. `holder` is the node's
 /// holder name.
-pub async fn held_released_and_at_least_locks_show_their_state(
+pub async fn shows_held_released_and_at_least_states(
     node: &dyn LockProvider,
     admin: &dyn LockAdmin,
     holder: &str,
@@ -208,11 +226,14 @@ fn stable(info: &LockInfo) -> impl PartialEq + std::fmt::Debug {
 }
 
 /// Inspect agrees with the listing, answers `None` for a name never used, and refuses a name
-/// the lock operations refuse (longer than `max_name_chars`), as they do.
-pub async fn inspect_matches_the_listing_and_refuses_names_locks_refuse(
-    node: &dyn LockProvider,
-    admin: &dyn LockAdmin,
+/// the lock operations refuse (longer than `max_name_chars`, or one the database cannot
+/// store), as they do.
+pub async fn inspect_matches_the_listing_and_refuses_names_locks_refuse<D: TestDatabase>(
+    database: &D,
 ) {
+    let table = database.new_table("admin_inspect");
+    let node = &database.node(&table, true).await;
+    let admin = node;
     let held = lock(node, "seen", MINUTE).await.unwrap();
     let inspected = admin.inspect_lock("seen").await.unwrap().unwrap();
     let listed = list_all(admin, "seen", 10).await;
@@ -231,7 +252,75 @@ pub async fn inspect_matches_the_listing_and_refuses_names_locks_refuse(
         "{error:?}"
     );
     assert_eq!(admin.inspect_lock(&"n".repeat(max)).await.unwrap(), None);
+    for name in D::UNSTORABLE_NAMES {
+        let refused = admin.inspect_lock(name).await;
+        assert!(
+            matches!(refused, Err(LockError::InvalidName { .. })),
+            "{name:?}: {refused:?}"
+        );
+    }
     assert!(held.unlock().await.unwrap());
+    database.drop_table(&table).await;
+}
+
+/// [`force_unlock_frees_exactly_the_acquisition_it_names`] on a new table with the fencing
+/// column: node A creates it, B and C are nodes of their own on it.
+pub async fn force_unlock_frees_exactly_the_acquisition_it_names_with_fencing<D: TestDatabase>(
+    database: &D,
+) {
+    let table = database.new_table("admin_force");
+    let (a, b, c) = (
+        database.node(&table, true).await,
+        database.node_on_existing(&table, "node-b").await,
+        database.node_on_existing(&table, "node-c").await,
+    );
+    assert!(a.has_fencing());
+    force_unlock_frees_exactly_the_acquisition_it_names(&a, &b, &c, &a).await;
+    database.drop_table(&table).await;
+}
+
+/// On a table without the fencing column whose `columns` a test declares (times of another
+/// type), made here, and three nodes of their own on it:
+/// [`force_unlock_frees_exactly_the_acquisition_it_names`], whose id holds `locked_at` as the
+/// column keeps it, and [`shows_held_released_and_at_least_states`]. `purpose` names the table.
+pub async fn force_unlock_on_a_table_without_fencing<D: TestDatabase>(
+    database: &D,
+    purpose: &str,
+    columns: &str,
+) {
+    let table = database.new_table(purpose);
+    database
+        .exec(&format!("CREATE TABLE {table} ({columns})"))
+        .await;
+    let (a, b, c) = (
+        database.node_on_existing(&table, HOLDER).await,
+        database.node_on_existing(&table, "node-b").await,
+        database.node_on_existing(&table, "node-c").await,
+    );
+    assert!(!a.has_fencing());
+    force_unlock_frees_exactly_the_acquisition_it_names(&a, &b, &c, &b).await;
+    shows_held_released_and_at_least_states(&a, &c, HOLDER).await;
+    database.drop_table(&table).await;
+}
+
+/// On a [`renamed_table_and_columns`] table with the fencing column, three nodes of their own:
+/// [`force_unlock_frees_exactly_the_acquisition_it_names`] and
+/// [`lists_a_prefix_literally_in_name_order`].
+pub async fn the_configured_table_and_column_names_are_used<D: TestDatabase>(database: &D) {
+    let table = database.new_table("admin_renamed");
+    let renamed = |holder: &str| {
+        renamed_table_and_columns(SqlLockProvider::<D::Backend>::builder(), &table).holder(holder)
+    };
+    let a = renamed(HOLDER)
+        .create_table_with_fencing_if_missing()
+        .connect(database.url())
+        .await
+        .unwrap();
+    let b = renamed("node-b").connect(database.url()).await.unwrap();
+    let c = renamed("node-c").connect(database.url()).await.unwrap();
+    force_unlock_frees_exactly_the_acquisition_it_names(&a, &b, &c, &c).await;
+    lists_a_prefix_literally_in_name_order(&a, &b).await;
+    database.drop_table(&table).await;
 }
 
 /// Node A holds a lock; the acquisition an operator read frees it at once for node B, and
@@ -366,8 +455,25 @@ pub async fn force_unlock_frees_exactly_the_acquisition_it_names(
 
 /// A row written as Java ShedLock writes it (the host name in `locked_by`) lists with that
 /// holder and its `lock_until`, and its id frees it; the same host's next acquisition (another
-/// `locked_at`) makes the old id stale.
-pub async fn a_java_row_lists_and_is_freed_by_its_own_acquisition_only<K: PlantRecords>(
+/// `locked_at`) makes the old id stale. On new tables with and without the fencing column.
+pub async fn a_java_row_lists_and_is_freed_by_its_own_acquisition_only<D: TestDatabase>(
+    database: &D,
+) {
+    let pool = database.pool().await;
+    for fencing in [true, false] {
+        let table = database.new_table("admin_java");
+        let node = database.node(&table, fencing).await;
+        a_java_row_lists_and_is_freed_by_its_own_acquisition_only_on::<D::Kit>(
+            &node, &node, &pool, &table,
+        )
+        .await;
+        database.drop_table(&table).await;
+    }
+}
+
+/// The checks of [`a_java_row_lists_and_is_freed_by_its_own_acquisition_only`] on `table`, whose
+/// rows `K` writes through `pool` as Java does.
+async fn a_java_row_lists_and_is_freed_by_its_own_acquisition_only_on<K: PlantRecords>(
     node: &dyn LockProvider,
     admin: &dyn LockAdmin,
     pool: &Pool<DatabaseOf<K>>,
@@ -429,30 +535,50 @@ pub async fn a_java_row_lists_and_is_freed_by_its_own_acquisition_only<K: PlantR
     assert!(taken.unlock().await.unwrap());
 }
 
-/// `expected` (1,000 names, already in the table) list in pages of 100: ten pages, each name
-/// once, in order, quickly.
-pub async fn a_thousand_names_list_in_ten_pages_of_a_hundred(
-    admin: &dyn LockAdmin,
-    prefix: &str,
-    expected: &[String],
-) {
-    assert_eq!(expected.len(), 1_000);
+/// 1,000 names written as another program would (held for an hour by `bulk-host`), next to a
+/// lock the node holds, list in pages of 100: ten pages, each name once, in order, quickly.
+pub async fn a_thousand_names_list_in_ten_pages_of_a_hundred<D: TestDatabase>(database: &D) {
+    let table = database.new_table("admin_scale");
+    let node = database.node(&table, true).await;
+    let expected: Vec<String> = (1..=1000).map(|n| format!("bulk-{n:04}")).collect();
+    let (now, in_an_hour) = (D::NOW, D::IN_AN_HOUR);
+    let rows: Vec<String> = expected
+        .iter()
+        .map(|name| format!("('{name}', {in_an_hour}, {now}, 'bulk-host')"))
+        .collect();
+    database
+        .exec(&format!(
+            "INSERT INTO {table} (name, lock_until, locked_at, locked_by) VALUES {}",
+            rows.join(", ")
+        ))
+        .await;
+    assert!(lock(&node, "other", MINUTE).await.is_some());
+
     let started = Instant::now();
-    let (listed, page_count) = pages(admin, prefix, 100).await;
+    let (listed, page_count) = pages(&node, "bulk-", 100).await;
     assert_eq!(page_count, 10);
     assert_eq!(listed, expected);
-    assert_eq!(names(&list_all(admin, prefix, 100).await), expected);
+    assert_eq!(names(&list_all(&node, "bulk-", 100).await), expected);
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "{:?}",
         started.elapsed()
     );
+    database.drop_table(&table).await;
 }
 
 /// A client-time node judges locks by its own clock, as its lock statements do: a lock it holds
 /// for a minute is held with about a minute left, yet free to a node an hour ahead, whose
 /// force-unlock then finds nothing held; the node's own force-unlock frees it.
-pub async fn client_time_admin_judges_by_the_nodes_clock<B: SqlBackend>(node: &SqlLockProvider<B>) {
+pub async fn client_time_admin_judges_by_the_nodes_clock<D: TestDatabase>(database: &D) {
+    let table = database.new_table("admin_client");
+    database.node(&table, true).await;
+    let node = &SqlLockProvider::<D::Backend>::builder()
+        .table_name(&table)
+        .time_source(TimeSource::Client)
+        .connect(database.url())
+        .await
+        .unwrap();
     let held = lock(node, "client", MINUTE).await.unwrap();
     let seen = node.inspect_lock("client").await.unwrap().unwrap();
     assert_eq!(seen.state, LockState::Held);
@@ -476,5 +602,127 @@ pub async fn client_time_admin_judges_by_the_nodes_clock<B: SqlBackend>(node: &S
             .await
             .unwrap()
     );
+    assert!(!held.unlock().await.unwrap());
+    database.drop_table(&table).await;
+}
+
+/// `node` holds a lock, and its table goes (`drop_table`): then listing, inspecting and
+/// force-unlocking each fail as a [`LockError::Backend`] of their own operation that says the
+/// database refused the statement, and never shows `secret`, the password of the node's URL.
+pub async fn admin_calls_on_a_dropped_table_fail_naming_their_operation<B: SqlBackend>(
+    node: &SqlLockProvider<B>,
+    drop_table: impl Future<Output = ()>,
+    secret: Option<&str>,
+) {
+    let held = lock(node, "job", MINUTE).await.unwrap();
+    let seen = node.inspect_lock("job").await.unwrap().unwrap();
+    drop_table.await;
+    let errors = [
+        (
+            Operation::List,
+            node.list_locks(&PageRequest::first("")).await.unwrap_err(),
+        ),
+        (
+            Operation::Inspect,
+            node.inspect_lock("job").await.unwrap_err(),
+        ),
+        (
+            Operation::ForceUnlock,
+            node.force_unlock("job", &seen.acquisition)
+                .await
+                .unwrap_err(),
+        ),
+    ];
+    for (expected, error) in errors {
+        match &error {
+            LockError::Backend {
+                operation, message, ..
+            } => {
+                assert_eq!(*operation, expected);
+                assert_eq!(message, "the database refused the statement");
+            }
+            other => panic!("{expected}: {other:?}"),
+        }
+        if let Some(secret) = secret {
+            let shown = format!("{error} / {error:?}");
+            assert!(!shown.contains(secret), "{shown}");
+        }
+    }
+    drop(held);
+}
+
+/// [`a_force_unlock_that_waits_gives_up`] on a new table with the fencing column, the row
+/// blocked by a transaction of another session that selects it `FOR UPDATE`, and left to the
+/// server for [`TestServer::ROW_LOCK_WAIT_OUTLIVES`] once given up.
+pub async fn a_force_unlock_that_waits_gives_up_within_the_operation_timeout<D: TestServer>(
+    database: &D,
+) where
+    for<'c> &'c mut <DbOf<D> as Database>::Connection: Executor<'c, Database = DbOf<D>>,
+    <DbOf<D> as Database>::Arguments: IntoArguments<DbOf<D>>,
+{
+    let table = database.new_table("admin_timeout");
+    let node = SqlLockProvider::<D::Backend>::builder()
+        .table_name(&table)
+        .create_table_with_fencing_if_missing()
+        .operation_timeout(Duration::from_millis(800))
+        .connect(database.url())
+        .await
+        .unwrap();
+    let other = database.pool().await;
+    a_force_unlock_that_waits_gives_up(
+        &node,
+        async || {
+            let mut transaction = other.begin().await.unwrap();
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT 1 FROM {table} WHERE name = 'job' FOR UPDATE"
+            )))
+            .execute(&mut *transaction)
+            .await
+            .unwrap();
+            transaction
+        },
+        async |transaction| transaction.rollback().await.unwrap(),
+        D::ROW_LOCK_WAIT_OUTLIVES,
+    )
+    .await;
+    database.drop_table(&table).await;
+}
+
+/// `node` (whose operation timeout is 800 ms) holds a lock, and another session blocks its row
+/// (`block`, undone by `unblock`): a force-unlock that waits for it gives up within the
+/// operation timeout, as a lock operation does. Once `lingers` has passed, the time a
+/// statement the client stopped waiting for may still wait on the server, and the row is free
+/// again, the failed call has changed nothing and the next one frees the lock.
+pub async fn a_force_unlock_that_waits_gives_up<B: SqlBackend, Blocked>(
+    node: &SqlLockProvider<B>,
+    block: impl AsyncFnOnce() -> Blocked,
+    unblock: impl AsyncFnOnce(Blocked),
+    lingers: Duration,
+) {
+    let held = lock(node, "job", MINUTE).await.unwrap();
+    let seen = node.inspect_lock("job").await.unwrap().unwrap();
+    let blocked = block().await;
+
+    let started = Instant::now();
+    let error = node
+        .force_unlock("job", &seen.acquisition)
+        .await
+        .unwrap_err();
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+    match &error {
+        LockError::Backend { operation, .. } | LockError::Timeout { operation, .. } => {
+            assert_eq!(*operation, Operation::ForceUnlock, "{error}");
+        }
+        other => panic!("{other:?}"),
+    }
+    tokio::time::sleep(lingers).await;
+    unblock(blocked).await;
+    assert_eq!(
+        node.inspect_lock("job").await.unwrap().unwrap().state,
+        LockState::Held,
+        "the failed force-unlock changed nothing"
+    );
+    assert!(node.force_unlock("job", &seen.acquisition).await.unwrap());
     assert!(!held.unlock().await.unwrap());
 }

@@ -1,8 +1,9 @@
 //! What every SQL provider's tests need: the server from the environment, table names of
 //! their own so tests run in parallel and again on a persistent database, and short ways to
-//! run SQL and take locks, and the checks every provider's tests run on their own nodes, with
-//! the SQL that differs per database given through [`StoredRows`], [`JavaShedLock`] and
-//! [`NewStorage`].
+//! run SQL and take locks; the checks every provider's tests run on their own nodes, with the
+//! SQL that differs per database given through [`StoredRows`], [`JavaShedLock`] and
+//! [`NewStorage`]; and whole tests on a [`TestDatabase`] or [`TestServer`], which each
+//! provider's tests declare with [`sql_provider_tests!`](crate::sql_provider_tests).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -14,6 +15,8 @@ use shedlock_core::{
 use shedlock_sql::{Column, SqlBackend, SqlLockProvider, SqlLockProviderBuilder};
 use sqlx::pool::PoolOptions;
 use sqlx::{Database, Executor, IntoArguments, Pool};
+
+use super::test_database::{DbOf, HOLDER, TestDatabase, TestServer};
 
 /// The test server's URL from `var`; a missing variable fails the test loudly, it never
 /// skips. `server` and `example` say what to set it to.
@@ -103,12 +106,24 @@ pub async fn exactly_one_racing_node_acquires(nodes: &[Arc<dyn LockProvider>]) {
     }
 }
 
+/// Eight nodes of one provider race for the first acquire of five new names: each round,
+/// exactly one wins.
+pub async fn racing_first_acquires_of_a_new_name_let_exactly_one_in<D: TestDatabase>(database: &D) {
+    let table = database.new_table("race");
+    let first = database.node(&table, false).await;
+    let nodes: Vec<Arc<dyn LockProvider>> = (0..8).map(|_| Arc::new(first.node()) as _).collect();
+    exactly_one_racing_node_acquires(&nodes).await;
+    database.drop_table(&table).await;
+}
+
 /// A release keeps the lock until `lock_at_least_for` has passed, and an extend moves
-/// `lock_until` forward, as `node_b` sees it.
-pub async fn release_keeps_at_least_and_extend_moves_the_lock(
-    node_a: &dyn LockProvider,
-    node_b: &dyn LockProvider,
+/// `lock_until` forward, as another node of the provider sees it.
+pub async fn release_keeps_the_lock_until_at_least_and_extend_moves_it<D: TestDatabase>(
+    database: &D,
 ) {
+    let table = database.new_table("times");
+    let node_a = database.node(&table, false).await;
+    let node_b = &node_a.node();
     let held = node_a
         .try_lock(&config("at-least", MINUTE, Duration::from_millis(600)))
         .await
@@ -133,8 +148,24 @@ pub async fn release_keeps_at_least_and_extend_moves_the_lock(
     // Extend: B holds for 300 ms, extends to 1 min, so A still cannot take it after 500 ms.
     assert!(b.extend(MINUTE).await.unwrap());
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(lock(node_a, "at-least", MINUTE).await.is_none(), "extended");
+    assert!(
+        lock(&node_a, "at-least", MINUTE).await.is_none(),
+        "extended"
+    );
     assert!(b.unlock().await.unwrap());
+    database.drop_table(&table).await;
+}
+
+/// A node's lock expires and another node of the provider, with the same holder name, takes it:
+/// see [`an_expired_holder_cannot_touch_the_next_holders_lock`].
+pub async fn an_expired_holder_cannot_release_or_extend_the_next_holders_lock<D: TestDatabase>(
+    database: &D,
+) {
+    let table = database.new_table("stale");
+    let node_a = database.node(&table, false).await;
+    let node_b = node_a.node().with_holder(HOLDER);
+    an_expired_holder_cannot_touch_the_next_holders_lock(&node_a, &node_b).await;
+    database.drop_table(&table).await;
 }
 
 /// `node_a`'s lock expires and `node_b` takes it: `node_a`'s stale handle can neither extend
@@ -234,10 +265,23 @@ pub async fn acquire_writes_the_row_excludes_others_and_releases(
     assert_eq!(rows.count().await, 1, "rows are kept, never duplicated");
 }
 
+/// [`acquire_writes_the_row_excludes_others_and_releases`] on a new table, node B another node
+/// of node A's provider.
+pub async fn one_statement_acquire_creates_the_row_excludes_others_and_releases<D: TestDatabase>(
+    database: &D,
+) {
+    let table = database.new_table("basic");
+    let node_a = database.node(&table, false).await;
+    let node_b = node_a.node().with_holder("other-node");
+    let rows = database.rows(&table).await;
+    acquire_writes_the_row_excludes_others_and_releases(&node_a, &node_b, &*rows).await;
+    database.drop_table(&table).await;
+}
+
 /// On a table whose name column is `VARCHAR(10)`: the limit comes from the catalog, not a
 /// constant; a longer name is refused before anything is written; ten multi-byte characters
 /// fit, as the limit counts characters. `rows` reads that table.
-pub async fn a_narrow_name_column_refuses_longer_names_before_writing(
+async fn a_narrow_name_column_refuses_longer_names_before_writing(
     provider: &dyn LockProvider,
     rows: &dyn StoredRows,
 ) {
@@ -263,9 +307,74 @@ pub async fn a_narrow_name_column_refuses_longer_names_before_writing(
     assert_eq!(rows.count().await, 1, "only the accepted name was written");
 }
 
+/// On a table made with `narrow_columns`, whose name column is `VARCHAR(10)`,
+/// [`a_narrow_name_column_refuses_longer_names_before_writing`], and the names the database
+/// cannot store are refused as names; on ShedLock's own table,
+/// [`shedlocks_name_column_takes_64_characters`].
+pub async fn names_longer_than_the_column_are_refused_before_anything_is_written<
+    D: TestDatabase,
+>(
+    database: &D,
+    narrow_columns: &str,
+) {
+    let narrow = database.new_table("len");
+    database
+        .exec(&format!("CREATE TABLE {narrow} ({narrow_columns})"))
+        .await;
+    let provider = SqlLockProvider::<D::Backend>::builder()
+        .table_name(&narrow)
+        .build(database.pool().await)
+        .await
+        .unwrap();
+    a_narrow_name_column_refuses_longer_names_before_writing(
+        &provider,
+        &*database.rows(&narrow).await,
+    )
+    .await;
+    for name in D::UNSTORABLE_NAMES {
+        let refused = provider
+            .try_lock(&config(name, MINUTE, Duration::ZERO))
+            .await;
+        assert!(
+            matches!(refused, Err(LockError::InvalidName { .. })),
+            "{name:?}: {refused:?}"
+        );
+    }
+
+    let shedlocks = database.new_table("len64");
+    let shedlock = database.node(&shedlocks, false).await;
+    shedlocks_name_column_takes_64_characters(&shedlock, &*database.rows(&shedlocks).await).await;
+    database.drop_table(&narrow).await;
+    database.drop_table(&shedlocks).await;
+}
+
+/// Each table made with the columns of a case (a column of the wrong type, no key on the name)
+/// is refused by the provider's checks, with an error that says each of the case's words.
+pub async fn tables_of_the_wrong_shape_are_refused<D: TestDatabase>(
+    database: &D,
+    cases: &[(&str, &[&str])],
+) {
+    for (columns, expected) in cases {
+        let table = database.new_table("wrong");
+        database
+            .exec(&format!("CREATE TABLE {table} ({columns})"))
+            .await;
+        let error = SqlLockProvider::<D::Backend>::builder()
+            .table_name(&table)
+            .build(database.pool().await)
+            .await
+            .unwrap_err()
+            .to_string();
+        for expected in *expected {
+            assert!(error.contains(expected), "{columns}: {error}");
+        }
+        database.drop_table(&table).await;
+    }
+}
+
 /// On ShedLock's own table (`name VARCHAR(64)`): 64 characters fit, 65 are refused and not
 /// written. `rows` reads that table.
-pub async fn shedlocks_name_column_takes_64_characters(
+async fn shedlocks_name_column_takes_64_characters(
     provider: &dyn LockProvider,
     rows: &dyn StoredRows,
 ) {
@@ -420,12 +529,18 @@ pub async fn renamed_table_and_columns_lock_as_shedlocks_do(
 /// Server time: a node whose clock is an hour ahead still sees `server_time`'s lock as held.
 /// Client time: the node's clock is what is written and compared, so a node an hour ahead
 /// takes a held lock (the documented skew risk) and writes its own clock into `locked_at`.
-/// Both providers are on the table `rows` reads.
-pub async fn server_time_ignores_node_clocks_and_client_time_uses_them<B: SqlBackend>(
-    server_time: &SqlLockProvider<B>,
-    client_time: &SqlLockProvider<B>,
-    rows: &dyn StoredRows,
+pub async fn server_time_ignores_node_clocks_and_client_time_uses_them<D: TestDatabase>(
+    database: &D,
 ) {
+    let table = database.new_table("clock");
+    let server_time = &database.node(&table, false).await;
+    let client_time = &SqlLockProvider::<D::Backend>::builder()
+        .table_name(&table)
+        .time_source(TimeSource::Client)
+        .connect(database.url())
+        .await
+        .unwrap();
+    let rows = database.rows(&table).await;
     let ahead: Arc<dyn Clock> = Arc::new(SkewedClock::ahead(
         Arc::new(SystemClock),
         Duration::from_secs(3600),
@@ -461,16 +576,23 @@ pub async fn server_time_ignores_node_clocks_and_client_time_uses_them<B: SqlBac
         (ahead_by - 3600.0).abs() < 5.0,
         "the skewed node wrote its own clock: {ahead_by}s ahead"
     );
+    database.drop_table(&table).await;
 }
 
 /// The provider takes connections of its own from the pool it was given: a lock taken while
 /// the caller has a transaction open on that pool survives the caller's rollback.
-pub async fn lock_statements_run_outside_the_callers_transaction<B: SqlBackend>(
-    provider: &SqlLockProvider<B>,
-) where
-    for<'c> &'c mut <B::Database as Database>::Connection: Executor<'c, Database = B::Database>,
-    <B::Database as Database>::Arguments: IntoArguments<B::Database>,
+pub async fn lock_statements_run_outside_the_callers_transaction<D: TestDatabase>(database: &D)
+where
+    for<'c> &'c mut <DbOf<D> as Database>::Connection: Executor<'c, Database = DbOf<D>>,
+    <DbOf<D> as Database>::Arguments: IntoArguments<DbOf<D>>,
 {
+    let table = database.new_table("tx");
+    let provider = &SqlLockProvider::<D::Backend>::builder()
+        .table_name(&table)
+        .create_table_if_missing()
+        .build(database.pool().await)
+        .await
+        .unwrap();
     let pool = provider.pool().expect("the provider was given a pool");
     let mut tx = pool.begin().await.unwrap();
     sqlx::query("SELECT 1").execute(&mut *tx).await.unwrap();
@@ -481,6 +603,182 @@ pub async fn lock_statements_run_outside_the_callers_transaction<B: SqlBackend>(
         "the lock survived the rollback"
     );
     assert!(held.unlock().await.unwrap());
+    database.drop_table(&table).await;
+}
+
+/// A table that does not exist is a configuration error that names it and shows the DDL that
+/// creates it, and the builder option that would.
+pub async fn a_missing_table_is_an_error_that_shows_how_to_create_it<D: TestServer>(database: &D) {
+    let table = database.new_table("missing");
+    let error = SqlLockProvider::<D::Backend>::builder()
+        .table_name(&table)
+        .connect(database.url())
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
+    let error = error.to_string();
+    assert!(
+        error.contains(&format!("{table} does not exist")),
+        "{error}"
+    );
+    let quote = D::QUOTE;
+    assert!(
+        error.contains(&format!("CREATE TABLE IF NOT EXISTS {quote}{table}{quote}")),
+        "{error}"
+    );
+    assert!(error.contains("create_table_if_missing"), "{error}");
+}
+
+/// [`a_column_name_given_twice_is_refused_before_anything_is_written`], and no table of the
+/// name given was created.
+pub async fn a_column_name_given_twice_is_refused_and_no_table_created<D: TestServer>(
+    database: &D,
+) {
+    let table = unique("twice");
+    a_column_name_given_twice_is_refused_before_anything_is_written(
+        SqlLockProvider::<D::Backend>::builder().table_name(&table),
+        &database.url(),
+    )
+    .await;
+    assert!(
+        !database.has_table(&table).await,
+        "table {table} was created"
+    );
+}
+
+/// A statement the database refuses (its table was dropped under the provider) fails the
+/// acquire, every time, never a silent "not acquired"; the error names the operation and the
+/// lock, and the server's words are its cause, said once.
+pub async fn errors_on_a_dropped_table_name_the_statement_and_the_acquire_fails_closed<
+    D: TestServer,
+>(
+    database: &D,
+) {
+    let table = database.new_table("dropped");
+    let provider = database.node(&table, false).await;
+    database.drop_table(&table).await;
+    let error = provider
+        .try_lock(&config("job", MINUTE, Duration::ZERO))
+        .await
+        .unwrap_err();
+    let text = error.to_string();
+    assert!(text.contains("acquire of lock \"job\" failed"), "{text}");
+    assert!(
+        text.contains("the database refused the statement"),
+        "{text}"
+    );
+    // The server's words are the cause, said once: in `source()`, not again in the message.
+    let chain: Vec<String> =
+        std::iter::successors(Some(&error as &(dyn std::error::Error + 'static)), |&e| {
+            e.source()
+        })
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        chain
+            .iter()
+            .filter(|message| message.contains(D::NO_SUCH_TABLE))
+            .count(),
+        1,
+        "{chain:?}"
+    );
+    assert!(
+        provider
+            .try_lock(&config("job", MINUTE, Duration::ZERO))
+            .await
+            .is_err(),
+        "still an error, never a silent NotAcquired"
+    );
+}
+
+/// A server that refuses the connection, or never answers, is an error within the connect
+/// timeout, which shows the URL without its password.
+pub async fn an_unreachable_server_is_an_error_within_the_connect_timeout_without_the_password<
+    D: TestServer,
+>(
+    _: &D,
+) {
+    let [scheme, _] = D::SCHEMES;
+    let started = Instant::now();
+    let error = SqlLockProvider::<D::Backend>::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .connect(format!("{scheme}://app:hunter2@127.0.0.1:1/test"))
+        .await
+        .unwrap_err();
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_secs(4), "took {elapsed:?}");
+    let text = format!("{error} / {error:?}");
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(text.contains("app:***@127.0.0.1:1"), "{text}");
+    assert!(text.contains("cannot connect"), "{text}");
+
+    // A non-routable address never answers: the timeout, not the OS, ends the wait.
+    let started = Instant::now();
+    let error = SqlLockProvider::<D::Backend>::builder()
+        .connect_timeout(Duration::from_secs(1))
+        .connect(format!(
+            "{scheme}://app:hunter2@10.255.255.1:{}/test",
+            D::PORT
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(!format!("{error} {error:?}").contains("hunter2"));
+}
+
+/// A URL of Redis, of the other SQL server, or with no scheme is refused by its scheme, naming
+/// the schemes the provider accepts and never the password; the server's other scheme
+/// (`postgresql`, `mariadb`) connects.
+pub async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting<D: TestServer>(
+    database: &D,
+) {
+    let [own, other_name] = D::SCHEMES;
+    let other_server = if own == "mysql" { "postgres" } else { "mysql" };
+    let port = D::PORT;
+    for (url, refused) in [
+        (
+            "redis://:hunter2@127.0.0.1:6379".to_owned(),
+            "the URL's scheme is \"redis\"".to_owned(),
+        ),
+        (
+            format!("{other_server}://app:hunter2@127.0.0.1:{port}/test"),
+            format!("the URL's scheme is \"{other_server}\""),
+        ),
+        (
+            format!("app:hunter2@127.0.0.1:{port}/test"),
+            "the URL has no scheme".to_owned(),
+        ),
+    ] {
+        let error = SqlLockProvider::<D::Backend>::connect(url.clone())
+            .await
+            .unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains(&refused), "{url}: {message}");
+        assert!(
+            message.contains(&format!("accepts {own}://... or {other_name}://...")),
+            "{message}"
+        );
+        assert!(
+            !format!("{message} {error:?}").contains("hunter2"),
+            "{message}"
+        );
+    }
+    let url = database
+        .url()
+        .replacen(&format!("{own}://"), &format!("{other_name}://"), 1);
+    let provider = tokio::time::timeout(
+        Duration::from_secs(30),
+        SqlLockProvider::<D::Backend>::builder()
+            .create_table_if_missing()
+            .connect(url),
+    )
+    .await
+    .expect("connecting took over 30 s");
+    provider.unwrap();
 }
 
 /// The holder name Java's statements write into `locked_by`.
@@ -633,7 +931,7 @@ fn since_epoch() -> Duration {
 /// `client_time_ahead`, on the same table, is a client-time node whose clock is two days
 /// ahead, so a lock ending a day inside the limit by the real clock ends a day past it by its
 /// own, and is refused.
-pub async fn locks_ending_past_the_lock_until_columns_limit_are_refused_before_writing(
+async fn locks_ending_past_the_lock_until_columns_limit_are_refused_before_writing(
     node: &dyn LockProvider,
     client_time_ahead: Option<&dyn LockProvider>,
     admin: &dyn LockAdmin,
@@ -774,9 +1072,59 @@ pub async fn locks_ending_past_the_lock_until_columns_limit_are_refused_before_w
     }
 }
 
-/// A client-time node of `builder`'s table whose clock is two days ahead.
-pub fn two_days_ahead() -> Arc<dyn Clock> {
-    Arc::new(SkewedClock::ahead(Arc::new(SystemClock), 2 * DAY))
+/// [`locks_ending_past_the_lock_until_columns_limit_are_refused_before_writing`] on three nodes,
+/// each with a client-time node two days ahead on its table, and `limits` the limit each must
+/// keep to: the first on a table the provider makes, the second on that table without
+/// connecting (so trusting the table to be the one it makes), the third on a table made here
+/// whose times are of type `hand_made_times`.
+pub async fn locks_ending_past_the_lock_until_columns_limit_are_refused_on_every_table<
+    D: TestDatabase,
+>(
+    database: &D,
+    hand_made_times: &str,
+    limits: [LockUntilLimit<'_>; 3],
+) {
+    let made = database.new_table("limit_made");
+    let by_hand = database.new_table("limit_by_hand");
+    database
+        .exec(&format!(
+            "CREATE TABLE {by_hand} (name VARCHAR(64) PRIMARY KEY, \
+             lock_until {hand_made_times} NOT NULL, locked_at {hand_made_times} NOT NULL, \
+             locked_by VARCHAR(255) NOT NULL)"
+        ))
+        .await;
+    let checked = database.node(&made, false).await;
+    let unchecked = database
+        .builder(&made, HOLDER)
+        .connect_lazy(database.url())
+        .await
+        .unwrap();
+    let hand_made = database.node_on_existing(&by_hand, HOLDER).await;
+    let [made_limit, unchecked_limit, hand_made_limit] = limits;
+    for (table, provider, limit) in [
+        (&made, checked, made_limit),
+        (&made, unchecked, unchecked_limit),
+        (&by_hand, hand_made, hand_made_limit),
+    ] {
+        database.exec(&format!("DELETE FROM {table}")).await;
+        let ahead = SqlLockProvider::<D::Backend>::builder()
+            .table_name(table)
+            .time_source(TimeSource::Client)
+            .clock(Arc::new(SkewedClock::ahead(Arc::new(SystemClock), 2 * DAY)))
+            .connect(database.url())
+            .await
+            .unwrap();
+        locks_ending_past_the_lock_until_columns_limit_are_refused_before_writing(
+            &provider,
+            Some(&ahead),
+            &provider,
+            &*database.rows(table).await,
+            &limit,
+        )
+        .await;
+    }
+    database.drop_table(&made).await;
+    database.drop_table(&by_hand).await;
 }
 
 /// New storage for one round of [`sixteen_nodes_create_the_table`]: made before the round,

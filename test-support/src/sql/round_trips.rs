@@ -11,6 +11,8 @@ use shedlock_core::{
 };
 use shedlock_sql::{SqlBackend, SqlLockProvider};
 
+use super::test_database::TestServer;
+
 const MINUTE: Duration = Duration::from_secs(60);
 
 /// A proxy to the server `url` names, and the same URL pointed at the proxy.
@@ -33,6 +35,17 @@ pub async fn proxy_for(url: &str) -> (CountingProxy, String) {
         &url[authority_end..]
     );
     (proxy, proxied)
+}
+
+/// A provider connected to `url`, on `table`, which it creates with the fencing column if it is
+/// missing.
+pub async fn provider_at<B: SqlBackend>(url: String, table: &str) -> SqlLockProvider<B> {
+    SqlLockProvider::<B>::builder()
+        .table_name(table)
+        .create_table_with_fencing_if_missing()
+        .connect(url)
+        .await
+        .unwrap()
 }
 
 /// The round trips `operation` costs, and what it answered.
@@ -79,10 +92,11 @@ async fn warm_up<B: SqlBackend>(proxy: &CountingProxy, provider: &SqlLockProvide
 /// Every operation is one round trip: the first acquire of a new name, an acquire of a known
 /// free name, a refused acquire, release and extend; after a node restart (its name cache
 /// empty, the row there) the first attempt on a name costs two, then one again.
-pub async fn every_operation_is_one_round_trip<B: SqlBackend>(
-    proxy: &CountingProxy,
-    provider: &SqlLockProvider<B>,
-) {
+/// On a new table with the fencing column, through a proxy.
+pub async fn every_operation_is_one_round_trip<D: TestServer>(database: &D) {
+    let table = database.new_table("round_trips");
+    let (proxy, proxied) = &proxy_for(&database.url()).await;
+    let provider = &provider_at::<D::Backend>(proxied.clone(), &table).await;
     warm_up(proxy, provider).await;
     let connections = proxy.connections();
 
@@ -123,14 +137,16 @@ pub async fn every_operation_is_one_round_trip<B: SqlBackend>(
         connections,
         "one connection served every operation, with no reconnect"
     );
+    database.drop_table(&table).await;
 }
 
 /// The operator's view costs one round trip per call too: inspect, each page of a listing
 /// (the first and the ones after a cursor) and force-unlock, whether it frees the lock or not.
-pub async fn every_admin_call_is_one_round_trip<B: SqlBackend>(
-    proxy: &CountingProxy,
-    provider: &SqlLockProvider<B>,
-) {
+/// On a new table with the fencing column, through a proxy.
+pub async fn every_admin_call_is_one_round_trip<D: TestServer>(database: &D) {
+    let table = database.new_table("admin_round_trips");
+    let (proxy, proxied) = &proxy_for(&database.url()).await;
+    let provider = &provider_at::<D::Backend>(proxied.clone(), &table).await;
     let mut handles = Vec::new();
     for name in ["admin-1", "admin-2", "admin-3"] {
         let (handle, _) = try_lock(proxy, provider, name).await;
@@ -187,6 +203,7 @@ pub async fn every_admin_call_is_one_round_trip<B: SqlBackend>(
     for handle in handles {
         handle.unlock().await.unwrap();
     }
+    database.drop_table(&table).await;
 }
 
 /// A connection killed on the server fails the next operation (an error, so the task does not

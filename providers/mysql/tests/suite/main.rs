@@ -7,5 +7,6 @@
 mod planted_records;
 
 mod admin;
+mod database;
 mod mysql_provider;
 mod round_trips;

@@ -2,173 +2,34 @@
 //! outcome is read, schema checks, errors, fencing, time sources, collations and
 //! interoperation with Java ShedLock's own SQL.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use shedlock_core::{LockProvider, TimeSource};
 use shedlock_mysql::{Column, Flavor, LockTable, MySqlLockProvider, create_table_statement};
 use shedlock_test_support::sql::provider_tests::{self as shared, config, exec, lock, unique};
-use sqlx::Row;
+use shedlock_test_support::sql::test_database::TestDatabase;
 use sqlx::mysql::MySqlPool;
+
+use crate::database::{MySql, url};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
-fn url() -> String {
-    shared::url_from_env(
-        "SHEDLOCK_TEST_MYSQL_URL",
-        "a MySQL or MariaDB server",
-        "mysql://root@127.0.0.1:3306/test",
-    )
-}
-
-async fn pool() -> MySqlPool {
-    shared::pool(&url()).await
-}
-
-async fn provider_on(table: &str, fencing: bool) -> MySqlLockProvider {
-    let builder = MySqlLockProvider::builder().table_name(table);
-    let builder = if fencing {
-        builder.create_table_with_fencing_if_missing()
-    } else {
-        builder.create_table_if_missing()
-    };
-    builder.holder("rust-node").connect(url()).await.unwrap()
-}
-
-/// Reads `table`'s rows back.
-struct Rows<'a> {
-    pool: &'a MySqlPool,
-    table: &'a str,
-}
-
-#[async_trait::async_trait]
-impl shared::StoredRows for Rows<'_> {
-    async fn row(&self, name: &str) -> Option<shared::StoredRow> {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, locked_at, lock_until) / 1000 AS DOUBLE), \
-             locked_by, CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), locked_at) / 1e6 AS DOUBLE) \
-             FROM {} WHERE name = ?",
-            self.table
-        )))
-        .bind(name)
-        .fetch_optional(self.pool)
-        .await
-        .unwrap()
-        .map(|r| shared::StoredRow {
-            held_ms: r.get(0),
-            locked_by: r.get(1),
-            locked_at_from_now: r.get(2),
-        })
-    }
-
-    async fn count(&self) -> i64 {
-        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT COUNT(*) FROM {}",
-            self.table
-        )))
-        .fetch_one(self.pool)
-        .await
-        .unwrap()
-    }
-}
-
-#[tokio::test]
-async fn a_column_name_given_twice_is_refused_and_no_table_created() {
-    let pool = pool().await;
-    let table = shared::unique("twice");
-    shared::a_column_name_given_twice_is_refused_before_anything_is_written(
-        MySqlLockProvider::builder().table_name(&table),
-        &url(),
-    )
-    .await;
-    let found: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?",
-    )
-    .bind(&table)
-    .fetch_one(&pool)
-    .await
-    .unwrap();
-    assert_eq!(found, 0, "table {table} was created");
-}
-
-#[tokio::test]
-async fn one_statement_acquire_creates_the_row_excludes_others_and_releases() {
-    let table = unique("my_basic");
-    let node_a = provider_on(&table, false).await;
-    let node_b = node_a.node().with_holder("other-node");
-    let pool = pool().await;
-    let rows = Rows {
-        pool: &pool,
-        table: &table,
-    };
-    shared::acquire_writes_the_row_excludes_others_and_releases(&node_a, &node_b, &rows).await;
-    exec(&pool, &format!("DROP TABLE {table}")).await;
-}
-
-#[tokio::test]
-async fn racing_first_acquires_of_a_new_name_let_exactly_one_in() {
-    let table = unique("my_race");
-    let first = provider_on(&table, false).await;
-    let nodes: Vec<Arc<dyn LockProvider>> = (0..8).map(|_| Arc::new(first.node()) as _).collect();
-    shared::exactly_one_racing_node_acquires(&nodes).await;
-    exec(&pool().await, &format!("DROP TABLE {table}")).await;
-}
-
-#[tokio::test]
-async fn release_keeps_the_lock_until_at_least_and_extend_moves_it() {
-    let table = unique("my_times");
-    let node_a = provider_on(&table, false).await;
-    shared::release_keeps_at_least_and_extend_moves_the_lock(&node_a, &node_a.node()).await;
-    exec(&pool().await, &format!("DROP TABLE {table}")).await;
-}
-
-#[tokio::test]
-async fn an_expired_holder_cannot_release_or_extend_the_next_holders_lock() {
-    let table = unique("my_stale");
-    let node_a = provider_on(&table, false).await;
-    let node_b = node_a.node().with_holder("rust-node");
-    shared::an_expired_holder_cannot_touch_the_next_holders_lock(&node_a, &node_b).await;
-    exec(&pool().await, &format!("DROP TABLE {table}")).await;
-}
+shedlock_test_support::sql_provider_tests!(MySql, server);
 
 #[tokio::test]
 async fn names_longer_than_the_column_are_refused_before_anything_is_written() {
-    let pool = pool().await;
-    let table = unique("my_len");
-    exec(
-        &pool,
-        &format!(
-            "CREATE TABLE {table} (name VARCHAR(10) CHARACTER SET utf8mb4 PRIMARY KEY, \
-             lock_until TIMESTAMP(3) NOT NULL, locked_at TIMESTAMP(3) NOT NULL, \
-             locked_by VARCHAR(255) NOT NULL)"
-        ),
+    shared::names_longer_than_the_column_are_refused_before_anything_is_written(
+        &MySql,
+        "name VARCHAR(10) CHARACTER SET utf8mb4 PRIMARY KEY, lock_until TIMESTAMP(3) NOT NULL, \
+         locked_at TIMESTAMP(3) NOT NULL, locked_by VARCHAR(255) NOT NULL",
     )
     .await;
-    let provider = MySqlLockProvider::builder()
-        .table_name(&table)
-        .build(pool.clone())
-        .await
-        .unwrap();
-    let rows = Rows {
-        pool: &pool,
-        table: &table,
-    };
-    shared::a_narrow_name_column_refuses_longer_names_before_writing(&provider, &rows).await;
-
-    let default_table = unique("my_len64");
-    let shedlock = provider_on(&default_table, false).await;
-    let rows = Rows {
-        pool: &pool,
-        table: &default_table,
-    };
-    shared::shedlocks_name_column_takes_64_characters(&shedlock, &rows).await;
-    exec(&pool, &format!("DROP TABLE {table}, {default_table}")).await;
 }
 
 #[tokio::test]
 async fn created_tables_keep_case_and_space_distinct_names_apart() {
     let table = unique("my_names");
-    let provider = provider_on(&table, false).await;
+    let provider = MySql.node(&table, false).await;
     let names = ["Job", "job", "job ", "jöb", "job\u{1F600}"];
     let mut held = Vec::new();
     for name in names {
@@ -182,12 +43,12 @@ async fn created_tables_keep_case_and_space_distinct_names_apart() {
             "{name:?}"
         );
     }
-    exec(&pool().await, &format!("DROP TABLE {table}")).await;
+    MySql.drop_table(&table).await;
 }
 
 #[tokio::test]
 async fn shedlock_style_collations_and_charsets_refuse_names_they_would_merge_or_mangle() {
-    let pool = pool().await;
+    let pool = MySql.pool().await;
     let table = unique("my_pad");
     exec(
         &pool,
@@ -215,11 +76,8 @@ async fn shedlock_style_collations_and_charsets_refuse_names_they_would_merge_or
         .unwrap_err()
         .to_string();
     assert!(cjk.contains("latin1 cannot store"), "{cjk}");
-    let rows = Rows {
-        pool: &pool,
-        table: &table,
-    };
-    assert_eq!(shared::StoredRows::count(&rows).await, 0, "nothing written");
+    let rows = MySql.rows(&table).await;
+    assert_eq!(rows.count().await, 0, "nothing written");
     // Case-insensitive: one lock for both spellings (over-exclusion, never under-exclusion).
     let held = lock(&provider, "Job", MINUTE).await.unwrap();
     assert!(lock(&provider, "job", MINUTE).await.is_none());
@@ -228,74 +86,41 @@ async fn shedlock_style_collations_and_charsets_refuse_names_they_would_merge_or
 }
 
 #[tokio::test]
-async fn a_missing_table_is_an_error_that_shows_how_to_create_it() {
-    let table = unique("my_missing");
-    let error = MySqlLockProvider::builder()
-        .table_name(&table)
-        .connect(url())
-        .await
-        .unwrap_err();
-    assert_eq!(
-        error.kind(),
-        shedlock_core::ErrorKind::Configuration,
-        "{error}"
-    );
-    let error = error.to_string();
-    assert!(
-        error.contains(&format!("{table} does not exist")),
-        "{error}"
-    );
-    assert!(
-        error.contains(&format!("CREATE TABLE IF NOT EXISTS `{table}`")),
-        "{error}"
-    );
-    assert!(error.contains("create_table_if_missing"), "{error}");
-}
-
-#[tokio::test]
 async fn wrong_column_types_keys_and_auto_increment_are_refused() {
-    let pool = pool().await;
-    let cases = [
-        (
-            "lock_until VARCHAR(30), locked_at TIMESTAMP(3), locked_by VARCHAR(255), PRIMARY KEY (name)",
-            "column lock_until has type varchar(30), but it must be a timestamp type",
-        ),
-        (
-            "lock_until TIMESTAMP(3), locked_at TIMESTAMP(3), locked_by INT, PRIMARY KEY (name)",
-            "column locked_by has type int",
-        ),
-        (
-            "lock_until TIMESTAMP(3), locked_at TIMESTAMP(3), locked_by VARCHAR(255), fencing_token VARCHAR(5), PRIMARY KEY (name)",
-            "column fencing_token has type varchar(5)",
-        ),
-        (
-            "lock_until TIMESTAMP(3), locked_at TIMESTAMP(3), locked_by VARCHAR(255)",
-            "must be its primary key",
-        ),
-        (
-            "lock_until TIMESTAMP(3), locked_at TIMESTAMP(3), locked_by VARCHAR(255), id BIGINT AUTO_INCREMENT, PRIMARY KEY (name), KEY (id)",
-            "AUTO_INCREMENT column id",
-        ),
-    ];
-    for (columns, expected) in cases {
-        let table = unique("my_wrong");
-        exec(
-            &pool,
-            &format!("CREATE TABLE {table} (name VARCHAR(64) NOT NULL, {columns})"),
-        )
-        .await;
-        let error = MySqlLockProvider::builder()
-            .table_name(&table)
-            .build(pool.clone())
-            .await
-            .unwrap_err()
-            .to_string();
-        assert!(error.contains(expected), "{columns}: {error}");
-        exec(&pool, &format!("DROP TABLE {table}")).await;
-    }
+    shared::tables_of_the_wrong_shape_are_refused(
+        &MySql,
+        &[
+            (
+                "name VARCHAR(64) NOT NULL, lock_until VARCHAR(30), locked_at TIMESTAMP(3), \
+                 locked_by VARCHAR(255), PRIMARY KEY (name)",
+                &["column lock_until has type varchar(30), but it must be a timestamp type"],
+            ),
+            (
+                "name VARCHAR(64) NOT NULL, lock_until TIMESTAMP(3), locked_at TIMESTAMP(3), \
+                 locked_by INT, PRIMARY KEY (name)",
+                &["column locked_by has type int"],
+            ),
+            (
+                "name VARCHAR(64) NOT NULL, lock_until TIMESTAMP(3), locked_at TIMESTAMP(3), \
+                 locked_by VARCHAR(255), fencing_token VARCHAR(5), PRIMARY KEY (name)",
+                &["column fencing_token has type varchar(5)"],
+            ),
+            (
+                "name VARCHAR(64) NOT NULL, lock_until TIMESTAMP(3), locked_at TIMESTAMP(3), \
+                 locked_by VARCHAR(255)",
+                &["must be its primary key"],
+            ),
+            (
+                "name VARCHAR(64) NOT NULL, lock_until TIMESTAMP(3), locked_at TIMESTAMP(3), \
+                 locked_by VARCHAR(255), id BIGINT AUTO_INCREMENT, PRIMARY KEY (name), KEY (id)",
+                &["AUTO_INCREMENT column id"],
+            ),
+        ],
+    )
+    .await;
     let bad = MySqlLockProvider::builder()
         .column_name(Column::LockedBy, "locked`by")
-        .build(pool.clone())
+        .build(MySql.pool().await)
         .await
         .unwrap_err()
         .to_string();
@@ -303,74 +128,50 @@ async fn wrong_column_types_keys_and_auto_increment_are_refused() {
 }
 
 #[tokio::test]
-async fn an_unreachable_server_is_an_error_within_the_connect_timeout_without_the_password() {
-    let started = Instant::now();
-    let error = MySqlLockProvider::builder()
-        .connect_timeout(Duration::from_secs(2))
-        .connect("mysql://app:hunter2@127.0.0.1:1/test")
-        .await
-        .unwrap_err();
-    assert!(
-        started.elapsed() < Duration::from_secs(4),
-        "took {:?}",
-        started.elapsed()
-    );
-    let text = format!("{error} / {error:?}");
-    assert!(!text.contains("hunter2"), "{text}");
-    assert!(text.contains("app:***@127.0.0.1:1"), "{text}");
-    assert!(text.contains("cannot connect"), "{text}");
-
-    let started = Instant::now();
-    let error = MySqlLockProvider::builder()
-        .connect_timeout(Duration::from_secs(1))
-        .connect("mysql://app:hunter2@10.255.255.1:3306/test")
-        .await
-        .unwrap_err();
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "took {:?}",
-        started.elapsed()
-    );
-    assert!(!format!("{error} {error:?}").contains("hunter2"));
-}
-
-#[tokio::test]
 async fn fencing_tokens_come_back_through_the_insert_id_and_are_absent_without_the_column() {
     let with = unique("my_fence");
-    let node_a = provider_on(&with, true).await;
+    let node_a = MySql.node(&with, true).await;
     shared::fencing_tokens_count_acquisitions(&node_a, &node_a.node()).await;
     let stored: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT fencing_token FROM {with} WHERE name = 'fenced'"
     )))
-    .fetch_one(&pool().await)
+    .fetch_one(&MySql.pool().await)
     .await
     .unwrap();
     assert_eq!(stored, 4, "the returned token is the stored one");
 
     let without = unique("my_nofence");
-    let plain = provider_on(&without, false).await;
+    let plain = MySql.node(&without, false).await;
     let columns: Vec<String> = sqlx::query_scalar(
         "SELECT CAST(COLUMN_NAME AS CHAR) FROM information_schema.COLUMNS \
          WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
     )
     .bind(&without)
-    .fetch_all(&pool().await)
+    .fetch_all(&MySql.pool().await)
     .await
     .unwrap();
     assert_eq!(columns, ["name", "lock_until", "locked_at", "locked_by"]);
     shared::no_fencing_tokens_without_the_column(&plain).await;
-    exec(&pool().await, &format!("DROP TABLE {with}, {without}")).await;
+    exec(
+        &MySql.pool().await,
+        &format!("DROP TABLE {with}, {without}"),
+    )
+    .await;
     let [with, without] =
         shared::the_fencing_column_is_checked_by_connect_and_trusted_by_connect_lazy::<
             shedlock_mysql::MySqlBackend,
         >(&url())
         .await;
-    exec(&pool().await, &format!("DROP TABLE {with}, {without}")).await;
+    exec(
+        &MySql.pool().await,
+        &format!("DROP TABLE {with}, {without}"),
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn custom_database_table_and_column_names_work() {
-    let pool = pool().await;
+    let pool = MySql.pool().await;
     let database = unique("shedlock_db");
     exec(&pool, &format!("CREATE DATABASE {database}")).await;
     let qualified = format!("{database}.job_locks");
@@ -409,7 +210,7 @@ async fn tokyo_pool() -> MySqlPool {
 
 #[tokio::test]
 async fn timestamp_columns_need_a_utc_session_and_datetime_columns_do_not() {
-    let pool = pool().await;
+    let pool = MySql.pool().await;
     let tokyo = tokyo_pool().await;
     let timestamps = unique("my_tz_ts");
     exec(
@@ -466,55 +267,11 @@ async fn timestamp_columns_need_a_utc_session_and_datetime_columns_do_not() {
             "{case}: expired"
         );
         assert!(!held.unlock().await.unwrap(), "{case}");
-        let rows = Rows {
-            pool: &pool,
-            table: &datetimes,
-        };
-        let age = shared::StoredRows::row(&rows, &case)
-            .await
-            .unwrap()
-            .locked_at_from_now;
+        let rows = MySql.rows(&datetimes).await;
+        let age = rows.row(&case).await.unwrap().locked_at_from_now;
         assert!(age.abs() < 5.0, "{case}: stored times are UTC, {age}s off");
     }
     exec(&pool, &format!("DROP TABLE {timestamps}, {datetimes}")).await;
-}
-
-#[tokio::test]
-async fn server_time_ignores_node_clocks_and_client_time_uses_them() {
-    let table = unique("my_clock");
-    let server_time = provider_on(&table, false).await;
-    let client_time = MySqlLockProvider::builder()
-        .table_name(&table)
-        .time_source(TimeSource::Client)
-        .connect(url())
-        .await
-        .unwrap();
-    let pool = pool().await;
-    let rows = Rows {
-        pool: &pool,
-        table: &table,
-    };
-    shared::server_time_ignores_node_clocks_and_client_time_uses_them(
-        &server_time,
-        &client_time,
-        &rows,
-    )
-    .await;
-    exec(&pool, &format!("DROP TABLE {table}")).await;
-}
-
-#[tokio::test]
-async fn lock_statements_run_outside_the_callers_transaction() {
-    let pool = pool().await;
-    let table = unique("my_tx");
-    let provider = MySqlLockProvider::builder()
-        .table_name(&table)
-        .create_table_if_missing()
-        .build(pool.clone())
-        .await
-        .unwrap();
-    shared::lock_statements_run_outside_the_callers_transaction(&provider).await;
-    exec(&pool, &format!("DROP TABLE {table}")).await;
 }
 
 /// Java ShedLock's MySQL statements on one table.
@@ -523,7 +280,7 @@ struct JavaShedLock<'a> {
     table: &'a str,
 }
 
-const NOW: &str = "UTC_TIMESTAMP(3)";
+const NOW: &str = MySql::NOW;
 
 fn micros(d: Duration) -> i64 {
     d.as_micros() as i64
@@ -616,7 +373,7 @@ impl shared::JavaShedLock for JavaShedLock<'_> {
 
 #[tokio::test]
 async fn rows_written_by_java_shedlocks_sql_and_by_rust_honour_each_other() {
-    let pool = pool().await;
+    let pool = MySql.pool().await;
     let table = unique("my_interop");
     // ShedLock's own DDL, exactly as documented (default collation).
     exec(
@@ -644,9 +401,9 @@ async fn rows_written_by_java_shedlocks_sql_and_by_rust_honour_each_other() {
 #[tokio::test]
 async fn the_server_flavor_is_detected() {
     let table = unique("my_flavor");
-    let provider = provider_on(&table, false).await;
+    let provider = MySql.node(&table, false).await;
     let version: String = sqlx::query_scalar("SELECT CAST(VERSION() AS CHAR)")
-        .fetch_one(&pool().await)
+        .fetch_one(&MySql.pool().await)
         .await
         .unwrap();
     let expected = if version.contains("MariaDB") {
@@ -655,43 +412,14 @@ async fn the_server_flavor_is_detected() {
         Flavor::MySql
     };
     assert_eq!(provider.backend().flavor(), expected, "{version}");
-    exec(&pool().await, &format!("DROP TABLE {table}")).await;
-}
-
-#[tokio::test]
-async fn errors_on_a_dropped_table_name_the_statement_and_the_acquire_fails_closed() {
-    let pool = pool().await;
-    let table = unique("my_dropped");
-    let provider = provider_on(&table, false).await;
-    exec(&pool, &format!("DROP TABLE {table}")).await;
-    let error = provider
-        .try_lock(&config("job", MINUTE, Duration::ZERO))
-        .await
-        .unwrap_err();
-    let text = error.to_string();
-    assert!(text.contains("acquire of lock \"job\" failed"), "{text}");
-    // The server's words are the cause, said once: in `source()`, not again in the message.
-    let chain: Vec<String> =
-        std::iter::successors(Some(&error as &(dyn std::error::Error + 'static)), |&e| {
-            e.source()
-        })
-        .map(ToString::to_string)
-        .collect();
-    assert_eq!(
-        chain
-            .iter()
-            .filter(|message| message.contains("doesn't exist"))
-            .count(),
-        1,
-        "{chain:?}"
-    );
+    MySql.drop_table(&table).await;
 }
 
 #[tokio::test]
 async fn the_acquire_means_the_same_under_mariadbs_simultaneous_assignment() {
     let probe_table = unique("my_probe");
-    let flavor = provider_on(&probe_table, false).await.backend().flavor();
-    exec(&pool().await, &format!("DROP TABLE {probe_table}")).await;
+    let flavor = MySql.node(&probe_table, false).await.backend().flavor();
+    MySql.drop_table(&probe_table).await;
     // MariaDB can evaluate assignments simultaneously instead of left to right; the acquire
     // statement must not depend on the order. MySQL has no such mode: the default order runs.
     let mode = if flavor == Flavor::MariaDb {
@@ -738,125 +466,51 @@ async fn the_acquire_means_the_same_under_mariadbs_simultaneous_assignment() {
 }
 
 #[tokio::test]
-async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting() {
-    for (url, refused) in [
-        (
-            "redis://:hunter2@127.0.0.1:6379",
-            "the URL's scheme is \"redis\"",
-        ),
-        (
-            "postgres://app:hunter2@127.0.0.1:3306/test",
-            "the URL's scheme is \"postgres\"",
-        ),
-        ("app:hunter2@127.0.0.1:3306/test", "the URL has no scheme"),
-    ] {
-        let error = MySqlLockProvider::connect(url).await.unwrap_err();
-        let message = error.to_string();
-        assert!(message.contains(refused), "{url}: {message}");
-        assert!(
-            message.contains("accepts mysql://... or mariadb://..."),
-            "{message}"
-        );
-        assert!(
-            !format!("{message} {error:?}").contains("hunter2"),
-            "{message}"
-        );
-    }
-    // MariaDB's scheme is the same protocol and connects too.
-    let mariadb = url().replacen("mysql://", "mariadb://", 1);
-    let provider = tokio::time::timeout(
-        Duration::from_secs(30),
-        MySqlLockProvider::builder()
-            .create_table_if_missing()
-            .connect(mariadb),
-    )
-    .await
-    .expect("connecting took over 30 s");
-    provider.unwrap();
-}
-
-#[tokio::test]
 async fn locks_ending_past_what_lock_until_can_keep_are_refused_before_writing() {
-    let pool = pool().await;
     // MariaDB's TIMESTAMP reaches 2106 from 11.5 on 64-bit servers (MDEV-32188), and says so
     // through FROM_UNIXTIME, which gives NULL past its range; MySQL's ends in 2038.
     let (version, wide): (String, i64) = sqlx::query_as(
         "SELECT CAST(VERSION() AS CHAR), CAST(FROM_UNIXTIME(4294967295) IS NOT NULL AS SIGNED)",
     )
-    .fetch_one(&pool)
+    .fetch_one(&MySql.pool().await)
     .await
     .unwrap();
-    let timestamp = if version.to_ascii_lowercase().contains("mariadb") && wide == 1 {
-        (4_294_967_295, "2106-02-07 06:28:15.999 UTC")
-    } else {
-        (2_147_483_647, "2038-01-19 03:14:07.999 UTC")
+    let limit = |seconds, shown, column| shared::LockUntilLimit {
+        latest: Duration::new(seconds, 999_000_000),
+        shown,
+        column,
     };
-    let made = unique("my_limit_ts");
-    let by_hand = unique("my_limit_dt");
-    exec(
-        &pool,
-        &format!(
-            "CREATE TABLE {by_hand} (name VARCHAR(64) PRIMARY KEY, lock_until DATETIME(3) NOT NULL, \
-             locked_at DATETIME(3) NOT NULL, locked_by VARCHAR(255) NOT NULL)"
-        ),
+    let year_2038 = || {
+        limit(
+            2_147_483_647,
+            "2038-01-19 03:14:07.999 UTC",
+            "column lock_until (timestamp(3))",
+        )
+    };
+    let made = if version.to_ascii_lowercase().contains("mariadb") && wide == 1 {
+        limit(
+            4_294_967_295,
+            "2106-02-07 06:28:15.999 UTC",
+            "column lock_until (timestamp(3))",
+        )
+    } else {
+        year_2038()
+    };
+    // Built without connecting, the provider trusts the table to be the one it makes, on MySQL.
+    shared::locks_ending_past_the_lock_until_columns_limit_are_refused_on_every_table(
+        &MySql,
+        "DATETIME(3)",
+        [
+            made,
+            year_2038(),
+            limit(
+                253_402_300_799,
+                "9999-12-31 23:59:59.999 UTC",
+                "column lock_until (datetime(3))",
+            ),
+        ],
     )
     .await;
-    let checked = provider_on(&made, false).await;
-    // Built without connecting, the provider trusts the table to be the one it makes, on MySQL.
-    let unchecked = MySqlLockProvider::builder()
-        .table_name(&made)
-        .holder("rust-node")
-        .connect_lazy(url())
-        .await
-        .unwrap();
-    let hand_made = MySqlLockProvider::builder()
-        .table_name(&by_hand)
-        .holder("rust-node")
-        .connect(url())
-        .await
-        .unwrap();
-    for (table, provider, (latest, shown), column) in [
-        (
-            &made,
-            checked,
-            timestamp,
-            "column lock_until (timestamp(3))",
-        ),
-        (
-            &made,
-            unchecked,
-            (2_147_483_647, "2038-01-19 03:14:07.999 UTC"),
-            "column lock_until (timestamp(3))",
-        ),
-        (
-            &by_hand,
-            hand_made,
-            (253_402_300_799, "9999-12-31 23:59:59.999 UTC"),
-            "column lock_until (datetime(3))",
-        ),
-    ] {
-        exec(&pool, &format!("DELETE FROM {table}")).await;
-        let ahead = MySqlLockProvider::builder()
-            .table_name(table)
-            .time_source(TimeSource::Client)
-            .clock(shared::two_days_ahead())
-            .connect(url())
-            .await
-            .unwrap();
-        shared::locks_ending_past_the_lock_until_columns_limit_are_refused_before_writing(
-            &provider,
-            Some(&ahead),
-            &provider,
-            &Rows { pool: &pool, table },
-            &shared::LockUntilLimit {
-                latest: Duration::new(latest, 999_000_000),
-                shown,
-                column,
-            },
-        )
-        .await;
-    }
-    exec(&pool, &format!("DROP TABLE {made}, {by_hand}")).await;
 }
 
 /// A new database per round.
@@ -902,7 +556,7 @@ fn database_of(url: &str) -> &str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixteen_nodes_create_the_table_at_once_on_a_new_database() {
     shared::sixteen_nodes_create_the_table::<shedlock_mysql::MySqlBackend>(NewDatabase(
-        pool().await,
+        MySql.pool().await,
     ))
     .await;
 }

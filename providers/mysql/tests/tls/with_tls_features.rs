@@ -5,23 +5,15 @@
 
 use std::time::Duration;
 
-use shedlock_core::{LockConfiguration, LockError, LockProvider};
-use shedlock_mysql::MySqlLockProvider;
+use shedlock_core::{LockConfiguration, LockProvider};
+use shedlock_mysql::MySqlBackend;
+use shedlock_test_support::sql::provider_tests::{unique, url_from_env};
+use shedlock_test_support::sql::tls::{self, ca_file, connect, with_host, with_password, within};
 use sqlx::{Connection, MySqlConnection};
-
-/// A password put in URLs whose connection fails before the server checks any password, so
-/// that each refusal can be checked for leaking it.
-const PASSWORD: &str = "tls-test-secret";
-
-fn env(var: &str, what: &str, example: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: these tests need {what}, e.g. {var}={example}")
-    })
-}
 
 /// The TLS-only server's URL with `query` appended.
 fn url(query: &str) -> String {
-    let base = env(
+    let base = url_from_env(
         "SHEDLOCK_TEST_MYSQL_TLS_URL",
         "a MySQL or MariaDB server that accepts TLS connections only",
         "mysql://root@localhost:3307/test",
@@ -30,71 +22,8 @@ fn url(query: &str) -> String {
     format!("{base}{separator}{query}")
 }
 
-/// `url` with its host replaced by `host`.
-fn with_host(url: &str, host: &str) -> String {
-    let (front, rest) = url.split_once('@').expect("the URL has a user");
-    let host_end = match rest.strip_prefix('[') {
-        Some(bracketed) => bracketed.find(']').expect("a closing bracket") + 2,
-        None => rest.find([':', '/', '?']).unwrap_or(rest.len()),
-    };
-    format!("{front}@{host}{}", &rest[host_end..])
-}
-
-/// `url` with [`PASSWORD`] as its user's password.
-fn with_password(url: &str) -> String {
-    let (scheme, rest) = url.split_once("://").expect("the URL has a scheme");
-    let (user_info, rest) = rest.split_once('@').expect("the URL has a user");
-    let user = user_info.split(':').next().unwrap_or(user_info);
-    format!("{scheme}://{user}:{PASSWORD}@{rest}")
-}
-
-fn ca_file() -> String {
-    env(
-        "SHEDLOCK_TEST_TLS_CA_FILE",
-        "the CA that signed the TLS test servers' certificates",
-        "/var/tmp/shedlock-ci/tls/ca.pem",
-    )
-}
-
 fn verify_identity() -> String {
     format!("ssl-mode=VERIFY_IDENTITY&ssl-ca={}", ca_file())
-}
-
-fn unique(prefix: &str) -> String {
-    format!(
-        "{prefix}_{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..12]
-    )
-}
-
-async fn within<T>(future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(30), future)
-        .await
-        .expect("within 30 s")
-}
-
-async fn connect(url: &str, table: &str) -> Result<MySqlLockProvider, LockError> {
-    MySqlLockProvider::builder()
-        .table_name(table)
-        .create_table_if_missing()
-        .connect_timeout(Duration::from_secs(10))
-        .connect(url)
-        .await
-}
-
-/// The error's whole chain, as a person reading a log sees it.
-fn chain(error: &LockError) -> String {
-    let mut text = format!("{error} / {error:?}");
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(&format!(" / {cause}"));
-        source = cause.source();
-    }
-    assert!(
-        !text.contains(PASSWORD),
-        "the error shows the URL's password: {text}"
-    );
-    text
 }
 
 async fn drop_table(table: &str) {
@@ -111,7 +40,7 @@ async fn drop_table(table: &str) {
 /// connected to `url`, on a table of its own.
 async fn lock_cycle(url: &str) {
     let table = unique("my_tls");
-    let provider = connect(url, &table).await.unwrap();
+    let provider = connect::<MySqlBackend>(url, &table).await.unwrap();
     let config =
         LockConfiguration::new(unique("job"), Duration::from_secs(60), Duration::ZERO).unwrap();
     let handle = provider
@@ -163,10 +92,7 @@ async fn the_url_with_verify_identity_gets_an_encrypted_session() {
 
 #[tokio::test]
 async fn the_tls_only_server_refuses_a_connection_without_tls() {
-    let error = within(connect(&url("ssl-mode=DISABLED"), "shedlock"))
-        .await
-        .unwrap_err();
-    let text = chain(&error);
+    let text = tls::refusal::<MySqlBackend>(&url("ssl-mode=DISABLED")).await;
     // The error names the URL with the mode that was asked for, so a reader sees TLS was off.
     assert!(
         text.contains("?ssl-mode=DISABLED: cannot connect"),
@@ -187,13 +113,7 @@ async fn verify_identity_refuses_a_host_name_the_certificate_does_not_name() {
     // The certificate names localhost; 127.0.0.1 is the same server under another name. The
     // handshake fails before any password is sent, so the one in the URL is never checked.
     let url = with_password(&with_host(&url(&verify_identity()), "127.0.0.1"));
-    let error = within(connect(&url, "shedlock")).await.unwrap_err();
-    let text = chain(&error);
-    assert!(text.contains("cannot connect"), "{text}");
-    assert!(
-        text.contains("certificate") && text.contains("NotValidForName"),
-        "the error says the certificate is not for this name: {text}"
-    );
+    tls::a_certificate_for_another_name_is_refused::<MySqlBackend>(&url).await;
 
     // VERIFY_CA checks the CA only, so the same name is accepted.
     let query = format!("ssl-mode=VERIFY_CA&ssl-ca={}", ca_file());
@@ -205,10 +125,5 @@ async fn verify_identity_refuses_a_host_name_the_certificate_does_not_name() {
 async fn verify_ca_without_the_ca_file_refuses_a_certificate_no_trusted_ca_signed() {
     // No ssl-ca: the trusted roots are the public ones, and the test CA is not among them.
     let url = with_password(&url("ssl-mode=VERIFY_CA"));
-    let error = within(connect(&url, "shedlock")).await.unwrap_err();
-    let text = chain(&error);
-    assert!(
-        text.contains("certificate") && text.contains("UnknownIssuer"),
-        "the error says who signed the certificate is not trusted: {text}"
-    );
+    tls::a_certificate_no_trusted_ca_signed_is_refused::<MySqlBackend>(&url).await;
 }

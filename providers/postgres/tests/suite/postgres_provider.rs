@@ -1,295 +1,75 @@
 //! The PostgreSQL provider against a real server: statements, schema checks, errors, fencing,
 //! time sources and interoperation with Java ShedLock's own SQL.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use shedlock_core::{LockError, LockProvider, TimeSource};
+use shedlock_core::{LockProvider, TimeSource};
 use shedlock_postgres::{PostgresLockProvider, create_table_statement};
 use shedlock_test_support::sql::provider_tests::{self as shared, config, exec, lock, unique};
-use sqlx::Row;
+use shedlock_test_support::sql::test_database::TestDatabase;
+
+use crate::database::{Postgres, url};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
-fn url() -> String {
-    shared::url_from_env(
-        "SHEDLOCK_TEST_POSTGRES_URL",
-        "a PostgreSQL server",
-        "postgres://postgres@127.0.0.1:5432/test",
-    )
-}
+shedlock_test_support::sql_provider_tests!(Postgres, server);
 
-async fn pool() -> sqlx::PgPool {
-    shared::pool(&url()).await
-}
-
-async fn provider_on(table: &str, fencing: bool) -> PostgresLockProvider {
-    let builder = PostgresLockProvider::builder().table_name(table);
-    let builder = if fencing {
-        builder.create_table_with_fencing_if_missing()
-    } else {
-        builder.create_table_if_missing()
-    };
-    builder.holder("rust-node").connect(url()).await.unwrap()
-}
-
-/// Reads `table`'s rows back.
-struct Rows<'a> {
-    pool: &'a sqlx::PgPool,
-    table: &'a str,
-}
-
-#[async_trait::async_trait]
-impl shared::StoredRows for Rows<'_> {
-    async fn row(&self, name: &str) -> Option<shared::StoredRow> {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT EXTRACT(EPOCH FROM lock_until - locked_at)::float8 * 1000, locked_by, \
-             EXTRACT(EPOCH FROM locked_at - timezone('utc', CURRENT_TIMESTAMP))::float8 \
-             FROM {} WHERE name = $1",
-            self.table
-        )))
-        .bind(name)
-        .fetch_optional(self.pool)
-        .await
-        .unwrap()
-        .map(|r| shared::StoredRow {
-            held_ms: r.get(0),
-            locked_by: r.get(1),
-            locked_at_from_now: r.get(2),
-        })
-    }
-
-    async fn count(&self) -> i64 {
-        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT count(*) FROM {}",
-            self.table
-        )))
-        .fetch_one(self.pool)
-        .await
-        .unwrap()
-    }
-}
-
-#[tokio::test]
-async fn one_statement_acquire_creates_the_row_excludes_others_and_releases() {
-    let table = unique("pg_basic");
-    let node_a = provider_on(&table, false).await;
-    let node_b = node_a.node().with_holder("other-node");
-    let pool = pool().await;
-    let rows = Rows {
-        pool: &pool,
-        table: &table,
-    };
-    shared::acquire_writes_the_row_excludes_others_and_releases(&node_a, &node_b, &rows).await;
-    exec(&pool, &format!("DROP TABLE {table}")).await;
-}
-
-#[tokio::test]
-async fn racing_first_acquires_of_a_new_name_let_exactly_one_in() {
-    let table = unique("pg_race");
-    let first = provider_on(&table, false).await;
-    let nodes: Vec<Arc<dyn LockProvider>> = (0..8).map(|_| Arc::new(first.node()) as _).collect();
-    shared::exactly_one_racing_node_acquires(&nodes).await;
-    exec(&pool().await, &format!("DROP TABLE {table}")).await;
-}
-
-#[tokio::test]
-async fn release_keeps_the_lock_until_at_least_and_extend_moves_it() {
-    let table = unique("pg_times");
-    let node_a = provider_on(&table, false).await;
-    shared::release_keeps_at_least_and_extend_moves_the_lock(&node_a, &node_a.node()).await;
-    exec(&pool().await, &format!("DROP TABLE {table}")).await;
-}
-
-#[tokio::test]
-async fn an_expired_holder_cannot_release_or_extend_the_next_holders_lock() {
-    let table = unique("pg_stale");
-    let node_a = provider_on(&table, false).await;
-    let node_b = node_a.node().with_holder("rust-node");
-    shared::an_expired_holder_cannot_touch_the_next_holders_lock(&node_a, &node_b).await;
-    exec(&pool().await, &format!("DROP TABLE {table}")).await;
-}
-
+/// A narrower column than ShedLock's: the limit comes from the catalog, not a constant.
+/// PostgreSQL cannot store NUL in text: refused as a name, not a database error.
 #[tokio::test]
 async fn names_longer_than_the_column_are_refused_before_anything_is_written() {
-    let pool = pool().await;
-    let table = unique("pg_len");
-    // A narrower column than ShedLock's: the limit comes from the catalog, not a constant.
-    exec(
-        &pool,
-        &format!(
-            "CREATE TABLE {table} (name VARCHAR(10) PRIMARY KEY, lock_until TIMESTAMP NOT NULL, \
-             locked_at TIMESTAMP NOT NULL, locked_by VARCHAR(255) NOT NULL)"
-        ),
+    shared::names_longer_than_the_column_are_refused_before_anything_is_written(
+        &Postgres,
+        "name VARCHAR(10) PRIMARY KEY, lock_until TIMESTAMP NOT NULL, \
+         locked_at TIMESTAMP NOT NULL, locked_by VARCHAR(255) NOT NULL",
     )
     .await;
-    let provider = PostgresLockProvider::builder()
-        .table_name(&table)
-        .build(pool.clone())
-        .await
-        .unwrap();
-    let rows = Rows {
-        pool: &pool,
-        table: &table,
-    };
-    shared::a_narrow_name_column_refuses_longer_names_before_writing(&provider, &rows).await;
-
-    // PostgreSQL cannot store NUL in text: refused as a name, not a database error.
-    let nul = provider
-        .try_lock(&config("a\0b", MINUTE, Duration::ZERO))
-        .await;
-    assert!(matches!(nul, Err(LockError::InvalidName { .. })), "{nul:?}");
-
-    let default_table = unique("pg_len64");
-    let shedlock = provider_on(&default_table, false).await;
-    let rows = Rows {
-        pool: &pool,
-        table: &default_table,
-    };
-    shared::shedlocks_name_column_takes_64_characters(&shedlock, &rows).await;
-    exec(&pool, &format!("DROP TABLE {table}, {default_table}")).await;
-}
-
-#[tokio::test]
-async fn a_missing_table_is_an_error_that_shows_how_to_create_it() {
-    let table = unique("pg_missing");
-    let error = PostgresLockProvider::builder()
-        .table_name(&table)
-        .connect(url())
-        .await
-        .unwrap_err();
-    assert_eq!(
-        error.kind(),
-        shedlock_core::ErrorKind::Configuration,
-        "{error}"
-    );
-    let error = error.to_string();
-    assert!(
-        error.contains(&format!("{table} does not exist")),
-        "{error}"
-    );
-    assert!(
-        error.contains(&format!("CREATE TABLE IF NOT EXISTS \"{table}\"")),
-        "{error}"
-    );
-    assert!(error.contains("create_table_if_missing"), "{error}");
 }
 
 #[tokio::test]
 async fn wrong_column_types_and_a_name_without_unique_index_are_refused() {
-    let pool = pool().await;
-    let text_times = unique("pg_wrongtype");
-    exec(
-        &pool,
-        &format!(
-            "CREATE TABLE {text_times} (name VARCHAR(64) PRIMARY KEY, lock_until VARCHAR(30), \
-             locked_at TIMESTAMP, locked_by VARCHAR(255))"
-        ),
+    shared::tables_of_the_wrong_shape_are_refused(
+        &Postgres,
+        &[
+            (
+                "name VARCHAR(64) PRIMARY KEY, lock_until VARCHAR(30), locked_at TIMESTAMP, \
+                 locked_by VARCHAR(255)",
+                &[
+                    "column lock_until has type character varying(30)",
+                    "must be a timestamp type",
+                ],
+            ),
+            (
+                "name VARCHAR(64) PRIMARY KEY, lock_until TIMESTAMP, locked_at TIMESTAMP, \
+                 locked_by VARCHAR(255), fencing_token TEXT",
+                &["column fencing_token has type text"],
+            ),
+            (
+                "name VARCHAR(64), lock_until TIMESTAMP, locked_at TIMESTAMP, \
+                 locked_by VARCHAR(255)",
+                &["must be its primary key"],
+            ),
+        ],
     )
     .await;
-    let error = PostgresLockProvider::builder()
-        .table_name(&text_times)
-        .build(pool.clone())
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        error.contains("column lock_until has type character varying(30)"),
-        "{error}"
-    );
-    assert!(error.contains("must be a timestamp type"), "{error}");
-
-    let bad_fencing = unique("pg_wrongfence");
-    exec(
-        &pool,
-        &format!(
-            "CREATE TABLE {bad_fencing} (name VARCHAR(64) PRIMARY KEY, lock_until TIMESTAMP, \
-             locked_at TIMESTAMP, locked_by VARCHAR(255), fencing_token TEXT)"
-        ),
-    )
-    .await;
-    let error = PostgresLockProvider::builder()
-        .table_name(&bad_fencing)
-        .build(pool.clone())
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        error.contains("column fencing_token has type text"),
-        "{error}"
-    );
-
-    let no_key = unique("pg_nokey");
-    exec(
-        &pool,
-        &format!(
-            "CREATE TABLE {no_key} (name VARCHAR(64), lock_until TIMESTAMP, \
-             locked_at TIMESTAMP, locked_by VARCHAR(255))"
-        ),
-    )
-    .await;
-    let error = PostgresLockProvider::builder()
-        .table_name(&no_key)
-        .build(pool.clone())
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(error.contains("must be its primary key"), "{error}");
-
     let bad_identifier = PostgresLockProvider::builder()
         .table_name("shedlock; DROP TABLE x")
-        .build(pool.clone())
+        .build(Postgres.pool().await)
         .await
         .unwrap_err()
         .to_string();
     assert!(bad_identifier.contains("table name"), "{bad_identifier}");
-    exec(
-        &pool,
-        &format!("DROP TABLE {text_times}, {bad_fencing}, {no_key}"),
-    )
-    .await;
-}
-
-#[tokio::test]
-async fn an_unreachable_server_is_an_error_within_the_connect_timeout_without_the_password() {
-    let started = Instant::now();
-    let error = PostgresLockProvider::builder()
-        .connect_timeout(Duration::from_secs(2))
-        .connect("postgres://app:hunter2@127.0.0.1:1/test")
-        .await
-        .unwrap_err();
-    let elapsed = started.elapsed();
-    assert!(elapsed < Duration::from_secs(4), "took {elapsed:?}");
-    let text = format!("{error} / {error:?}");
-    eprintln!("unreachable: {error}");
-    assert!(!text.contains("hunter2"), "{text}");
-    assert!(text.contains("app:***@127.0.0.1:1"), "{text}");
-    assert!(text.contains("cannot connect"), "{text}");
-
-    // A non-routable address never answers: the timeout, not the OS, ends the wait.
-    let started = Instant::now();
-    let error = PostgresLockProvider::builder()
-        .connect_timeout(Duration::from_secs(1))
-        .connect("postgres://app:hunter2@10.255.255.1:5432/test")
-        .await
-        .unwrap_err();
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "took {:?}",
-        started.elapsed()
-    );
-    assert!(!format!("{error} {error:?}").contains("hunter2"));
 }
 
 #[tokio::test]
 async fn fencing_tokens_increase_with_the_column_and_are_absent_without_it() {
     let with = unique("pg_fence");
-    let node_a = provider_on(&with, true).await;
+    let node_a = Postgres.node(&with, true).await;
     assert!(node_a.has_fencing(), "the table was made with the column");
     shared::fencing_tokens_count_acquisitions(&node_a, &node_a.node()).await;
 
     let without = unique("pg_nofence");
-    let plain = provider_on(&without, false).await;
+    let plain = Postgres.node(&without, false).await;
     assert!(
         !plain.has_fencing(),
         "ShedLock's table has no fencing column"
@@ -298,7 +78,7 @@ async fn fencing_tokens_increase_with_the_column_and_are_absent_without_it() {
         "SELECT column_name::text FROM information_schema.columns WHERE table_name = $1 ORDER BY ordinal_position",
     )
     .bind(&without)
-    .fetch_all(&pool().await)
+    .fetch_all(&Postgres.pool().await)
     .await
     .unwrap();
     assert_eq!(
@@ -307,35 +87,26 @@ async fn fencing_tokens_increase_with_the_column_and_are_absent_without_it() {
         "exactly ShedLock's"
     );
     shared::no_fencing_tokens_without_the_column(&plain).await;
-    exec(&pool().await, &format!("DROP TABLE {with}, {without}")).await;
+    exec(
+        &Postgres.pool().await,
+        &format!("DROP TABLE {with}, {without}"),
+    )
+    .await;
     let [with, without] =
         shared::the_fencing_column_is_checked_by_connect_and_trusted_by_connect_lazy::<
             shedlock_postgres::PostgresBackend,
         >(&url())
         .await;
-    exec(&pool().await, &format!("DROP TABLE {with}, {without}")).await;
-}
-
-#[tokio::test]
-async fn a_column_name_given_twice_is_refused_and_no_table_created() {
-    let pool = pool().await;
-    let table = unique("twice");
-    shared::a_column_name_given_twice_is_refused_before_anything_is_written(
-        PostgresLockProvider::builder().table_name(&table),
-        &url(),
+    exec(
+        &Postgres.pool().await,
+        &format!("DROP TABLE {with}, {without}"),
     )
     .await;
-    let missing: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NULL")
-        .bind(&table)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert!(missing, "table {table} was created");
 }
 
 #[tokio::test]
 async fn custom_schema_table_and_column_names_work() {
-    let pool = pool().await;
+    let pool = Postgres.pool().await;
     let schema = unique("shedlock_schema");
     exec(&pool, &format!("CREATE SCHEMA {schema}")).await;
     let qualified = format!("{schema}.Job_Locks");
@@ -359,7 +130,7 @@ async fn custom_schema_table_and_column_names_work() {
 
 #[tokio::test]
 async fn timestamp_and_timestamptz_columns_work_whatever_the_session_time_zone() {
-    let pool = pool().await;
+    let pool = Postgres.pool().await;
     let url = url();
     // A session far from UTC: UTC wall times and instants must still compare correctly.
     let tokyo = sqlx::postgres::PgPoolOptions::new()
@@ -430,51 +201,13 @@ async fn timestamp_and_timestamptz_columns_work_whatever_the_session_time_zone()
     }
 }
 
-#[tokio::test]
-async fn server_time_ignores_node_clocks_and_client_time_uses_them() {
-    let table = unique("pg_clock");
-    let server_time = provider_on(&table, false).await;
-    let client_time = PostgresLockProvider::builder()
-        .table_name(&table)
-        .time_source(TimeSource::Client)
-        .connect(url())
-        .await
-        .unwrap();
-    let pool = pool().await;
-    let rows = Rows {
-        pool: &pool,
-        table: &table,
-    };
-    shared::server_time_ignores_node_clocks_and_client_time_uses_them(
-        &server_time,
-        &client_time,
-        &rows,
-    )
-    .await;
-    exec(&pool, &format!("DROP TABLE {table}")).await;
-}
-
-#[tokio::test]
-async fn lock_statements_run_outside_the_callers_transaction() {
-    let pool = pool().await;
-    let table = unique("pg_tx");
-    let provider = PostgresLockProvider::builder()
-        .table_name(&table)
-        .create_table_if_missing()
-        .build(pool.clone())
-        .await
-        .unwrap();
-    shared::lock_statements_run_outside_the_callers_transaction(&provider).await;
-    exec(&pool, &format!("DROP TABLE {table}")).await;
-}
-
 /// Java ShedLock's PostgreSQL statements on one table.
 struct JavaShedLock<'a> {
     pool: &'a sqlx::PgPool,
     table: &'a str,
 }
 
-const NOW: &str = "timezone('utc', CURRENT_TIMESTAMP)";
+const NOW: &str = Postgres::NOW;
 
 #[async_trait::async_trait]
 impl shared::JavaShedLock for JavaShedLock<'_> {
@@ -548,9 +281,9 @@ impl shared::JavaShedLock for JavaShedLock<'_> {
 
 #[tokio::test]
 async fn rows_written_by_java_shedlocks_sql_and_by_rust_honour_each_other() {
-    let pool = pool().await;
+    let pool = Postgres.pool().await;
     let table = unique("pg_interop");
-    let rust = provider_on(&table, false).await;
+    let rust = Postgres.node(&table, false).await;
     let java = JavaShedLock {
         pool: &pool,
         table: &table,
@@ -563,7 +296,7 @@ async fn rows_written_by_java_shedlocks_sql_and_by_rust_honour_each_other() {
 /// role") is reported as what it is, not as a statement the database refused.
 #[tokio::test]
 async fn a_connection_refused_for_want_of_room_is_not_called_a_refused_statement() {
-    let pool = pool().await;
+    let pool = Postgres.pool().await;
     let role = unique("shedlock_limited");
     let table = unique("pg_room");
     exec(
@@ -628,46 +361,6 @@ async fn a_connection_refused_for_want_of_room_is_not_called_a_refused_statement
     exec(&pool, &format!("DROP ROLE {role}")).await;
 }
 
-#[tokio::test]
-async fn errors_on_a_dropped_table_name_the_statement_and_the_acquire_fails_closed() {
-    let pool = pool().await;
-    let table = unique("pg_dropped");
-    let provider = provider_on(&table, false).await;
-    exec(&pool, &format!("DROP TABLE {table}")).await;
-    let error = provider
-        .try_lock(&config("job", MINUTE, Duration::ZERO))
-        .await
-        .unwrap_err();
-    let text = error.to_string();
-    assert!(text.contains("acquire of lock \"job\" failed"), "{text}");
-    assert!(
-        text.contains("the database refused the statement"),
-        "{text}"
-    );
-    // The server's words are the cause, said once: in `source()`, not again in the message.
-    let chain: Vec<String> =
-        std::iter::successors(Some(&error as &(dyn std::error::Error + 'static)), |&e| {
-            e.source()
-        })
-        .map(ToString::to_string)
-        .collect();
-    assert_eq!(
-        chain
-            .iter()
-            .filter(|message| message.contains("does not exist"))
-            .count(),
-        1,
-        "{chain:?}"
-    );
-    assert!(
-        provider
-            .try_lock(&config("job", MINUTE, Duration::ZERO))
-            .await
-            .is_err(),
-        "still an error, never a silent NotAcquired"
-    );
-}
-
 #[test]
 fn the_documented_ddl_is_shedlocks_table() {
     let ddl = create_table_statement(&shedlock_postgres::LockTable::default(), false);
@@ -681,7 +374,7 @@ fn the_documented_ddl_is_shedlocks_table() {
 
 #[tokio::test]
 async fn the_declared_precision_follows_the_timestamp_columns_fractional_digits() {
-    let pool = pool().await;
+    let pool = Postgres.pool().await;
     // Coarser than a millisecond, the column decides how late a lock may be seen to expire;
     // finer, ShedLock's millisecond does.
     for (digits, precision) in [
@@ -724,44 +417,6 @@ fn a_builders_debug_output_names_the_backend_and_table() {
 }
 
 #[tokio::test]
-async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting() {
-    for (url, refused) in [
-        (
-            "redis://:hunter2@127.0.0.1:6379",
-            "the URL's scheme is \"redis\"",
-        ),
-        (
-            "mysql://app:hunter2@127.0.0.1:5432/test",
-            "the URL's scheme is \"mysql\"",
-        ),
-        ("app:hunter2@127.0.0.1:5432/test", "the URL has no scheme"),
-    ] {
-        let error = PostgresLockProvider::connect(url).await.unwrap_err();
-        let message = error.to_string();
-        assert!(message.contains(refused), "{url}: {message}");
-        assert!(
-            message.contains("accepts postgres://... or postgresql://..."),
-            "{message}"
-        );
-        assert!(
-            !format!("{message} {error:?}").contains("hunter2"),
-            "{message}"
-        );
-    }
-    // Both of PostgreSQL's schemes still connect.
-    let postgresql = url().replacen("postgres://", "postgresql://", 1);
-    let provider = tokio::time::timeout(
-        Duration::from_secs(30),
-        PostgresLockProvider::builder()
-            .create_table_if_missing()
-            .connect(postgresql),
-    )
-    .await
-    .expect("connecting took over 30 s");
-    provider.unwrap();
-}
-
-#[tokio::test]
 async fn a_pool_with_no_free_connection_is_a_timeout_that_says_so() {
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
@@ -795,69 +450,21 @@ async fn locks_ending_past_what_the_provider_reads_back_are_refused_before_writi
     // PostgreSQL's timestamps reach 294276, but the provider's own locks end by 262142, far
     // from the take-over's int8 overflow; see
     // the_provider_reaches_the_end_of_chronos_calendar_and_not_further.
-    let pool = pool().await;
-    let made = unique("pg_limit_ts");
-    let by_hand = unique("pg_limit_tz");
-    exec(
-        &pool,
-        &format!(
-            "CREATE TABLE {by_hand} (name VARCHAR(64) PRIMARY KEY, lock_until TIMESTAMPTZ(3) NOT NULL, \
-             locked_at TIMESTAMPTZ(3) NOT NULL, locked_by VARCHAR(255) NOT NULL)"
-        ),
+    let limit = |column| shared::LockUntilLimit {
+        latest: Duration::from_secs(CHRONO_LAST_SECOND),
+        shown: "262142-12-31 23:59:59 UTC",
+        column,
+    };
+    shared::locks_ending_past_the_lock_until_columns_limit_are_refused_on_every_table(
+        &Postgres,
+        "TIMESTAMPTZ(3)",
+        [
+            limit("column lock_until (timestamp without time zone)"),
+            limit("column lock_until (timestamp without time zone)"),
+            limit("column lock_until (timestamp(3) with time zone)"),
+        ],
     )
     .await;
-    let checked = provider_on(&made, false).await;
-    let unchecked = PostgresLockProvider::builder()
-        .table_name(&made)
-        .holder("rust-node")
-        .connect_lazy(url())
-        .await
-        .unwrap();
-    let hand_made = PostgresLockProvider::builder()
-        .table_name(&by_hand)
-        .holder("rust-node")
-        .connect(url())
-        .await
-        .unwrap();
-    for (table, provider, column) in [
-        (
-            &made,
-            checked,
-            "column lock_until (timestamp without time zone)",
-        ),
-        (
-            &made,
-            unchecked,
-            "column lock_until (timestamp without time zone)",
-        ),
-        (
-            &by_hand,
-            hand_made,
-            "column lock_until (timestamp(3) with time zone)",
-        ),
-    ] {
-        exec(&pool, &format!("DELETE FROM {table}")).await;
-        let ahead = PostgresLockProvider::builder()
-            .table_name(table)
-            .time_source(TimeSource::Client)
-            .clock(shared::two_days_ahead())
-            .connect(url())
-            .await
-            .unwrap();
-        shared::locks_ending_past_the_lock_until_columns_limit_are_refused_before_writing(
-            &provider,
-            Some(&ahead),
-            &provider,
-            &Rows { pool: &pool, table },
-            &shared::LockUntilLimit {
-                latest: Duration::from_secs(CHRONO_LAST_SECOND),
-                shown: "262142-12-31 23:59:59 UTC",
-                column,
-            },
-        )
-        .await;
-    }
-    exec(&pool, &format!("DROP TABLE {made}, {by_hand}")).await;
 }
 
 /// 262142-12-31 23:59:59 UTC, chrono's last whole second, as seconds since the epoch.
@@ -870,9 +477,9 @@ const CHRONO_LAST_SECOND: u64 = 8_210_266_876_799;
 #[tokio::test]
 async fn the_provider_reaches_the_end_of_chronos_calendar_and_not_further() {
     use shedlock_core::LockAdmin;
-    let pool = pool().await;
+    let pool = Postgres.pool().await;
     let table = unique("pg_reach");
-    let provider = provider_on(&table, false).await;
+    let provider = Postgres.node(&table, false).await;
     let write = |name: &'static str, until: &'static str| {
         let (pool, table) = (pool.clone(), table.clone());
         async move {
@@ -962,7 +569,7 @@ fn schema_of(url: &str) -> &str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixteen_nodes_create_the_table_at_once_on_a_new_schema() {
     shared::sixteen_nodes_create_the_table::<shedlock_postgres::PostgresBackend>(NewSchema(
-        pool().await,
+        Postgres.pool().await,
     ))
     .await;
 }
@@ -973,7 +580,7 @@ async fn sixteen_nodes_create_the_table_at_once_on_a_new_schema() {
 /// the table as created, check it, and start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_another_session_creates_meanwhile_counts_as_created() {
-    let pool = pool().await;
+    let pool = Postgres.pool().await;
     let schema = unique("first_use");
     exec(&pool, &format!("CREATE SCHEMA {schema}")).await;
     let table = format!("{schema}.shedlock");

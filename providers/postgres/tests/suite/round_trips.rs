@@ -1,66 +1,24 @@
 //! What each lock operation costs on the wire to a real PostgreSQL server.
 
-use shedlock_postgres::PostgresLockProvider;
+use shedlock_postgres::{PostgresBackend, PostgresLockProvider};
 use shedlock_test_support::sql::round_trips;
+use shedlock_test_support::sql::test_database::TestDatabase;
 
-fn url() -> String {
-    std::env::var("SHEDLOCK_TEST_POSTGRES_URL").unwrap_or_else(|_| {
-        panic!(
-            "SHEDLOCK_TEST_POSTGRES_URL is not set: these tests need a PostgreSQL server, e.g. \
-             SHEDLOCK_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test"
-        )
-    })
-}
+use crate::database::{Postgres, url};
 
-fn unique(prefix: &str) -> String {
-    format!(
-        "{prefix}_{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..12]
-    )
-}
-
-async fn provider(url: String, table: &str) -> PostgresLockProvider {
-    PostgresLockProvider::builder()
-        .table_name(table)
-        .create_table_with_fencing_if_missing()
-        .connect(url)
-        .await
-        .unwrap()
-}
-
-async fn drop_table(table: &str) {
-    let pool = sqlx::PgPool::connect(&url()).await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE {table}")))
-        .execute(&pool)
-        .await
-        .unwrap();
-}
-
-#[tokio::test]
-async fn every_operation_is_one_round_trip() {
-    let table = unique("pg_round_trips");
-    let (proxy, proxied) = round_trips::proxy_for(&url()).await;
-    let provider = provider(proxied, &table).await;
-    round_trips::every_operation_is_one_round_trip(&proxy, &provider).await;
-    drop_table(&table).await;
-}
-
-#[tokio::test]
-async fn every_admin_call_is_one_round_trip() {
-    let table = unique("pg_admin_round_trips");
-    let (proxy, proxied) = round_trips::proxy_for(&url()).await;
-    let provider = provider(proxied, &table).await;
-    round_trips::every_admin_call_is_one_round_trip(&proxy, &provider).await;
-    drop_table(&table).await;
-}
+shedlock_test_support::sql_tests_on!(
+    Postgres;
+    round_trips::every_operation_is_one_round_trip,
+    round_trips::every_admin_call_is_one_round_trip,
+);
 
 #[tokio::test]
 async fn a_killed_connection_fails_one_operation_then_the_next_reconnects() {
-    let table = unique("pg_killed");
-    let provider = provider(url(), &table).await;
+    let table = Postgres.new_table("killed");
+    let provider = round_trips::provider_at::<PostgresBackend>(url(), &table).await;
     // The provider's idle connection is the one whose last statement named this table.
     let kill = async {
-        let pool = sqlx::PgPool::connect(&url()).await.unwrap();
+        let pool = Postgres.pool().await;
         let killed: Vec<bool> = sqlx::query_scalar(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
              WHERE pid <> pg_backend_pid() AND position($1 in query) > 0",
@@ -73,7 +31,7 @@ async fn a_killed_connection_fails_one_operation_then_the_next_reconnects() {
     };
     round_trips::a_killed_connection_fails_one_operation_then_the_next_reconnects(&provider, kill)
         .await;
-    drop_table(&table).await;
+    Postgres.drop_table(&table).await;
 }
 
 /// A transaction that is changing an expired lock's row (another node taking it over, say)
@@ -86,7 +44,7 @@ async fn an_acquire_never_waits_for_another_transaction_holding_the_row() {
     use shedlock_core::{Acquisition, LockConfiguration, LockProvider};
     use std::time::Duration;
 
-    let table = unique("pg_row_lock");
+    let table = Postgres.new_table("row_lock");
     let provider = PostgresLockProvider::builder()
         .table_name(&table)
         .create_table_with_fencing_if_missing()
@@ -125,7 +83,7 @@ async fn an_acquire_never_waits_for_another_transaction_holding_the_row() {
             panic!("the free lock was refused once the transaction ended: {holder:?}")
         }
     }
-    drop_table(&table).await;
+    Postgres.drop_table(&table).await;
 }
 
 /// A refused acquire says who holds the lock and until when, in its one round trip: the
@@ -136,9 +94,11 @@ async fn a_refused_acquire_names_the_holder_in_the_same_round_trip() {
 
     use shedlock_core::{Acquisition, LockConfiguration, LockProvider};
 
-    let table = unique("pg_holder");
+    let table = Postgres.new_table("holder");
     let (proxy, proxied) = round_trips::proxy_for(&url()).await;
-    let holder = provider(proxied, &table).await.with_holder("node-a");
+    let holder = round_trips::provider_at::<PostgresBackend>(proxied, &table)
+        .await
+        .with_holder("node-a");
     let contender = holder.node().with_holder("node-b");
     let config = LockConfiguration::new("job", Duration::from_secs(60), Duration::ZERO).unwrap();
     let handle = holder
@@ -173,5 +133,5 @@ async fn a_refused_acquire_names_the_holder_in_the_same_round_trip() {
         "{left:?}"
     );
     assert!(handle.unlock().await.unwrap());
-    drop_table(&table).await;
+    Postgres.drop_table(&table).await;
 }

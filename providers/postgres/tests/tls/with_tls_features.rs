@@ -4,23 +4,15 @@
 
 use std::time::Duration;
 
-use shedlock_core::{LockConfiguration, LockError, LockProvider};
-use shedlock_postgres::PostgresLockProvider;
+use shedlock_core::{LockConfiguration, LockProvider};
+use shedlock_postgres::PostgresBackend;
+use shedlock_test_support::sql::provider_tests::{unique, url_from_env};
+use shedlock_test_support::sql::tls::{self, PASSWORD, ca_file, connect, with_host, within};
 use sqlx::{Connection, PgConnection};
-
-/// A password that the server (trust auth) ignores, so that each refusal can be checked for
-/// leaking it.
-const PASSWORD: &str = "tls-test-secret";
-
-fn env(var: &str, what: &str, example: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: these tests need {what}, e.g. {var}={example}")
-    })
-}
 
 /// The TLS-only server's URL as `user` with [`PASSWORD`], and `query` appended.
 fn url_as(user: &str, query: &str) -> String {
-    let base = env(
+    let base = url_from_env(
         "SHEDLOCK_TEST_POSTGRES_TLS_URL",
         "a PostgreSQL server that accepts TLS connections only",
         "postgres://postgres@localhost:5433/test",
@@ -34,55 +26,6 @@ fn url_as(user: &str, query: &str) -> String {
 /// The TLS-only server's URL as `postgres`.
 fn url(query: &str) -> String {
     url_as("postgres", query)
-}
-
-/// `url` with its host replaced by `host`.
-fn with_host(url: &str, host: &str) -> String {
-    let (front, rest) = url.split_once('@').expect("the URL has user info");
-    let host_end = match rest.strip_prefix('[') {
-        Some(bracketed) => bracketed.find(']').expect("a closing bracket") + 2,
-        None => rest.find([':', '/', '?']).unwrap_or(rest.len()),
-    };
-    format!("{front}@{host}{}", &rest[host_end..])
-}
-
-fn ca_file() -> String {
-    env(
-        "SHEDLOCK_TEST_TLS_CA_FILE",
-        "the CA that signed the TLS test servers' certificates",
-        "/var/tmp/shedlock-ci/tls/ca.pem",
-    )
-}
-
-fn unique(prefix: &str) -> String {
-    format!(
-        "{prefix}_{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..12]
-    )
-}
-
-async fn connect(url: &str, table: &str) -> Result<PostgresLockProvider, LockError> {
-    PostgresLockProvider::builder()
-        .table_name(table)
-        .create_table_if_missing()
-        .connect_timeout(Duration::from_secs(10))
-        .connect(url)
-        .await
-}
-
-/// The error's whole chain, as a person reading a log sees it.
-fn chain(error: &LockError) -> String {
-    let mut text = format!("{error} / {error:?}");
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(&format!(" / {cause}"));
-        source = cause.source();
-    }
-    assert!(
-        !text.contains(PASSWORD),
-        "the error shows the URL's password: {text}"
-    );
-    text
 }
 
 /// Acquires and releases one lock, and checks that the server saw the provider's connection
@@ -102,7 +45,9 @@ async fn lock_cycle_is_encrypted(query: &str) {
     .await
     .unwrap();
     let table = unique("pg_tls");
-    let provider = connect(&url_as(&role, query), &table).await.unwrap();
+    let provider = connect::<PostgresBackend>(&url_as(&role, query), &table)
+        .await
+        .unwrap();
 
     let config =
         LockConfiguration::new(unique("job"), Duration::from_secs(60), Duration::ZERO).unwrap();
@@ -155,20 +100,13 @@ async fn lock_cycle_is_encrypted(query: &str) {
 
 #[tokio::test]
 async fn sslmode_require_locks_and_releases_over_an_encrypted_connection() {
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        lock_cycle_is_encrypted("sslmode=require"),
-    )
-    .await
-    .expect("within 30 s");
+    within(lock_cycle_is_encrypted("sslmode=require")).await;
 }
 
 #[tokio::test]
 async fn verify_full_with_the_servers_ca_locks_over_an_encrypted_connection() {
     let query = format!("sslmode=verify-full&sslrootcert={}", ca_file());
-    tokio::time::timeout(Duration::from_secs(30), lock_cycle_is_encrypted(&query))
-        .await
-        .expect("within 30 s");
+    within(lock_cycle_is_encrypted(&query)).await;
 }
 
 #[tokio::test]
@@ -178,16 +116,7 @@ async fn verify_full_refuses_a_host_name_the_certificate_does_not_name() {
         &url(&format!("sslmode=verify-full&sslrootcert={}", ca_file())),
         "127.0.0.1",
     );
-    let error = tokio::time::timeout(Duration::from_secs(30), connect(&url, "shedlock"))
-        .await
-        .expect("within 30 s")
-        .unwrap_err();
-    let text = chain(&error);
-    assert!(text.contains("cannot connect"), "{text}");
-    assert!(
-        text.contains("certificate") && text.contains("NotValidForName"),
-        "the error says the certificate is not for this name: {text}"
-    );
+    tls::a_certificate_for_another_name_is_refused::<PostgresBackend>(&url).await;
 
     // verify-ca checks the CA only, so the same name is accepted.
     let url = with_host(
@@ -195,7 +124,7 @@ async fn verify_full_refuses_a_host_name_the_certificate_does_not_name() {
         "127.0.0.1",
     );
     let table = unique("pg_tls_verify_ca");
-    let provider = connect(&url, &table).await.unwrap();
+    let provider = connect::<PostgresBackend>(&url, &table).await.unwrap();
     let config = LockConfiguration::new("job", Duration::from_secs(60), Duration::ZERO).unwrap();
     assert!(provider.try_lock(&config).await.unwrap().is_acquired());
     let mut inspector = PgConnection::connect(&self::url("sslmode=require"))
@@ -210,29 +139,14 @@ async fn verify_full_refuses_a_host_name_the_certificate_does_not_name() {
 #[tokio::test]
 async fn verify_full_refuses_a_certificate_no_trusted_ca_signed() {
     // No sslrootcert: the trusted roots are the public ones, and the test CA is not among them.
-    let error = tokio::time::timeout(
-        Duration::from_secs(30),
-        connect(&url("sslmode=verify-full"), "shedlock"),
-    )
-    .await
-    .expect("within 30 s")
-    .unwrap_err();
-    let text = chain(&error);
-    assert!(
-        text.contains("certificate") && text.contains("UnknownIssuer"),
-        "the error says who signed the certificate is not trusted: {text}"
-    );
+    tls::a_certificate_no_trusted_ca_signed_is_refused::<PostgresBackend>(&url(
+        "sslmode=verify-full",
+    ))
+    .await;
 }
 
 #[tokio::test]
 async fn the_tls_only_server_refuses_a_connection_without_tls() {
-    let error = tokio::time::timeout(
-        Duration::from_secs(30),
-        connect(&url("sslmode=disable"), "shedlock"),
-    )
-    .await
-    .expect("within 30 s")
-    .unwrap_err();
-    let text = chain(&error);
+    let text = tls::refusal::<PostgresBackend>(&url("sslmode=disable")).await;
     assert!(text.contains("no encryption"), "{text}");
 }

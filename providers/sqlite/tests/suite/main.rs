@@ -6,4 +6,5 @@
 mod planted_records;
 
 mod admin;
+mod database;
 mod sqlite_provider;

@@ -4,10 +4,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shedlock_core::{LockProvider, TimeSource};
+use shedlock_core::LockProvider;
 use shedlock_sqlite::SqliteLockProvider;
 use shedlock_test_support::sql::provider_tests::{self as shared, exec, lock};
+use shedlock_test_support::sql::test_database::TestDatabase;
 use sqlx::sqlite::SqlitePool;
+
+use crate::database::{Rows, SqliteFile, utc_now};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -34,54 +37,15 @@ async fn node(url: &str, fencing: bool) -> SqliteLockProvider {
     builder.holder("rust-node").connect(url).await.unwrap()
 }
 
-/// Reads `table`'s rows back; times are checked to be in the documented text format.
-struct Rows<'a> {
-    pool: &'a SqlitePool,
-    table: &'a str,
-}
-
-#[async_trait::async_trait]
-impl shared::StoredRows for Rows<'_> {
-    async fn row(&self, name: &str) -> Option<shared::StoredRow> {
-        let row: Option<(String, String, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT lock_until, locked_at, locked_by FROM {} WHERE name = ?1",
-            self.table
-        )))
-        .bind(name)
-        .fetch_optional(self.pool)
-        .await
-        .unwrap();
-        row.map(|(until, at, locked_by)| {
-            assert_eq!(until.len(), 23, "{until}");
-            assert_eq!(at.len(), 23, "{at}");
-            let (until, at) = (parse(&until), parse(&at));
-            shared::StoredRow {
-                held_ms: (until - at).num_milliseconds() as f64,
-                locked_by,
-                locked_at_from_now: (at - utc_now()).num_milliseconds() as f64 / 1000.0,
-            }
-        })
-    }
-
-    async fn count(&self) -> i64 {
-        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT COUNT(*) FROM {}",
-            self.table
-        )))
-        .fetch_one(self.pool)
-        .await
-        .unwrap()
+/// Reads `table` of the database file `pool` opens back.
+fn rows_of(pool: &SqlitePool, table: &str) -> Rows {
+    Rows {
+        pool: pool.clone(),
+        table: table.to_owned(),
     }
 }
 
-fn parse(text: &str) -> chrono::NaiveDateTime {
-    chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.3f")
-        .unwrap_or_else(|e| panic!("{text:?} is not YYYY-MM-DD HH:MM:SS.SSS: {e}"))
-}
-
-fn utc_now() -> chrono::NaiveDateTime {
-    chrono::Utc::now().naive_utc()
-}
+shedlock_test_support::sql_provider_tests!(SqliteFile::new());
 
 #[tokio::test]
 async fn one_statement_acquire_creates_the_row_excludes_others_and_releases() {
@@ -89,10 +53,7 @@ async fn one_statement_acquire_creates_the_row_excludes_others_and_releases() {
     let node_a = node(&url, false).await;
     let node_b = node(&url, false).await.with_holder("other-node");
     let pool = admin(&url).await;
-    let rows = Rows {
-        pool: &pool,
-        table: "shedlock",
-    };
+    let rows = rows_of(&pool, "shedlock");
     shared::acquire_writes_the_row_excludes_others_and_releases(&node_a, &node_b, &rows).await;
 }
 
@@ -107,12 +68,6 @@ async fn racing_nodes_on_one_file_let_exactly_one_in() {
 }
 
 #[tokio::test]
-async fn release_keeps_the_lock_until_at_least_and_extend_moves_it() {
-    let node_a = node(&database_url(), false).await;
-    shared::release_keeps_at_least_and_extend_moves_the_lock(&node_a, &node_a.node()).await;
-}
-
-#[tokio::test]
 async fn an_expired_holder_cannot_release_or_extend_the_next_holders_lock() {
     let url = database_url();
     let (node_a, node_b) = (node(&url, false).await, node(&url, false).await);
@@ -121,24 +76,23 @@ async fn an_expired_holder_cannot_release_or_extend_the_next_holders_lock() {
 
 #[tokio::test]
 async fn the_declared_name_length_is_enforced_though_sqlite_does_not() {
-    let url = database_url();
-    let pool = admin(&url).await;
-    exec(&pool, "CREATE TABLE narrow (name VARCHAR(10) PRIMARY KEY, lock_until TIMESTAMP NOT NULL, locked_at TIMESTAMP NOT NULL, locked_by VARCHAR(255) NOT NULL)").await;
-    let provider = SqliteLockProvider::builder()
-        .table_name("narrow")
-        .build(pool.clone())
-        .await
-        .unwrap();
-    let rows = Rows {
-        pool: &pool,
-        table: "narrow",
-    };
-    shared::a_narrow_name_column_refuses_longer_names_before_writing(&provider, &rows).await;
+    let database = SqliteFile::new();
+    shared::names_longer_than_the_column_are_refused_before_anything_is_written(
+        &database,
+        "name VARCHAR(10) PRIMARY KEY, lock_until TIMESTAMP NOT NULL, \
+         locked_at TIMESTAMP NOT NULL, locked_by VARCHAR(255) NOT NULL",
+    )
+    .await;
 
-    exec(&pool, "CREATE TABLE wide (name TEXT PRIMARY KEY, lock_until DATETIME NOT NULL, locked_at DATETIME NOT NULL, locked_by TEXT NOT NULL)").await;
+    database
+        .exec(
+            "CREATE TABLE wide (name TEXT PRIMARY KEY, lock_until DATETIME NOT NULL, \
+             locked_at DATETIME NOT NULL, locked_by TEXT NOT NULL)",
+        )
+        .await;
     let wide = SqliteLockProvider::builder()
         .table_name("wide")
-        .build(pool.clone())
+        .build(database.pool().await)
         .await
         .unwrap();
     assert_eq!(
@@ -146,12 +100,6 @@ async fn the_declared_name_length_is_enforced_though_sqlite_does_not() {
         None,
         "TEXT has no limit"
     );
-    let provider64 = node(&url, false).await;
-    let rows = Rows {
-        pool: &pool,
-        table: "shedlock",
-    };
-    shared::shedlocks_name_column_takes_64_characters(&provider64, &rows).await;
 }
 
 /// `locked_by` is `<holder>#<32 hex digits>`. One that fits the column exactly is written; one
@@ -211,10 +159,9 @@ async fn a_holder_longer_than_the_locked_by_column_is_refused_before_writing() {
 
 #[tokio::test]
 async fn a_missing_table_wrong_types_and_a_missing_key_are_explained() {
-    let url = database_url();
-    let pool = admin(&url).await;
+    let database = SqliteFile::new();
     let missing = SqliteLockProvider::builder()
-        .build(pool.clone())
+        .build(database.pool().await)
         .await
         .unwrap_err();
     assert_eq!(
@@ -229,23 +176,22 @@ async fn a_missing_table_wrong_types_and_a_missing_key_are_explained() {
         "{missing}"
     );
 
-    exec(&pool, "CREATE TABLE wrong (name VARCHAR(64) PRIMARY KEY, lock_until BLOB, locked_at TIMESTAMP, locked_by VARCHAR(255))").await;
-    let wrong = SqliteLockProvider::builder()
-        .table_name("wrong")
-        .build(pool.clone())
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(wrong.contains("column lock_until has type BLOB"), "{wrong}");
-
-    exec(&pool, "CREATE TABLE nokey (name VARCHAR(64), lock_until TIMESTAMP, locked_at TIMESTAMP, locked_by VARCHAR(255))").await;
-    let nokey = SqliteLockProvider::builder()
-        .table_name("nokey")
-        .build(pool.clone())
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(nokey.contains("must be its (only) primary key"), "{nokey}");
+    shared::tables_of_the_wrong_shape_are_refused(
+        &database,
+        &[
+            (
+                "name VARCHAR(64) PRIMARY KEY, lock_until BLOB, locked_at TIMESTAMP, \
+                 locked_by VARCHAR(255)",
+                &["column lock_until has type BLOB"],
+            ),
+            (
+                "name VARCHAR(64), lock_until TIMESTAMP, locked_at TIMESTAMP, \
+                 locked_by VARCHAR(255)",
+                &["must be its (only) primary key"],
+            ),
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -305,39 +251,6 @@ async fn custom_table_and_column_names_work() {
         .await
         .unwrap();
     assert!(owner.contains('#'));
-}
-
-#[tokio::test]
-async fn server_time_ignores_node_clocks_and_client_time_uses_them() {
-    let url = database_url();
-    let server_time = node(&url, false).await;
-    let client_time = SqliteLockProvider::builder()
-        .time_source(TimeSource::Client)
-        .connect(url.clone())
-        .await
-        .unwrap();
-    let pool = admin(&url).await;
-    let rows = Rows {
-        pool: &pool,
-        table: "shedlock",
-    };
-    shared::server_time_ignores_node_clocks_and_client_time_uses_them(
-        &server_time,
-        &client_time,
-        &rows,
-    )
-    .await;
-}
-
-#[tokio::test]
-async fn lock_statements_run_outside_the_callers_transaction() {
-    let pool = admin(&database_url()).await;
-    let provider = SqliteLockProvider::builder()
-        .create_table_if_missing()
-        .build(pool)
-        .await
-        .unwrap();
-    shared::lock_statements_run_outside_the_callers_transaction(&provider).await;
 }
 
 #[tokio::test]
@@ -437,68 +350,26 @@ async fn urls_of_other_backends_are_refused_and_file_paths_still_open() {
     );
 }
 
-/// SQLite's date functions end with the year 9999, whatever the column's declared type.
-fn year_9999(column_type: &str) -> (Duration, String) {
-    (
-        Duration::new(253_402_300_799, 999_000_000),
-        format!("column lock_until ({column_type})"),
-    )
-}
-
+/// SQLite's date functions end with the year 9999, whatever the column's declared type. The
+/// table the provider makes, one made by hand with another declared type, and the provider
+/// built without connecting, which trusts the table it would make.
 #[tokio::test]
 async fn locks_ending_past_the_year_9999_are_refused_before_writing() {
-    // The table the provider makes, one made by hand with another declared type, and the
-    // provider built without connecting, which trusts the table it would make.
-    let url = database_url();
-    let pool = admin(&url).await;
-    exec(
-        &pool,
-        "CREATE TABLE by_hand (name VARCHAR(64) PRIMARY KEY, lock_until DATETIME NOT NULL, \
-         locked_at DATETIME NOT NULL, locked_by VARCHAR(255) NOT NULL)",
+    let year_9999 = |column| shared::LockUntilLimit {
+        latest: Duration::new(253_402_300_799, 999_000_000),
+        shown: "9999-12-31 23:59:59.999 UTC",
+        column,
+    };
+    shared::locks_ending_past_the_lock_until_columns_limit_are_refused_on_every_table(
+        &SqliteFile::new(),
+        "DATETIME",
+        [
+            year_9999("column lock_until (TIMESTAMP(3))"),
+            year_9999("column lock_until (TIMESTAMP(3))"),
+            year_9999("column lock_until (DATETIME)"),
+        ],
     )
     .await;
-    let made = node(&url, false).await;
-    let unchecked = SqliteLockProvider::builder()
-        .holder("rust-node")
-        .connect_lazy(url.clone())
-        .await
-        .unwrap();
-    for (table, provider, column_type) in [
-        ("shedlock", made, "TIMESTAMP(3)"),
-        ("shedlock", unchecked, "TIMESTAMP(3)"),
-        (
-            "by_hand",
-            SqliteLockProvider::builder()
-                .table_name("by_hand")
-                .holder("rust-node")
-                .build(pool.clone())
-                .await
-                .unwrap(),
-            "DATETIME",
-        ),
-    ] {
-        exec(&pool, &format!("DELETE FROM {table}")).await;
-        let ahead = SqliteLockProvider::builder()
-            .table_name(table)
-            .time_source(TimeSource::Client)
-            .clock(shared::two_days_ahead())
-            .connect(url.clone())
-            .await
-            .unwrap();
-        let (latest, column) = year_9999(column_type);
-        shared::locks_ending_past_the_lock_until_columns_limit_are_refused_before_writing(
-            &provider,
-            Some(&ahead),
-            &provider,
-            &Rows { pool: &pool, table },
-            &shared::LockUntilLimit {
-                latest,
-                shown: "9999-12-31 23:59:59.999 UTC",
-                column: &column,
-            },
-        )
-        .await;
-    }
 }
 
 /// A new database file per round.
