@@ -36,7 +36,7 @@ mkdir -p "$OUT"
 areas=(
   "shedlock-configuration/src|shedlock-configuration|shedlock-configuration|"
   "shedlock-core/src|shedlock-core|shedlock-core|"
-  "providers/sql/src|shedlock-sql|shedlock-sql shedlock-sqlite shedlock-postgres|--lib --test suite --test conformance --test conformance_client_time"
+  "providers/sql/src|shedlock-sql|shedlock-sql shedlock-sqlite shedlock-postgres|--lib --test suite --test conformance"
   "conformance/src/checks/model.rs|shedlock-conformance|shedlock-conformance|"
   "conformance/src/faults/ledger.rs|shedlock-conformance|shedlock-conformance|--lib"
   "conformance/src/first_use.rs|shedlock-conformance|shedlock-conformance|--lib --test first_use"

@@ -90,8 +90,9 @@ where
 /// filter selects a configuration, a check or both. Each configuration gets its own harness,
 /// names, cleanup and report (its harness's [`name`](ConformanceHarness::name) names the
 /// report, so it must differ between configurations); a harness that cannot be set up fails
-/// that configuration's `<name>::harness_setup` and its checks, not the others'. Otherwise as
-/// [`run`].
+/// that configuration's `<name>::harness_setup` and its checks, not the others'. A
+/// configuration whose checks the arguments all filter out (`--skip client-time::`) is not set
+/// up. Otherwise as [`run`].
 pub fn run_configurations<H, C, F, Fut>(
     configurations: Vec<(&'static str, C)>,
     make_harness: F,
@@ -116,6 +117,37 @@ fn trial_name(configuration: &str, check: &str) -> String {
     } else {
         format!("{configuration}::{check}")
     }
+}
+
+/// Sets up one configuration's harness on `runtime`; a failure is printed once, here.
+fn set_up<H, Fut>(runtime: &tokio::runtime::Runtime, make_harness: Fut) -> Part<H>
+where
+    H: ConformanceHarness,
+    Fut: Future<Output = Result<H, SetupError>>,
+{
+    let harness = runtime
+        .block_on(make_harness)
+        .map(Arc::new)
+        .map_err(|error| {
+            let message = format!(
+                "the conformance harness could not be set up, so no check can run: {error}"
+            );
+            eprintln!("shedlock-conformance: {message}");
+            message
+        });
+    Part {
+        harness,
+        names: NameSpace::new_run(),
+        results: Arc::new(Mutex::new(Vec::new())),
+    }
+}
+
+/// Whether `args` select any check of the configuration named `configuration`.
+fn selects_any(args: &Arguments, configuration: &str) -> bool {
+    Check::ALL.iter().any(|check| {
+        let trial = Trial::test(trial_name(configuration, check.name()), || Ok(()));
+        !args.is_filtered_out(&trial)
+    })
 }
 
 /// One configuration's part of a run: its harness (or why there is none), its names and the
@@ -161,25 +193,14 @@ where
             return (ExitCode::FAILURE, vec![Report::new("", vec![line])]);
         }
     };
-    let parts: Vec<(&'static str, Part<H>)> =
-        setups
-            .into_iter()
-            .map(|(configuration, make_harness)| {
-                let harness = runtime.block_on(make_harness).map(Arc::new).map_err(|error| {
-                let message = format!(
-                    "the conformance harness could not be set up, so no check can run: {error}"
-                );
-                eprintln!("shedlock-conformance: {message}");
-                message
-            });
-                let part = Part {
-                    harness,
-                    names: NameSpace::new_run(),
-                    results: Arc::new(Mutex::new(Vec::new())),
-                };
-                (configuration, part)
-            })
-            .collect();
+    // With several configurations, one whose checks the arguments all filter out is not set
+    // up at all (a run of one configuration sets it up whatever the filter, as it always has).
+    let several = setups.len() > 1;
+    let parts: Vec<(&'static str, Part<H>)> = setups
+        .into_iter()
+        .filter(|(configuration, _)| !several || selects_any(&args, configuration))
+        .map(|(configuration, make_harness)| (configuration, set_up(&runtime, make_harness)))
+        .collect();
     // On a coarse-precision backend (whole-second leases) the checks spend their time waiting
     // for locks to expire: run them all at once, unless told otherwise, so the run takes as long
     // as its longest check. Fine-grained backends keep one check per core, as their checks are

@@ -1,6 +1,6 @@
-//! The conformance kit against a real MySQL or MariaDB server (`SHEDLOCK_TEST_MYSQL_URL`) far
-//! from UTC, on a ShedLock table with the fencing column, in server time: the process in
-//! `America/Los_Angeles`, every session at `+05:30`, the table's times `DATETIME(3)`.
+//! The conformance kit against a real MySQL or MariaDB server (`SHEDLOCK_TEST_MYSQL_URL`) far from
+//! UTC, in both configurations of `conformance.rs`: the process and every session in
+//! `America/Los_Angeles`, on pools that set the zone on connect.
 
 #[path = "kit/non_utc_sessions.rs"]
 mod non_utc_sessions;
@@ -13,9 +13,12 @@ use shedlock_test_support::sql::conformance_harness::{self, KitRun};
 use planted_records::MySqlKit;
 
 fn main() -> std::process::ExitCode {
-    conformance_harness::non_utc::run::<MySqlKit>(
-        backends::mysql_url(),
+    conformance_harness::non_utc::run::<MySqlKit, _>(
+        backends::mysql_url,
         2,
-        KitRun::SERVER_TIME_WITH_FENCING_NON_UTC,
+        &[
+            KitRun::SERVER_TIME_WITH_FENCING_NON_UTC,
+            KitRun::CLIENT_TIME_WITHOUT_FENCING_NON_UTC,
+        ],
     )
 }

@@ -1,5 +1,7 @@
-//! The conformance kit against a real PostgreSQL server (`SHEDLOCK_TEST_POSTGRES_URL`), on a
-//! ShedLock table with the fencing column, in server time.
+//! The conformance kit against a real PostgreSQL server (`SHEDLOCK_TEST_POSTGRES_URL`), in both
+//! configurations a node runs in, in one test binary: the database's clock on a ShedLock table with
+//! the fencing column (the checks under their own names), and each node's clock on exactly
+//! ShedLock's table, as beside Java's client-time provider (`client-time::<check>`).
 
 #[path = "kit/planted_records.rs"]
 mod planted_records;
@@ -10,9 +12,12 @@ use shedlock_test_support::sql::conformance_harness::{self, KitRun};
 use planted_records::PostgresKit;
 
 fn main() -> std::process::ExitCode {
-    conformance_harness::run::<PostgresKit>(
-        backends::postgres_url(),
+    conformance_harness::run::<PostgresKit, _>(
+        backends::postgres_url,
         2,
-        KitRun::SERVER_TIME_WITH_FENCING,
+        &[
+            KitRun::SERVER_TIME_WITH_FENCING,
+            KitRun::CLIENT_TIME_WITHOUT_FENCING,
+        ],
     )
 }

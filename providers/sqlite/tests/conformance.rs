@@ -1,5 +1,8 @@
-//! The conformance kit on a SQLite database file (`SHEDLOCK_TEST_SQLITE_URL`, else a fresh
-//! file in the temp folder), on a ShedLock table with the fencing column, in server time.
+//! The conformance kit against a SQLite file (`SHEDLOCK_TEST_SQLITE_URL`, else a fresh one in the
+//! temp folder for each configuration), in both configurations a node runs in, in one test binary:
+//! the database's clock on a ShedLock table with the fencing column (the checks under their own
+//! names), and each node's clock on exactly ShedLock's table, as beside Java's client-time provider
+//! (`client-time::<check>`).
 
 #[path = "kit/planted_records.rs"]
 mod planted_records;
@@ -11,9 +14,12 @@ use planted_records::SqliteKit;
 
 fn main() -> std::process::ExitCode {
     // One admin connection: SQLite has one writer at a time anyway.
-    conformance_harness::run::<SqliteKit>(
-        backends::sqlite_url(),
+    conformance_harness::run::<SqliteKit, _>(
+        backends::sqlite_url,
         1,
-        KitRun::SERVER_TIME_WITH_FENCING,
+        &[
+            KitRun::SERVER_TIME_WITH_FENCING,
+            KitRun::CLIENT_TIME_WITHOUT_FENCING,
+        ],
     )
 }

@@ -27,6 +27,9 @@ use sqlx::pool::PoolOptions;
 /// server; each run's names are unique.
 #[derive(Debug, Clone, Copy)]
 pub struct KitRun {
+    /// The configuration's name in the kit's trial names (`client-time::extend`); empty for the
+    /// default one, whose trials are named after their checks alone.
+    pub name: &'static str,
     /// Appended to the provider's name for the report file (`postgres-client-time.json`),
     /// so the runs' reports do not overwrite each other.
     pub report_suffix: &'static str,
@@ -41,6 +44,7 @@ pub struct KitRun {
 impl KitRun {
     /// The default configuration: the database's clock, and the fencing column.
     pub const SERVER_TIME_WITH_FENCING: KitRun = KitRun {
+        name: "",
         report_suffix: "",
         table: "shedlock_conformance",
         time_source: TimeSource::Server,
@@ -50,6 +54,7 @@ impl KitRun {
     /// The other one: each node's clock bound as a parameter, on exactly ShedLock's table (no
     /// fencing column), as a node sharing a table with Java's client-time JdbcLockProvider runs.
     pub const CLIENT_TIME_WITHOUT_FENCING: KitRun = KitRun {
+        name: "client-time",
         report_suffix: "-client-time",
         table: "shedlock_conformance_client_time",
         time_source: TimeSource::Client,
@@ -402,19 +407,28 @@ pub fn run_fault_defects<K: PlantRecords>(
     })
 }
 
-/// Runs the kit in configuration `run` on the server `url` finds, with `admin_connections`
-/// for the harness's own pool. The run's table is created before checks run in parallel. The
-/// non-UTC targets start through [`non_utc::run`] instead.
-pub fn run<K: PlantRecords>(
-    url: impl Future<Output = Result<String, LaunchError>>,
+/// Runs the kit in each configuration of `runs`, in one test binary, on the server `url`
+/// finds (called once per configuration: the kit's launcher starts at most one container per
+/// backend), with `admin_connections` for each harness's own pool. Each run's table is
+/// created before checks run in parallel. The non-UTC targets start through
+/// [`non_utc::run`] instead.
+pub fn run<K: PlantRecords, Url>(
+    url: impl Fn() -> Url,
     admin_connections: u32,
-    run: KitRun,
-) -> ExitCode {
-    shedlock_conformance::run(|| async move {
-        let harness =
-            SqlHarness::<K>::connect(Sessions::Url(url.await?), admin_connections, run).await?;
-        harness.prepare_table().await?;
-        Ok(harness)
+    runs: &[KitRun],
+) -> ExitCode
+where
+    Url: Future<Output = Result<String, LaunchError>>,
+{
+    let configurations = runs.iter().map(|run| (run.name, *run)).collect();
+    shedlock_conformance::run_configurations(configurations, |run| {
+        let url = url();
+        async move {
+            let harness =
+                SqlHarness::<K>::connect(Sessions::Url(url.await?), admin_connections, run).await?;
+            harness.prepare_table().await?;
+            Ok(harness)
+        }
     })
 }
 
@@ -464,33 +478,41 @@ pub mod non_utc {
         ) -> Result<(String, i64), sqlx::Error>;
     }
 
-    /// Runs the kit in configuration `run` (one of the `_NON_UTC` ones, whose tables are their
-    /// own) like [`super::run`], in [`PROCESS_TIME_ZONE`] and in `K`'s non-UTC sessions.
+    /// Runs the kit in each configuration of `runs` (the `_NON_UTC` ones, whose tables are
+    /// their own) like [`super::run`], in [`PROCESS_TIME_ZONE`] and in `K`'s non-UTC sessions.
     /// Setup fails, rather than quietly testing UTC, unless the process, the harness's pool
     /// and a node's pool all read local time more than an hour from UTC.
-    pub fn run<K: NonUtcSessions>(
-        url: impl Future<Output = Result<String, LaunchError>>,
+    pub fn run<K: NonUtcSessions, Url>(
+        url: impl Fn() -> Url,
         admin_connections: u32,
-        run: KitRun,
-    ) -> ExitCode {
+        runs: &[KitRun],
+    ) -> ExitCode
+    where
+        Url: Future<Output = Result<String, LaunchError>>,
+    {
         in_process_time_zone(|| {
-            shedlock_conformance::run(|| async move {
-                let local = chrono::Local::now().offset().local_minus_utc();
-                far_from_utc("this process", PROCESS_TIME_ZONE, i64::from(local / 60))?;
-                let sessions = K::sessions(url.await?)?;
-                let harness = SqlHarness::<K>::connect(sessions, admin_connections, run).await?;
-                K::create_table(&harness.admin, run.table, run.fencing).await?;
-                harness.prepare_table().await?;
-                let node = harness.node(Arc::new(SystemClock)).await?;
-                // A node that opened its own connections from the URL starts its sessions as
-                // the harness's pool, opened from the same URL, does.
-                let node_pool = node.pool().map(|pool| ("a node's pool", pool));
-                let harness_pool = Some(("the harness's own pool", &harness.admin));
-                for (whose, pool) in harness_pool.into_iter().chain(node_pool) {
-                    let (zone, offset) = K::session_time_zone(pool).await?;
-                    far_from_utc(whose, &zone, offset)?;
+            let configurations = runs.iter().map(|run| (run.name, *run)).collect();
+            shedlock_conformance::run_configurations(configurations, |run| {
+                let url = url();
+                async move {
+                    let local = chrono::Local::now().offset().local_minus_utc();
+                    far_from_utc("this process", PROCESS_TIME_ZONE, i64::from(local / 60))?;
+                    let sessions = K::sessions(url.await?)?;
+                    let harness =
+                        SqlHarness::<K>::connect(sessions, admin_connections, run).await?;
+                    K::create_table(&harness.admin, run.table, run.fencing).await?;
+                    harness.prepare_table().await?;
+                    let node = harness.node(Arc::new(SystemClock)).await?;
+                    // A node that opened its own connections from the URL starts its sessions as
+                    // the harness's pool, opened from the same URL, does.
+                    let node_pool = node.pool().map(|pool| ("a node's pool", pool));
+                    let harness_pool = Some(("the harness's own pool", &harness.admin));
+                    for (whose, pool) in harness_pool.into_iter().chain(node_pool) {
+                        let (zone, offset) = K::session_time_zone(pool).await?;
+                        far_from_utc(whose, &zone, offset)?;
+                    }
+                    Ok(harness)
                 }
-                Ok(harness)
             })
         })
     }

@@ -1,10 +1,9 @@
-//! The conformance harness for Redis, shared by the kit's runs: `tests/conformance.rs` with
-//! the default configuration (no fencing: a plain `SET NX PX` acquire, any name),
-//! `tests/conformance_fencing.rs` with fencing on (the acquire script with its counter, names
-//! without `{`/`}`), and the runs through a Redis Cluster and Redis Sentinel URL
-//! (`tests/conformance_cluster.rs`, `tests/conformance_sentinel.rs`). Each node is its own
-//! provider with its own connection, as a separate process would be; each run uses its own env
-//! segment of the key, so runs can go at once on one server.
+//! The conformance harness for Redis, shared by the kit's runs (`tests/conformance.rs`) and
+//! the fault suite (`tests/faults.rs`): the default configuration (no fencing: a plain
+//! `SET NX PX` acquire, any name), fencing on (the acquire script with its counter, names
+//! without `{`/`}`), and the runs through a Redis Cluster and a Redis Sentinel URL. Each node
+//! is its own provider with its own connection, as a separate process would be; each run uses
+//! its own env segment of the key, so runs can go at once on one server.
 
 #[path = "topologies.rs"]
 mod topologies;
@@ -283,11 +282,13 @@ pub fn run_faults(settings: Settings) -> ExitCode {
     })
 }
 
-/// Runs the whole kit against a real Redis (the variable of `settings.topology`) with the given
-/// configuration: the body of each conformance target's `main`.
+/// Runs the whole kit against real Redis topologies (the variable of each settings'
+/// `topology`), once per configuration, in one test binary: the body of the conformance
+/// target's `main`. Each configuration's checks are named `<name>::<check>` (an empty name
+/// keeps the check's own).
 #[allow(dead_code)] // The fault target runs `run_faults` instead.
-pub fn run(settings: Settings) -> ExitCode {
-    shedlock_conformance::run(|| async move {
+pub fn run(configurations: &[(&'static str, Settings)]) -> ExitCode {
+    shedlock_conformance::run_configurations(configurations.to_vec(), |settings| async move {
         let (url, admin) = settings.backend().await?;
         Ok(Harness {
             url,
