@@ -103,3 +103,28 @@ async fn copy<R: Relay>(
     }
     let _ = to.shutdown().await;
 }
+
+/// A server for the proxies' tests on a free port of 127.0.0.1 that answers every read with
+/// the bytes it read, in two packets (the first byte, then the rest 5 ms later), as a server
+/// whose reply the network splits.
+#[cfg(test)]
+pub(crate) async fn echo_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buffer = [0u8; 1024];
+                while let Ok(read) = socket.read(&mut buffer).await {
+                    if read == 0 {
+                        break;
+                    }
+                    let _ = socket.write_all(&buffer[..1]).await;
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                    let _ = socket.write_all(&buffer[1..read]).await;
+                }
+            });
+        }
+    });
+    addr
+}

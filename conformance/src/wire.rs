@@ -97,31 +97,10 @@ impl Drop for CountingProxy {
 #[cfg(test)]
 mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::{TcpListener, TcpStream};
+    use tokio::net::TcpStream;
 
     use super::*;
-
-    /// An echo server that answers each request line with one reply, in two packets.
-    async fn echo_server() -> SocketAddr {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let mut buffer = [0u8; 1024];
-                    while let Ok(read) = socket.read(&mut buffer).await {
-                        if read == 0 {
-                            break;
-                        }
-                        let _ = socket.write_all(b"o").await;
-                        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-                        let _ = socket.write_all(b"k\n").await;
-                    }
-                });
-            }
-        });
-        addr
-    }
+    use crate::relay::echo_server;
 
     async fn ask(stream: &mut TcpStream, request: &[u8]) {
         stream.write_all(request).await.unwrap();

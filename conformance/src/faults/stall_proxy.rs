@@ -97,28 +97,10 @@ mod tests {
     use std::time::Duration;
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::{TcpListener, TcpStream};
+    use tokio::net::TcpStream;
 
     use super::*;
-
-    async fn echo_server() -> SocketAddr {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let mut buffer = [0u8; 1024];
-                    while let Ok(read) = socket.read(&mut buffer).await {
-                        if read == 0 {
-                            break;
-                        }
-                        let _ = socket.write_all(&buffer[..read]).await;
-                    }
-                });
-            }
-        });
-        addr
-    }
+    use crate::relay::echo_server;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn holds_traffic_while_paused_and_delivers_it_on_resume() {
