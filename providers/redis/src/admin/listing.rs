@@ -32,23 +32,29 @@ const MAX_SCANS_PER_PAGE: usize = 16;
 ///
 /// `ARGV[1]` the `SCAN` cursor, `ARGV[2]` the `MATCH` pattern, `ARGV[3]` the page's limit,
 /// `ARGV[4]` `1` to read fencing counters, `ARGV[5]` `1` when routed to one cluster master,
-/// `ARGV[6]` the most `SCAN` calls, `ARGV[7]` the key the previous page stopped after within the
-/// batch this cursor returns ('' for none). Each `SCAN` asks for as many keys as the page still
-/// lacks, but `COUNT` is a hint: one hash bucket can hold more matching keys than that. A batch
-/// that would overflow a page that already has locks is left whole for the next page (its
-/// cursor is not taken). A first batch larger than the page is sorted byte-wise and cut at the
-/// limit; the next page runs the same cursor again and takes the keys after the last one taken.
-/// A key present throughout is still listed, as `SCAN` promises; the order only has to be the
-/// same on both pages, so it is bytes, never the server's locale.
+/// `ARGV[6]` the most `SCAN` calls, `ARGV[7..]` the keys earlier pages already took from the
+/// batch this cursor returns (none, usually). Each `SCAN` asks for as many keys as the page
+/// still lacks, but `COUNT` is a hint: one hash bucket can hold more matching keys than that. A
+/// batch that would overflow a page that already has locks is left whole for the next page
+/// (its cursor is not taken). A first batch larger than the page is sorted byte-wise and cut at
+/// the limit; the next page runs the same cursor again and leaves out exactly the keys taken
+/// so far. Leaving out a set, not "everything up to the last key taken", is what keeps the
+/// promise of `SCAN` (a key present throughout is listed) when the keyspace shrinks between
+/// the pages: the same cursor then covers more keys than it did, keys that no page took yet
+/// and that may sort anywhere.
 ///
 /// Returns `{'cluster'}` when not routed but on a cluster (where one node's `SCAN` would be a
-/// partial listing); otherwise `{cursor, the key taken through or '', time seconds, time
-/// microseconds, this master's lowest slot or -1, the next master's lowest slot or -1, then key,
-/// value, pttl, fencing counter ('') for each lock}`.
+/// partial listing); otherwise `{cursor, the keys taken from its batch so far (empty unless
+/// cut), time seconds, time microseconds, this master's lowest slot or -1, the next master's
+/// lowest slot or -1, then key, value, pttl, fencing counter ('') for each lock}`.
 const LIST_BODY: &str = r"
 local cursor, pattern = ARGV[1], ARGV[2]
 local limit, fencing, routed = tonumber(ARGV[3]), ARGV[4] == '1', ARGV[5] == '1'
-local after = ARGV[7]
+local taken, carried = {}, {}
+for i = 7, #ARGV do
+  taken[ARGV[i]] = true
+  carried[#carried + 1] = ARGV[i]
+end
 if not routed and string.find(redis.call('INFO', 'cluster'), 'cluster_enabled:1', 1, true) then
   return {'cluster'}
 end
@@ -59,21 +65,25 @@ local function bytewise_before(a, b)
   end
   return #a < #b
 end
-local locks, taken_through = {}, ''
+local locks, cut = {}, false
 for _ = 1, tonumber(ARGV[6]) do
   local reply = redis.call('SCAN', cursor, 'MATCH', pattern, 'COUNT', limit - #locks)
   local keys = {}
   for _, key in ipairs(reply[2]) do
-    if (after == '' or bytewise_before(after, key)) and redis.call('TYPE', key).ok == 'string' then
+    if not taken[key] and redis.call('TYPE', key).ok == 'string' then
       keys[#keys + 1] = key
     end
   end
-  after = ''
+  -- Only this first SCAN runs the cursor the taken keys came from.
+  taken = {}
   if #locks + #keys > limit then
     if #locks > 0 then break end
     table.sort(keys, bytewise_before)
     for i = #keys, limit + 1, -1 do keys[i] = nil end
-    taken_through = keys[limit]
+    for _, key in ipairs(keys) do carried[#carried + 1] = key end
+    cut = true
+  else
+    carried = {}
   end
   for _, key in ipairs(keys) do
     local fence = ''
@@ -82,7 +92,7 @@ for _ = 1, tonumber(ARGV[6]) do
     end
     locks[#locks + 1] = {key, redis.call('GET', key), redis.call('PTTL', key), fence}
   end
-  if taken_through ~= '' then break end
+  if cut then break end
   cursor = reply[1]
   if cursor == '0' or #locks >= limit then break end
 end
@@ -98,14 +108,14 @@ if routed then
     return redis.error_reply('the node the listing was routed to serves no slots')
   end
   here = lowest[me]
-  if cursor == '0' and taken_through == '' then
+  if cursor == '0' and not cut then
     for _, first in pairs(lowest) do
       if first > here and (following == -1 or first < following) then following = first end
     end
   end
 end
 local time = redis.call('TIME')
-local out = {cursor, taken_through, time[1], time[2], here, following}
+local out = {cursor, carried, time[1], time[2], here, following}
 for _, lock in ipairs(locks) do
   for _, field in ipairs(lock) do out[#out + 1] = field end
 end
@@ -132,9 +142,9 @@ struct Position {
     master: Option<u16>,
     /// The `SCAN` cursor there.
     scan: String,
-    /// The last key the previous page took from the batch `scan` returns, when that batch was
-    /// larger than a page.
-    taken_through: Option<Vec<u8>>,
+    /// The keys earlier pages took from the batch `scan` returns, when that batch was larger
+    /// than a page; empty otherwise.
+    taken: Vec<Vec<u8>>,
 }
 
 impl Position {
@@ -148,18 +158,18 @@ impl Position {
         Self {
             master,
             scan: scan.to_owned(),
-            taken_through: None,
+            taken: Vec::new(),
         }
     }
 
-    /// The cursor text: `[<slot>:]<scan cursor>[/<key taken through, in hex>]`.
+    /// The cursor text: `[<slot>:]<scan cursor>[/<taken key, in hex>[,<taken key, in hex>...]]`.
     fn encode(&self) -> String {
         let mut text = match self.master {
             Some(slot) => format!("{slot}:{}", self.scan),
             None => self.scan.clone(),
         };
-        if let Some(key) = &self.taken_through {
-            text.push('/');
+        for (n, key) in self.taken.iter().enumerate() {
+            text.push(if n == 0 { '/' } else { ',' });
             for byte in key {
                 text.push_str(&format!("{byte:02x}"));
             }
@@ -168,9 +178,14 @@ impl Position {
     }
 
     fn decode(text: &str) -> Option<Self> {
-        let (place, taken_through) = match text.split_once('/') {
-            None => (text, None),
-            Some((place, hex)) => (place, Some(decode_hex(hex)?)),
+        let (place, taken) = match text.split_once('/') {
+            None => (text, Vec::new()),
+            Some((place, keys)) => (
+                place,
+                keys.split(',')
+                    .map(decode_hex)
+                    .collect::<Option<Vec<_>>>()?,
+            ),
         };
         let (master, scan) = match place.split_once(':') {
             None => (None, place),
@@ -183,7 +198,7 @@ impl Position {
         is_cursor.then(|| Self {
             master,
             scan: scan.to_owned(),
-            taken_through,
+            taken,
         })
     }
 }
@@ -290,7 +305,7 @@ where
             .arg(if inner.fencing { "1" } else { "0" })
             .arg(if routing.is_some() { "1" } else { "0" })
             .arg(MAX_SCANS_PER_PAGE)
-            .arg(position.taken_through.as_deref().unwrap_or_default())
+            .arg(&position.taken)
             .invoke_async(&mut connection)
             .await?;
         if reply.len() == 1 {
@@ -299,7 +314,7 @@ where
         let mut fields = reply.into_iter();
         let mut field = || fields.next().ok_or_else(|| unexpected("a page too short"));
         let cursor: String = redis::from_redis_value(field()?)?;
-        let taken_through: Vec<u8> = redis::from_redis_value(field()?)?;
+        let taken: Vec<Vec<u8>> = redis::from_redis_value(field()?)?;
         let now = server_time(field()?, field()?)?;
         let here: i64 = redis::from_redis_value(field()?)?;
         let following: i64 = redis::from_redis_value(field()?)?;
@@ -308,9 +323,9 @@ where
             None => None,
             Some(_) => Some(slot(here)?),
         };
-        let next = if !taken_through.is_empty() {
+        let next = if !taken.is_empty() {
             Some(Position {
-                taken_through: Some(taken_through),
+                taken,
                 ..Position::at(master, &cursor)
             })
         } else if cursor != "0" {
@@ -352,7 +367,7 @@ where
                     format!(
                         "the page cursor {:?} is not one this provider made: it is a SCAN \
                          cursor, <slot>:<SCAN cursor> on a Redis Cluster, either followed by \
-                         /<hex key> within a large batch",
+                         /<hex key>[,<hex key>...] within a large batch",
                         after.as_str()
                     ),
                 )
@@ -420,23 +435,24 @@ mod tests {
 
     #[test]
     fn cursors_round_trip_and_refuse_anything_else() {
-        let taken_through = |key: &[u8]| Position {
-            taken_through: Some(key.to_vec()),
+        let taken = |keys: &[&[u8]]| Position {
+            taken: keys.iter().map(|key| key.to_vec()).collect(),
             ..Position::at(Some(5461), "0")
         };
         for position in [
             Position::start(),
             Position::at(None, "123"),
             Position::at(Some(5461), "77"),
-            taken_through(b"job:/a:b"),
-            taken_through(&[0, 0xff, b'/']),
+            taken(&[b"job:/a:b"]),
+            taken(&[&[0, 0xff, b'/'], b"a,b", b"c"]),
         ] {
             assert_eq!(Position::decode(&position.encode()), Some(position));
         }
-        assert_eq!(taken_through(b"a/").encode(), "5461:0/612f");
+        assert_eq!(taken(&[b"a/"]).encode(), "5461:0/612f");
+        assert_eq!(taken(&[b"a", b"b,"]).encode(), "5461:0/61,622c");
         for text in [
             "", "x", "1:", ":1", "16384:0", "1:2:3", "-1", "0/", "0/1", "0/zz", "0/AB", "/61",
-            "0/é1",
+            "0/é1", "0/61,", "0/,61", "0/61,,62", "0/61,6",
         ] {
             assert_eq!(Position::decode(text), None, "{text:?}");
         }
