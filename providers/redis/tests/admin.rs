@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
 use shedlock_conformance::CountingProxy;
 use shedlock_core::{
     Acquisition, AcquisitionId, ErrorKind, LockAdmin, LockError, LockHandle, LockInfo,
@@ -105,6 +105,62 @@ fn near(a: SystemTime, b: SystemTime, margin: Duration) -> bool {
         .duration_since(b)
         .unwrap_or_else(|earlier| earlier.duration());
     apart <= margin
+}
+
+/// A provider and a connection on database `db` of the test server, which only the calling
+/// test writes (and it deletes what it wrote).
+async fn on_database_of_its_own(
+    db: i64,
+    env: &str,
+) -> (
+    RedisLockProvider<MultiplexedConnection>,
+    MultiplexedConnection,
+) {
+    let info = redis::IntoConnectionInfo::into_connection_info(redis_url()).unwrap();
+    let settings = info.redis_settings().clone().set_db(db);
+    let client = redis::Client::open(info.set_redis_settings(settings)).unwrap();
+    let node = RedisLockProvider::builder()
+        .env(env)
+        .build(client.get_multiplexed_async_connection().await.unwrap())
+        .unwrap();
+    (
+        node,
+        client.get_multiplexed_async_connection().await.unwrap(),
+    )
+}
+
+/// Writes a lock for each of `names` as Java ShedLock would, held for `ttl` by `host`.
+async fn plant_locks<C: ConnectionLike + Clone + Send + Sync + 'static>(
+    node: &RedisLockProvider<C>,
+    connection: &mut MultiplexedConnection,
+    names: &[String],
+    host: &str,
+    ttl: Duration,
+) {
+    let mut pipeline = redis::pipe();
+    for name in names {
+        pipeline
+            .cmd("SET")
+            .arg(node.lock_key(name).unwrap())
+            .arg(format!("ADDED:2024-01-01T00:00:00.000Z@{host}:{name}"))
+            .arg("PX")
+            .arg(ttl.as_millis() as u64)
+            .ignore();
+    }
+    pipeline.query_async::<()>(connection).await.unwrap();
+}
+
+/// Deletes the lock keys of `names`.
+async fn delete_locks<C: ConnectionLike + Clone + Send + Sync + 'static>(
+    node: &RedisLockProvider<C>,
+    connection: &mut MultiplexedConnection,
+    names: &[String],
+) {
+    let mut pipeline = redis::pipe();
+    for name in names {
+        pipeline.del(node.lock_key(name).unwrap()).ignore();
+    }
+    pipeline.query_async::<()>(connection).await.unwrap();
 }
 
 #[tokio::test]
@@ -350,17 +406,14 @@ async fn a_thousand_locks_are_listed_a_hundred_at_a_time_each_once() {
     let node = provider(&url, &env, "admin-test", false).await;
     let mut connection = raw(&url).await;
     let names: Vec<String> = (0..1_000).map(|i| format!("bulk-{i:04}")).collect();
-    let mut pipeline = redis::pipe();
-    for name in &names {
-        pipeline
-            .cmd("SET")
-            .arg(node.lock_key(name).unwrap())
-            .arg(format!("ADDED:2024-01-01T00:00:00.000Z@bulk-host:{name}"))
-            .arg("PX")
-            .arg(60_000)
-            .ignore();
-    }
-    pipeline.query_async::<()>(&mut connection).await.unwrap();
+    plant_locks(
+        &node,
+        &mut connection,
+        &names,
+        "bulk-host",
+        Duration::from_secs(60),
+    )
+    .await;
 
     let started = std::time::Instant::now();
     let pages = pages(&node, "bulk-", 100).await;
@@ -376,12 +429,7 @@ async fn a_thousand_locks_are_listed_a_hundred_at_a_time_each_once() {
     assert_eq!(listed, names);
     assert!(pages.len() >= 10, "{} pages", pages.len());
     assert!(elapsed < Duration::from_secs(10), "{elapsed:?}");
-
-    let mut cleanup = redis::pipe();
-    for name in &names {
-        cleanup.del(node.lock_key(name).unwrap()).ignore();
-    }
-    cleanup.query_async::<()>(&mut connection).await.unwrap();
+    delete_locks(&node, &mut connection, &names).await;
 }
 
 /// `SCAN`'s `COUNT` is a hint: one hash bucket can hold more matching keys than a page. In a
@@ -389,28 +437,16 @@ async fn a_thousand_locks_are_listed_a_hundred_at_a_time_each_once() {
 /// lock must cut a batch and go on inside it; every key is still listed once, one per page.
 #[tokio::test]
 async fn a_batch_larger_than_a_page_is_cut_and_the_next_page_goes_on_inside_it() {
-    let info = redis::IntoConnectionInfo::into_connection_info(redis_url()).unwrap();
-    // Only this test writes database 13, and it deletes what it wrote.
-    let settings = info.redis_settings().clone().set_db(13);
-    let info = info.set_redis_settings(settings);
-    let client = redis::Client::open(info).unwrap();
-    let node = RedisLockProvider::builder()
-        .env(unique_env("cut"))
-        .build(client.get_multiplexed_async_connection().await.unwrap())
-        .unwrap();
-    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let (node, mut connection) = on_database_of_its_own(13, &unique_env("cut")).await;
     let names: Vec<String> = (0..300).map(|i| format!("cut-{i:03}")).collect();
-    let mut pipeline = redis::pipe();
-    for name in &names {
-        pipeline
-            .cmd("SET")
-            .arg(node.lock_key(name).unwrap())
-            .arg(format!("ADDED:2024-01-01T00:00:00.000Z@cut-host:{name}"))
-            .arg("PX")
-            .arg(60_000)
-            .ignore();
-    }
-    pipeline.query_async::<()>(&mut connection).await.unwrap();
+    plant_locks(
+        &node,
+        &mut connection,
+        &names,
+        "cut-host",
+        Duration::from_secs(60),
+    )
+    .await;
 
     let mut request = PageRequest::first("cut-").with_limit(1);
     let mut listed = Vec::new();
@@ -432,12 +468,7 @@ async fn a_batch_larger_than_a_page_is_cut_and_the_next_page_goes_on_inside_it()
         cut_batches > 0,
         "no bucket held two keys: the cut was not exercised"
     );
-
-    let mut cleanup = redis::pipe();
-    for name in &names {
-        cleanup.del(node.lock_key(name).unwrap()).ignore();
-    }
-    cleanup.query_async::<()>(&mut connection).await.unwrap();
+    delete_locks(&node, &mut connection, &names).await;
 }
 
 /// A keyspace that shrinks between two pages of a cut batch, as it does when other
@@ -453,28 +484,17 @@ async fn a_batch_larger_than_a_page_is_cut_and_the_next_page_goes_on_inside_it()
 async fn a_cut_batch_is_finished_after_the_keyspace_shrinks_under_the_listing() {
     const OTHER_KEYS: usize = 14_000;
     const SHRINKS: usize = 20;
-    let info = redis::IntoConnectionInfo::into_connection_info(redis_url()).unwrap();
-    // Only this test writes database 12, and it deletes what it wrote.
-    let settings = info.redis_settings().clone().set_db(12);
-    let client = redis::Client::open(info.set_redis_settings(settings)).unwrap();
     let env = unique_env("shrink");
-    let node = RedisLockProvider::builder()
-        .env(&env)
-        .build(client.get_multiplexed_async_connection().await.unwrap())
-        .unwrap();
-    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let (node, mut connection) = on_database_of_its_own(12, &env).await;
     let names: Vec<String> = (0..1_500).map(|i| format!("shrink-{i:04}")).collect();
-    let mut pipeline = redis::pipe();
-    for name in &names {
-        pipeline
-            .cmd("SET")
-            .arg(node.lock_key(name).unwrap())
-            .arg(format!("ADDED:2024-01-01T00:00:00.000Z@shrink-host:{name}"))
-            .arg("PX")
-            .arg(120_000)
-            .ignore();
-    }
-    pipeline.query_async::<()>(&mut connection).await.unwrap();
+    plant_locks(
+        &node,
+        &mut connection,
+        &names,
+        "shrink-host",
+        Duration::from_secs(120),
+    )
+    .await;
     let other = |i: usize| format!("other-{env}:{i}");
     let write_others = |mut connection: redis::aio::MultiplexedConnection| async move {
         let mut pipeline = redis::pipe();
@@ -522,11 +542,7 @@ async fn a_cut_batch_is_finished_after_the_keyspace_shrinks_under_the_listing() 
         assert!(listed.len() <= 2 * names.len(), "the listing does not end");
     }
     delete_others(connection.clone()).await;
-    let mut cleanup = redis::pipe();
-    for name in &names {
-        cleanup.del(node.lock_key(name).unwrap()).ignore();
-    }
-    cleanup.query_async::<()>(&mut connection).await.unwrap();
+    delete_locks(&node, &mut connection, &names).await;
 
     // Keys may come twice (SCAN's own guarantee when the keyspace is resized), never not at all.
     let listed: HashSet<String> = listed.into_iter().collect();
