@@ -198,6 +198,13 @@ if [ ${#failed_steps[@]} -gt 0 ]; then
     grep -E '^    `-p |^test .* FAILED$|^error: (test failed|[0-9]+ targets failed)' "$log" \
       | sed 's/^/    /' || true
   done
+  # What each failed test said (the first lines after libtest's `---- <test> ... ----` header):
+  # the end of this output is what a reader of the CI run sees first.
+  echo "== what the failed tests said =="
+  for failure in "${failed_steps[@]}"; do
+    awk '/^---- .* ----$/ { left = 12 } left > 0 { print "    " substr($0, 1, 600); left-- }' \
+      "${failure##*|}" | head -n 120 || true
+  done
   exit 1
 fi
 echo "== every step passed =="
