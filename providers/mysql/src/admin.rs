@@ -13,7 +13,7 @@ use std::time::SystemTime;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use shedlock_core::{LockError, Operation, TimeSource, raw::NodeTime};
 use shedlock_sql::{
-    LIKE_ESCAPE, LockSelection, LockTable, StoredAcquisition, StoredLock, TableSchema,
+    LIKE_ESCAPE, LockSelection, LockTable, SqlAdmin, StoredAcquisition, StoredLock, TableSchema,
     client_time_parameter, statement_error,
 };
 use sqlx::mysql::{MySql, MySqlArguments, MySqlConnection, MySqlRow};
@@ -23,9 +23,6 @@ use sqlx::{AssertSqlSafe, Row};
 use crate::MySqlBackend;
 use crate::statements::READ_TIME;
 use crate::table::DIALECT;
-
-/// What [`MySqlBackend`] reads `locked_at` keys as, for errors.
-pub(crate) const LOCKED_AT_KEY: &str = "microseconds since the Unix epoch (UTC)";
 
 /// A bound parameter of an admin statement, in the order the `?` appear.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,7 +113,7 @@ struct Values<'q> {
 
 /// The admin statements for one table.
 #[derive(Debug)]
-pub(crate) struct AdminStatements {
+pub struct AdminStatements {
     inspect: Statement,
     first_page: Statement,
     next_page: Statement,
@@ -229,8 +226,19 @@ impl AdminStatements {
         }
         Ok(query)
     }
+}
 
-    pub(crate) async fn read_locks(
+impl SqlAdmin<MySqlBackend> for AdminStatements {
+    const LOCKED_AT_KEY: &'static str = "microseconds since the Unix epoch (UTC)";
+
+    type LockedAt = NaiveDateTime;
+
+    /// A `locked_at` key back as the UTC wall time it was read from.
+    fn locked_at_from_key(&self, key: &str) -> Option<NaiveDateTime> {
+        Some(DateTime::from_timestamp_micros(key.parse().ok()?)?.naive_utc())
+    }
+
+    async fn read_locks(
         &self,
         connection: &mut MySqlConnection,
         selection: LockSelection<'_>,
@@ -275,7 +283,7 @@ impl AdminStatements {
             .collect()
     }
 
-    pub(crate) async fn force_unlock(
+    async fn force_unlock(
         &self,
         connection: &mut MySqlConnection,
         name: &str,
@@ -316,11 +324,6 @@ fn stored_lock(row: &MySqlRow) -> Result<StoredLock, sqlx::Error> {
         now: SystemTime::from(now),
         held: held != 0,
     })
-}
-
-/// A `locked_at` key back as the UTC wall time it was read from.
-pub(crate) fn locked_at_from_key(key: &str) -> Option<NaiveDateTime> {
-    Some(DateTime::from_timestamp_micros(key.parse().ok()?)?.naive_utc())
 }
 
 /// The prefix a `LIKE` pattern of the listing stands for: the pattern without its final `%`,

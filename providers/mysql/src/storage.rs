@@ -10,15 +10,14 @@ use shedlock_core::{
     raw::{HeldRecord, LockRecord, NodeTime},
 };
 use shedlock_sql::{
-    AcquireAnswer, AcquireStatement, HeldStatement, LockSelection, LockStatements, LockTable,
-    SqlBackend, StoredAcquisition, StoredLock, TableSchema, TimestampLimit, client_time_parameter,
-    statement_error,
+    AcquireAnswer, AcquireStatement, HeldStatement, LockStatements, LockTable, SqlBackend,
+    TableSchema, TimestampLimit, client_time_parameter, statement_error,
 };
 use sqlx::AssertSqlSafe;
 use sqlx::mysql::{MySql, MySqlArguments, MySqlConnectOptions, MySqlConnection, MySqlQueryResult};
 use sqlx::query::Query;
 
-use crate::admin::{self, AdminStatements};
+use crate::admin::AdminStatements;
 use crate::catalog::{self, FoundTable, NameColumn};
 use crate::statements::{Param, Statement, prepare_statements};
 #[cfg(doc)]
@@ -205,33 +204,10 @@ impl SqlBackend for MySqlBackend {
         Ok(AcquireAnswer::Acquired(id))
     }
 
-    const LOCKED_AT_KEY: &'static str = admin::LOCKED_AT_KEY;
+    type Admin = AdminStatements;
 
-    type LockedAt = NaiveDateTime;
-
-    fn locked_at_from_key(&self, key: &str) -> Option<NaiveDateTime> {
-        admin::locked_at_from_key(key)
-    }
-
-    async fn read_locks(
-        &self,
-        connection: &mut MySqlConnection,
-        selection: LockSelection<'_>,
-        now: NodeTime,
-    ) -> Result<Vec<StoredLock>, LockError> {
-        self.admin.read_locks(connection, selection, now).await
-    }
-
-    async fn force_unlock(
-        &self,
-        connection: &mut MySqlConnection,
-        name: &str,
-        acquisition: &StoredAcquisition<NaiveDateTime>,
-        now: NodeTime,
-    ) -> Result<bool, LockError> {
-        self.admin
-            .force_unlock(connection, name, acquisition, now)
-            .await
+    fn admin(&self) -> &AdminStatements {
+        &self.admin
     }
 
     async fn change_held(

@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 use chrono::{DateTime, Utc};
 use shedlock_core::{LockError, Operation, TimeSource, raw::NodeTime};
 use shedlock_sql::{
-    Dialect, LIKE_ESCAPE, LockSelection, LockTable, StoredAcquisition, StoredLock, TableSchema,
-    client_time_parameter, statement_error,
+    Dialect, LIKE_ESCAPE, LockSelection, LockTable, SqlAdmin, StoredAcquisition, StoredLock,
+    TableSchema, client_time_parameter, statement_error,
 };
 use sqlx::postgres::{PgArguments, PgConnection, PgRow};
 use sqlx::query::Query;
@@ -19,13 +19,10 @@ use crate::storage::read_time;
 
 const DIALECT: Dialect = Dialect::Postgres;
 
-/// What [`PostgresBackend`] reads `locked_at` keys as, for errors.
-pub(crate) const LOCKED_AT_KEY: &str = "microseconds since the Unix epoch (UTC)";
-
 /// The admin statements for one table. The node's clock, for client time, is always the last
 /// parameter.
 #[derive(Debug)]
-pub(crate) struct AdminStatements {
+pub struct AdminStatements {
     /// `$1` name.
     inspect: Arc<str>,
     /// `$1` pattern, `$2` limit.
@@ -164,8 +161,19 @@ impl AdminStatements {
             held: row.try_get(6)?,
         })
     }
+}
 
-    pub(crate) async fn read_locks(
+impl SqlAdmin<PostgresBackend> for AdminStatements {
+    const LOCKED_AT_KEY: &'static str = "microseconds since the Unix epoch (UTC)";
+
+    type LockedAt = DateTime<Utc>;
+
+    /// A `locked_at` key back as the instant it was read from.
+    fn locked_at_from_key(&self, key: &str) -> Option<DateTime<Utc>> {
+        DateTime::from_timestamp_micros(key.parse().ok()?)
+    }
+
+    async fn read_locks(
         &self,
         connection: &mut PgConnection,
         selection: LockSelection<'_>,
@@ -203,7 +211,7 @@ impl AdminStatements {
             .collect()
     }
 
-    pub(crate) async fn force_unlock(
+    async fn force_unlock(
         &self,
         connection: &mut PgConnection,
         name: &str,
@@ -242,9 +250,4 @@ fn system_time(micros: i128) -> Option<SystemTime> {
     } else {
         SystemTime::UNIX_EPOCH.checked_sub(span)
     }
-}
-
-/// A `locked_at` key back as the instant it was read from.
-pub(crate) fn locked_at_from_key(key: &str) -> Option<DateTime<Utc>> {
-    DateTime::from_timestamp_micros(key.parse().ok()?)
 }

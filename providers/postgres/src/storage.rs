@@ -10,14 +10,14 @@ use shedlock_core::{
 };
 use shedlock_sql::{
     AcquireAnswer, AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement,
-    LockSelection, LockStatements, LockTable, SqlBackend, StoredAcquisition, StoredLock,
-    TableSchema, TimestampLimit, UtcInstant, client_time_parameter, statement_error,
+    LockStatements, LockTable, SqlBackend, TableSchema, TimestampLimit, UtcInstant,
+    client_time_parameter, statement_error,
 };
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection};
 use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, Postgres, Row};
 
-use crate::admin::{self, AdminStatements};
+use crate::admin::AdminStatements;
 
 const DIALECT: Dialect = Dialect::Postgres;
 
@@ -391,33 +391,10 @@ impl SqlBackend for PostgresBackend {
         })
     }
 
-    const LOCKED_AT_KEY: &'static str = admin::LOCKED_AT_KEY;
+    type Admin = AdminStatements;
 
-    type LockedAt = DateTime<Utc>;
-
-    fn locked_at_from_key(&self, key: &str) -> Option<DateTime<Utc>> {
-        admin::locked_at_from_key(key)
-    }
-
-    async fn read_locks(
-        &self,
-        connection: &mut PgConnection,
-        selection: LockSelection<'_>,
-        now: NodeTime,
-    ) -> Result<Vec<StoredLock>, LockError> {
-        self.admin.read_locks(connection, selection, now).await
-    }
-
-    async fn force_unlock(
-        &self,
-        connection: &mut PgConnection,
-        name: &str,
-        acquisition: &StoredAcquisition<DateTime<Utc>>,
-        now: NodeTime,
-    ) -> Result<bool, LockError> {
-        self.admin
-            .force_unlock(connection, name, acquisition, now)
-            .await
+    fn admin(&self) -> &AdminStatements {
+        &self.admin
     }
 
     async fn change_held(

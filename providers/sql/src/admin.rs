@@ -18,7 +18,9 @@ use shedlock_core::{
     raw::{LockStorage, NodeTime},
 };
 
-use crate::backend::{LIKE_ESCAPE, LockSelection, SqlBackend, StoredAcquisition, StoredLock};
+use crate::backend::{
+    LIKE_ESCAPE, LockSelection, LockedAtOf, SqlAdmin, SqlBackend, StoredAcquisition, StoredLock,
+};
 use crate::provider::SqlLockProvider;
 
 /// Every statement is one round trip on one connection, bounded by the operation timeout like
@@ -144,7 +146,7 @@ impl<B: SqlBackend> SqlLockProvider<B> {
         &self,
         name: &str,
         id: &AcquisitionId,
-    ) -> Result<StoredAcquisition<B::LockedAt>, LockError> {
+    ) -> Result<StoredAcquisition<LockedAtOf<B>>, LockError> {
         let fencing = self.has_fencing();
         let malformed = |reason: String| {
             let shape = if fencing {
@@ -161,7 +163,7 @@ impl<B: SqlBackend> SqlLockProvider<B> {
                      be {shape} as list and inspect show it, <locked_at> being {}, with `%`, \
                      `/` and white space percent-encoded; nothing was changed",
                     id.as_str(),
-                    B::LOCKED_AT_KEY
+                    <B::Admin as SqlAdmin<B>>::LOCKED_AT_KEY
                 ),
             )
         };
@@ -181,11 +183,12 @@ impl<B: SqlBackend> SqlLockProvider<B> {
         let locked_at_key = decode("locked_at", parts[1])?;
         let locked_at = self
             .backend()
+            .admin()
             .locked_at_from_key(&locked_at_key)
             .ok_or_else(|| {
                 malformed(format!(
                     "its locked_at part {locked_at_key:?} is not {}",
-                    B::LOCKED_AT_KEY
+                    <B::Admin as SqlAdmin<B>>::LOCKED_AT_KEY
                 ))
             })?;
         let fencing_token = match parts.get(2) {

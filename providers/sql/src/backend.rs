@@ -21,6 +21,9 @@ pub type ConnectOptionsOf<DB> = <<DB as Database>::Connection as Connection>::Op
 /// The connection type of backend `B`'s database (`PgConnection` for PostgreSQL).
 pub type ConnectionOf<B> = <<B as SqlBackend>::Database as Database>::Connection;
 
+/// The stored `locked_at` of backend `B`'s acquisition ids, as its admin binds it back.
+pub type LockedAtOf<B> = <<B as SqlBackend>::Admin as SqlAdmin<B>>::LockedAt;
+
 /// One SQL database as a lock backend: its session settings, how it reads and checks its
 /// catalog, and its lock statements, prepared for one table.
 ///
@@ -115,6 +118,32 @@ pub trait SqlBackend: Sized + Send + Sync + fmt::Debug + 'static {
         record: &LockRecord<'_>,
     ) -> impl Future<Output = Result<AcquireAnswer, LockError>> + Send;
 
+    /// This backend's admin statements: what listing, inspecting and force-unlocking run.
+    type Admin: SqlAdmin<Self>;
+
+    /// The admin statements prepared for this table.
+    fn admin(&self) -> &Self::Admin;
+
+    /// Runs release or extend for `held` with `duration` (`lock_at_least_for` or the new
+    /// `lock_at_most_for`): whether the caller's own acquisition was still there to change.
+    ///
+    /// `now` binds as a parameter only in client-time statements; see
+    /// [`client_time_parameter`].
+    fn change_held(
+        &self,
+        connection: &mut ConnectionOf<Self>,
+        statement: HeldStatement,
+        held: &HeldRecord,
+        duration: Duration,
+        now: NodeTime,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send;
+}
+
+/// The admin statements of a [`SqlBackend`] ([`SqlBackend::Admin`]): how an operator's
+/// listing, inspect and force-unlock read and free rows. Apart from the lock statements, as
+/// they are prepared, bound and read apart from them; [`SqlLockProvider`](crate::SqlLockProvider)
+/// puts every call on a connection of its pool and judges the answers once.
+pub trait SqlAdmin<B: SqlBackend>: Send + Sync + fmt::Debug + 'static {
     /// How [`locked_at_from_key`](Self::locked_at_from_key) reads the `locked_at` part of an
     /// acquisition id, for the error an unreadable one gets (`"microseconds since the Unix
     /// epoch"`).
@@ -132,7 +161,7 @@ pub trait SqlBackend: Sized + Send + Sync + fmt::Debug + 'static {
     /// statement (or the node's, bound, for client time), as one round trip.
     fn read_locks(
         &self,
-        connection: &mut ConnectionOf<Self>,
+        connection: &mut ConnectionOf<B>,
         selection: LockSelection<'_>,
         now: NodeTime,
     ) -> impl Future<Output = Result<Vec<StoredLock>, LockError>> + Send;
@@ -142,25 +171,12 @@ pub trait SqlBackend: Sized + Send + Sync + fmt::Debug + 'static {
     /// Whether it did.
     fn force_unlock(
         &self,
-        connection: &mut ConnectionOf<Self>,
+        connection: &mut ConnectionOf<B>,
         name: &str,
         acquisition: &StoredAcquisition<Self::LockedAt>,
         now: NodeTime,
     ) -> impl Future<Output = Result<bool, LockError>> + Send;
 
-    /// Runs release or extend for `held` with `duration` (`lock_at_least_for` or the new
-    /// `lock_at_most_for`): whether the caller's own acquisition was still there to change.
-    ///
-    /// `now` binds as a parameter only in client-time statements; see
-    /// [`client_time_parameter`].
-    fn change_held(
-        &self,
-        connection: &mut ConnectionOf<Self>,
-        statement: HeldStatement,
-        held: &HeldRecord,
-        duration: Duration,
-        now: NodeTime,
-    ) -> impl Future<Output = Result<bool, LockError>> + Send;
 }
 
 /// The character that escapes `%`, `_` and itself in the `LIKE` patterns of

@@ -20,7 +20,7 @@
 //!   (`pub type PostgresLockProvider = SqlLockProvider<PostgresBackend>`).
 //! - [`LockAdmin`](shedlock_core::LockAdmin) for [`SqlLockProvider`]: listing (keyset pages in
 //!   name order), inspecting and force-unlocking, on the backend's admin statements
-//!   ([`SqlBackend::read_locks`], [`SqlBackend::force_unlock`]). An acquisition id is
+//!   ([`SqlAdmin::read_locks`], [`SqlAdmin::force_unlock`]). An acquisition id is
 //!   `<locked_by>/<locked_at>[/<fencing_token>]`, `locked_at` exactly as stored, so it names
 //!   one acquisition even of a Java node, whose `locked_by` is only its host name.
 //!
@@ -43,8 +43,8 @@ mod utc_instant;
 
 pub use backend::{
     AcquireAnswer, AcquireStatement, ConnectOptionsOf, ConnectionOf, HeldStatement, LIKE_ESCAPE,
-    LockSelection, LockStatements, SqlBackend, StoredAcquisition, StoredLock,
-    client_time_parameter, statement_error,
+    LockSelection, LockStatements, LockedAtOf, SqlAdmin, SqlBackend, StoredAcquisition,
+    StoredLock, client_time_parameter, statement_error,
 };
 pub use builder::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, SqlLockProviderBuilder};
 pub use identifier::{Dialect, Identifier, IdentifierError, MAX_IDENTIFIER_LEN, TableName};

@@ -12,8 +12,8 @@ use shedlock_core::{
 use sqlx::Pool;
 
 use crate::backend::{
-    AcquireAnswer, AcquireStatement, HeldStatement, LockSelection, SqlBackend, StoredAcquisition,
-    StoredLock, statement_error,
+    AcquireAnswer, AcquireStatement, HeldStatement, LockSelection, LockedAtOf, SqlAdmin,
+    SqlBackend, StoredAcquisition, StoredLock, statement_error,
 };
 use crate::connections::{Checkout, Connections};
 use crate::schema::TableSchema;
@@ -217,6 +217,7 @@ impl<B: SqlBackend> SqlStorage<B> {
             .await?;
         let rows = self
             .backend
+            .admin()
             .read_locks(checkout.connection(), selection, now)
             .await;
         checkout.finish(rows.is_ok());
@@ -227,12 +228,13 @@ impl<B: SqlBackend> SqlStorage<B> {
     pub(crate) async fn force_unlock(
         &self,
         name: &str,
-        acquisition: &StoredAcquisition<B::LockedAt>,
+        acquisition: &StoredAcquisition<LockedAtOf<B>>,
         now: NodeTime,
     ) -> Result<bool, LockError> {
         let mut checkout = self.checkout(Operation::ForceUnlock, name).await?;
         let freed = self
             .backend
+            .admin()
             .force_unlock(checkout.connection(), name, acquisition, now)
             .await;
         checkout.finish(freed.is_ok());

@@ -12,8 +12,8 @@ use std::time::SystemTime;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use shedlock_core::{LockError, Operation, TimeSource, raw::NodeTime};
 use shedlock_sql::{
-    Dialect, LIKE_ESCAPE, LockSelection, LockTable, StoredAcquisition, StoredLock, TableSchema,
-    client_time_parameter, statement_error,
+    Dialect, LIKE_ESCAPE, LockSelection, LockTable, SqlAdmin, StoredAcquisition, StoredLock,
+    TableSchema, client_time_parameter, statement_error,
 };
 use sqlx::query::Query;
 use sqlx::sqlite::{Sqlite, SqliteArguments, SqliteConnection, SqliteRow};
@@ -24,13 +24,10 @@ use crate::storage::{CHRONO_FORMAT, FORMAT};
 
 const DIALECT: Dialect = Dialect::Sqlite;
 
-/// What [`SqliteBackend`] reads `locked_at` keys as, for errors.
-pub(crate) const LOCKED_AT_KEY: &str = "the stored locked_at text (YYYY-MM-DD HH:MM:SS.SSS)";
-
 /// The admin statements for one table. The time (`'now'`, or the node's UTC time for client
 /// time) is bound as the parameter after the selection's own.
 #[derive(Debug)]
-pub(crate) struct AdminStatements {
+pub struct AdminStatements {
     /// `?1` name, `?2` time.
     inspect: Arc<str>,
     /// `?1` pattern, `?2` limit, `?3` time.
@@ -99,8 +96,19 @@ impl AdminStatements {
             },
         )
     }
+}
 
-    pub(crate) async fn read_locks(
+impl SqlAdmin<SqliteBackend> for AdminStatements {
+    const LOCKED_AT_KEY: &'static str = "the stored locked_at text (YYYY-MM-DD HH:MM:SS.SSS)";
+
+    type LockedAt = String;
+
+    /// Any text: it is compared with the stored text as it is.
+    fn locked_at_from_key(&self, key: &str) -> Option<String> {
+        Some(key.to_owned())
+    }
+
+    async fn read_locks(
         &self,
         connection: &mut SqliteConnection,
         selection: LockSelection<'_>,
@@ -140,7 +148,7 @@ impl AdminStatements {
             .collect()
     }
 
-    pub(crate) async fn force_unlock(
+    async fn force_unlock(
         &self,
         connection: &mut SqliteConnection,
         name: &str,

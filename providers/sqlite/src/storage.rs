@@ -10,14 +10,14 @@ use shedlock_core::{
 };
 use shedlock_sql::{
     AcquireAnswer, AcquireStatement, Column, ColumnInfo, ColumnKind, Dialect, HeldStatement,
-    LockSelection, LockStatements, LockTable, SqlBackend, StoredAcquisition, StoredLock,
-    TableSchema, TimestampLimit, UtcInstant, client_time_parameter, statement_error,
+    LockStatements, LockTable, SqlBackend, TableSchema, TimestampLimit, UtcInstant,
+    client_time_parameter, statement_error,
 };
 use sqlx::query::Query;
 use sqlx::sqlite::{Sqlite, SqliteArguments, SqliteConnectOptions, SqliteConnection};
 use sqlx::{AssertSqlSafe, Row};
 
-use crate::admin::{self, AdminStatements};
+use crate::admin::AdminStatements;
 
 const DIALECT: Dialect = Dialect::Sqlite;
 
@@ -284,34 +284,10 @@ impl SqlBackend for SqliteBackend {
         }
     }
 
-    const LOCKED_AT_KEY: &'static str = admin::LOCKED_AT_KEY;
+    type Admin = AdminStatements;
 
-    type LockedAt = String;
-
-    /// Any text: it is compared with the stored text as it is.
-    fn locked_at_from_key(&self, key: &str) -> Option<String> {
-        Some(key.to_owned())
-    }
-
-    async fn read_locks(
-        &self,
-        connection: &mut SqliteConnection,
-        selection: LockSelection<'_>,
-        now: NodeTime,
-    ) -> Result<Vec<StoredLock>, LockError> {
-        self.admin.read_locks(connection, selection, now).await
-    }
-
-    async fn force_unlock(
-        &self,
-        connection: &mut SqliteConnection,
-        name: &str,
-        acquisition: &StoredAcquisition<String>,
-        now: NodeTime,
-    ) -> Result<bool, LockError> {
-        self.admin
-            .force_unlock(connection, name, acquisition, now)
-            .await
+    fn admin(&self) -> &AdminStatements {
+        &self.admin
     }
 
     async fn change_held(
