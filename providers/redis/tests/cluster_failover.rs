@@ -21,21 +21,21 @@
 //! replica nearly always has the write on its way. A host crash, a network partition or a
 //! lagging replica loses more; this test measures the process kill only.
 
-#[path = "shared/failover_script.rs"]
-mod failover_script;
+#[path = "shared/failover.rs"]
+mod failover;
 #[path = "shared/topologies.rs"]
 mod topologies;
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use failover_script::{RestoreOnPanic, failover_script, fields, run_script};
+use failover::{
+    Recovery, RestoreOnPanic, connection, failover_script, fields, replication, run_script,
+};
 use redis::AsyncCommands;
-use redis::aio::MultiplexedConnection;
-use shedlock_core::{Acquisition, LockConfiguration, LockError, LockHandle, LockProvider};
+use shedlock_core::{Acquisition, LockConfiguration, LockHandle, LockProvider};
 use shedlock_redis::RedisLockProvider;
 use tokio::time::Instant;
 use topologies::{cluster_admin, cluster_url, hosts};
@@ -48,6 +48,12 @@ const OPERATION_TIMEOUT: Duration = Duration::from_secs(2);
 const TIMEOUT_SLACK: Duration = Duration::from_secs(1);
 /// From the kill until the replica is promoted and the provider answers again.
 const RECOVERY_LIMIT: Duration = Duration::from_secs(30);
+/// The bounds above, as the shared failover steps take them.
+const RECOVERY: Recovery = Recovery {
+    operation_timeout: OPERATION_TIMEOUT,
+    slack: TIMEOUT_SLACK,
+    limit: RECOVERY_LIMIT,
+};
 const LOCK_AT_MOST_FOR: Duration = Duration::from_secs(120);
 const HOLDER_A: &str = "cluster-failover-a";
 const HOLDER_B: &str = "cluster-failover-b";
@@ -118,29 +124,6 @@ impl Drop for ArmedKill {
     }
 }
 
-/// A connection of the test's own to one node.
-async fn node(address: &str) -> redis::RedisResult<MultiplexedConnection> {
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(1)))
-        .set_response_timeout(Some(Duration::from_secs(1)));
-    redis::Client::open(format!("redis://{address}"))?
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-}
-
-/// `INFO REPLICATION` of the node at `address`, as fields.
-async fn replication(address: &str) -> redis::RedisResult<HashMap<String, String>> {
-    let info: String = redis::cmd("INFO")
-        .arg("REPLICATION")
-        .query_async(&mut node(address).await?)
-        .await?;
-    Ok(info
-        .lines()
-        .filter_map(|line| line.trim().split_once(':'))
-        .map(|(name, value)| (name.to_owned(), value.to_owned()))
-        .collect())
-}
-
 fn offset(info: &HashMap<String, String>, field: &str) -> u64 {
     info.get(field)
         .and_then(|value| value.parse().ok())
@@ -161,7 +144,7 @@ async fn shard_of(url: &str, key: &str) -> Shard {
     let mut last_error = None;
     for seed in hosts(url) {
         let answer: redis::RedisResult<(u16, String)> = async {
-            let mut connection = node(&seed).await?;
+            let mut connection = connection(&seed).await?;
             let slot = redis::cmd("CLUSTER")
                 .arg("KEYSLOT")
                 .arg(key)
@@ -239,7 +222,7 @@ async fn wait_until_replicated(shard: &Shard, key: &str, value_of_holder: &str) 
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let mut replica = node(&shard.replica).await.unwrap();
+    let mut replica = connection(&shard.replica).await.unwrap();
     let () = redis::cmd("READONLY")
         .query_async(&mut replica)
         .await
@@ -252,61 +235,6 @@ async fn wait_until_replicated(shard: &Shard, key: &str, value_of_holder: &str) 
         "{key} on the replica {}: {value:?}",
         shard.replica
     );
-}
-
-/// How long after `killed` the replica says it is a master.
-async fn wait_until_promoted(replica: String, killed: Instant) -> Duration {
-    loop {
-        if let Ok(info) = replication(&replica).await
-            && info.get("role").map(String::as_str) == Some("master")
-        {
-            return killed.elapsed();
-        }
-        assert!(
-            killed.elapsed() < RECOVERY_LIMIT,
-            "the replica {replica} was not promoted within {RECOVERY_LIMIT:?} of its master's kill"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Repeats `operation` until it answers, each time within its timeout, failing the test once
-/// `RECOVERY_LIMIT` has passed since `killed`; the errors met on the way, with their time.
-async fn until_answered<T, F, Fut>(
-    what: &str,
-    killed: Instant,
-    mut operation: F,
-) -> (T, Vec<String>)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, LockError>>,
-{
-    let mut errors = Vec::new();
-    loop {
-        let started = Instant::now();
-        let outcome = operation().await;
-        let took = started.elapsed();
-        assert!(
-            took <= OPERATION_TIMEOUT + TIMEOUT_SLACK,
-            "{what} took {took:?}, beyond its timeout of {OPERATION_TIMEOUT:?} ({outcome:?})",
-            outcome = outcome.as_ref().err()
-        );
-        match outcome {
-            Ok(answer) => return (answer, errors),
-            Err(error) => {
-                assert!(
-                    matches!(error, LockError::Backend { .. } | LockError::Timeout { .. }),
-                    "{what}: {error:?}"
-                );
-                errors.push(format!("{:.1} s: {error}", killed.elapsed().as_secs_f64()));
-                assert!(
-                    killed.elapsed() < RECOVERY_LIMIT,
-                    "{what} still failed {RECOVERY_LIMIT:?} after the master's kill: {errors:#?}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
 }
 
 struct Nodes {
@@ -357,15 +285,16 @@ async fn trial(nodes: &Nodes, name: &str, replicated: bool) -> Trial {
     let kill_after_acquire = Duration::from_secs_f64(
         (sigkill_at - acquired.duration_since(UNIX_EPOCH).unwrap().as_secs_f64()).max(0.0),
     );
-    let promotion = tokio::spawn(wait_until_promoted(shard.replica.clone(), killed));
+    let promotion = tokio::spawn(RECOVERY.until_promoted(shard.replica.clone(), killed));
 
     // The holder's extend answers again once the new master serves the slot: true if the lock
     // survived, false if the promoted replica never had it.
     let handle: &dyn LockHandle = held.as_ref();
-    let (still_held, mut errors) = until_answered("the holder's extend", killed, move || {
-        handle.extend(LOCK_AT_MOST_FOR)
-    })
-    .await;
+    let (still_held, mut errors) = RECOVERY
+        .until_answered("the holder's extend", killed, move || {
+            handle.extend(LOCK_AT_MOST_FOR)
+        })
+        .await;
     let answered_after = killed.elapsed();
     let promoted_after = promotion.await.unwrap();
 
@@ -373,10 +302,11 @@ async fn trial(nodes: &Nodes, name: &str, replicated: bool) -> Trial {
     // acquire of its own that failed without an answer may have landed; the provider removes
     // it in the background, so a refusal naming this node is retried.
     let taken_over = loop {
-        let (outcome, more) = until_answered("another node's try_lock", killed, || {
-            nodes.b.try_lock(&config)
-        })
-        .await;
+        let (outcome, more) = RECOVERY
+            .until_answered("another node's try_lock", killed, || {
+                nodes.b.try_lock(&config)
+            })
+            .await;
         errors.extend(more);
         match outcome {
             Acquisition::Acquired(handle) => break Some(handle),

@@ -8,8 +8,8 @@
 //! its test target, since it moves the master under everything else that uses the setup, and
 //! the two tests take turns (each moves the master the other expects in place).
 
-#[path = "shared/failover_script.rs"]
-mod failover_script;
+#[path = "shared/failover.rs"]
+mod failover;
 #[path = "shared/topologies.rs"]
 mod topologies;
 
@@ -17,9 +17,9 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use failover_script::{RestoreOnPanic, failover_script, run_script};
+use failover::{Recovery, RestoreOnPanic, connection, failover_script, replication, run_script};
 use redis::AsyncCommands;
-use shedlock_core::{Acquisition, LockConfiguration, LockError, LockProvider};
+use shedlock_core::{Acquisition, LockConfiguration, LockProvider};
 use shedlock_redis::RedisLockProvider;
 use tokio::time::Instant;
 use topologies::{current_master, hosts, master_name, sentinel_url};
@@ -46,29 +46,6 @@ where
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// A connection of the test's own to one server.
-async fn connection(address: &str) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(1)))
-        .set_response_timeout(Some(Duration::from_secs(2)));
-    redis::Client::open(format!("redis://{address}"))?
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-}
-
-/// `INFO REPLICATION` of the server at `address`, as fields.
-async fn replication(address: &str) -> redis::RedisResult<HashMap<String, String>> {
-    let info: String = redis::cmd("INFO")
-        .arg("REPLICATION")
-        .query_async(&mut connection(address).await?)
-        .await?;
-    Ok(info
-        .lines()
-        .filter_map(|line| line.trim().split_once(':'))
-        .map(|(key, value)| (key.to_owned(), value.to_owned()))
-        .collect())
 }
 
 /// Whether a failover can start now: the master has a replica whose link is up, and every
@@ -243,64 +220,15 @@ const TIMEOUT_SLACK: Duration = Duration::from_secs(1);
 /// From the kill until the replica is promoted and the provider answers again: the sentinels'
 /// down-after-milliseconds (5 s) and an election, with room for a loaded machine.
 const RECOVERY_LIMIT: Duration = Duration::from_secs(20);
+/// The bounds above, as the shared failover steps take them.
+const RECOVERY: Recovery = Recovery {
+    operation_timeout: OPERATION_TIMEOUT,
+    slack: TIMEOUT_SLACK,
+    limit: RECOVERY_LIMIT,
+};
 const LOCK_AT_MOST_FOR: Duration = Duration::from_secs(120);
 const HOLDER_A: &str = "sentinel-kill-a";
 const HOLDER_B: &str = "sentinel-kill-b";
-
-/// Repeats `operation` until it answers, each time within its timeout, failing the test once
-/// `RECOVERY_LIMIT` has passed since `killed`; the errors met on the way, with their time.
-async fn until_answered<T, F, Fut>(
-    what: &str,
-    killed: Instant,
-    mut operation: F,
-) -> (T, Vec<String>)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, LockError>>,
-{
-    let mut errors = Vec::new();
-    loop {
-        let started = Instant::now();
-        let outcome = operation().await;
-        let took = started.elapsed();
-        assert!(
-            took <= OPERATION_TIMEOUT + TIMEOUT_SLACK,
-            "{what} took {took:?}, beyond its timeout of {OPERATION_TIMEOUT:?} ({outcome:?})",
-            outcome = outcome.as_ref().err()
-        );
-        match outcome {
-            Ok(answer) => return (answer, errors),
-            Err(error) => {
-                assert!(
-                    matches!(error, LockError::Backend { .. } | LockError::Timeout { .. }),
-                    "{what}: {error:?}"
-                );
-                errors.push(format!("{:.1} s: {error}", killed.elapsed().as_secs_f64()));
-                assert!(
-                    killed.elapsed() < RECOVERY_LIMIT,
-                    "{what} still failed {RECOVERY_LIMIT:?} after the master's kill: {errors:#?}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
-}
-
-/// How long after `killed` the replica says it is a master.
-async fn wait_until_promoted(replica: String, killed: Instant) -> Duration {
-    loop {
-        if let Ok(info) = replication(&replica).await
-            && info.get("role").map(String::as_str) == Some("master")
-        {
-            return killed.elapsed();
-        }
-        assert!(
-            killed.elapsed() < RECOVERY_LIMIT,
-            "the replica {replica} was not promoted within {RECOVERY_LIMIT:?} of its master's kill"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 /// The master dies (SIGKILL) while a lock it holds is held, and the sentinels promote the
 /// replica, which had received the lock. The provider fails closed meanwhile (errors, never
@@ -378,28 +306,29 @@ async fn a_lock_survives_the_sigkill_of_the_master_and_the_provider_follows_the_
             .as_secs_f64()
             - sigkill_at;
         let killed = Instant::now() - Duration::from_secs_f64(since_kill.max(0.0));
-        let promotion = tokio::spawn(wait_until_promoted(replica.clone(), killed));
+        let promotion = tokio::spawn(RECOVERY.until_promoted(replica.clone(), killed));
 
         // Acquires of locks nobody holds, each a fresh name: errors until the provider reaches
         // the promoted replica, never "not acquired".
         let mut attempt = 0;
-        let (free, mut errors) = until_answered("an acquire of a free lock", killed, || {
-            attempt += 1;
-            let free = LockConfiguration::new(
-                format!("free-{attempt}"),
-                Duration::from_secs(60),
-                Duration::ZERO,
-            )
-            .unwrap();
-            let a = &a;
-            async move {
-                match a.try_lock(&free).await? {
-                    Acquisition::Acquired(handle) => Ok(handle),
-                    other => panic!("free-{attempt} is free, yet try_lock answered {other:?}"),
+        let (free, mut errors) = RECOVERY
+            .until_answered("an acquire of a free lock", killed, || {
+                attempt += 1;
+                let free = LockConfiguration::new(
+                    format!("free-{attempt}"),
+                    Duration::from_secs(60),
+                    Duration::ZERO,
+                )
+                .unwrap();
+                let a = &a;
+                async move {
+                    match a.try_lock(&free).await? {
+                        Acquisition::Acquired(handle) => Ok(handle),
+                        other => panic!("free-{attempt} is free, yet try_lock answered {other:?}"),
+                    }
                 }
-            }
-        })
-        .await;
+            })
+            .await;
         let answered_after = killed.elapsed();
         let polling_errors = errors.len();
         let promoted_after = promotion.await.unwrap();
@@ -421,8 +350,9 @@ async fn a_lock_survives_the_sigkill_of_the_master_and_the_provider_follows_the_
         );
 
         // The lock the replica had is still held: another node is refused, naming the holder.
-        let (refused, more) =
-            until_answered("another node's try_lock", killed, || b.try_lock(&config)).await;
+        let (refused, more) = RECOVERY
+            .until_answered("another node's try_lock", killed, || b.try_lock(&config))
+            .await;
         errors.extend(more);
         match refused {
             Acquisition::NotAcquired(holder) => {
@@ -438,8 +368,9 @@ async fn a_lock_survives_the_sigkill_of_the_master_and_the_provider_follows_the_
             ),
         }
         // And its holder releases it there.
-        let (released, more) =
-            until_answered("the holder's unlock", killed, || held.unlock()).await;
+        let (released, more) = RECOVERY
+            .until_answered("the holder's unlock", killed, || held.unlock())
+            .await;
         errors.extend(more);
         assert!(
             released,
