@@ -176,7 +176,6 @@ pub trait SqlAdmin<B: SqlBackend>: Send + Sync + fmt::Debug + 'static {
         acquisition: &StoredAcquisition<Self::LockedAt>,
         now: NodeTime,
     ) -> impl Future<Output = Result<bool, LockError>> + Send;
-
 }
 
 /// The character that escapes `%`, `_` and itself in the `LIKE` patterns of

@@ -43,8 +43,8 @@ mod utc_instant;
 
 pub use backend::{
     AcquireAnswer, AcquireStatement, ConnectOptionsOf, ConnectionOf, HeldStatement, LIKE_ESCAPE,
-    LockSelection, LockStatements, LockedAtOf, SqlAdmin, SqlBackend, StoredAcquisition,
-    StoredLock, client_time_parameter, statement_error,
+    LockSelection, LockStatements, LockedAtOf, SqlAdmin, SqlBackend, StoredAcquisition, StoredLock,
+    client_time_parameter, statement_error,
 };
 pub use builder::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, SqlLockProviderBuilder};
 pub use identifier::{Dialect, Identifier, IdentifierError, MAX_IDENTIFIER_LEN, TableName};
