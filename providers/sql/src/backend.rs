@@ -229,7 +229,7 @@ pub struct StoredLock {
     /// The holder identity as stored.
     pub locked_by: String,
     /// `locked_at` in the backend's own exact text, which
-    /// [`locked_at_from_key`](SqlBackend::locked_at_from_key) reads back for force-unlock.
+    /// [`locked_at_from_key`](SqlAdmin::locked_at_from_key) reads back for force-unlock.
     pub locked_at_key: String,
     /// `locked_at` as an instant, when the stored value reads as one.
     pub locked_at: Option<SystemTime>,
