@@ -6,8 +6,9 @@
 //! expected one: a control passes every check; a broken provider fails, and the first check
 //! to fail (focused checks in the kit's order, then the races, then the random `model`) names
 //! the provider's own rule, or one its bug also breaks where the suite says why. A check that
-//! proved nothing because every probe came too late (a loaded machine) is no diagnosis: it is
-//! printed and passed over for a broken provider, and fails a control.
+//! proved nothing because every probe came too late (a loaded machine, or a provider that
+//! waits) is no diagnosis: it is printed and passed over for a broken provider, and fails a
+//! control.
 //!
 //! `cargo test -p shedlock-conformance --test blind [-- FILTER]`; `-- --demo` instead shows,
 //! outside the kit, what some of the broken providers really do wrong.
@@ -190,16 +191,17 @@ fn judge(
     }
     let failures = failures(&dir, name)?;
     let logs = dir.display();
-    // A check that saw every probe answered too late proved nothing about the provider: on a
-    // loaded machine it fails under its own rule, or [bounded-time] when one answer was slow.
-    // It still fails a control, but a broken provider's diagnosis is its first conclusive
-    // failure.
+    // A check that saw every probe answered too late proved nothing about which rule the
+    // provider breaks: it fails under its own rule, or [bounded-time] when one answer was
+    // slow, whether the lateness was a loaded machine's or a provider's that waits (whose
+    // other checks then name its rule). It still fails a control, but a broken provider's
+    // diagnosis is its first conclusive failure.
     let conclusive: Vec<&Failure> = failures
         .iter()
         .filter(|failure| rules.is_empty() || !failure.observed.contains(INCONCLUSIVE))
         .collect();
     for failure in failures.iter().filter(|f| !conclusive.contains(f)) {
-        eprintln!("{name}: not a diagnosis, the machine was too slow to prove anything: {failure}");
+        eprintln!("{name}: inconclusive, so not taken as the diagnosis: {failure}");
     }
     let failures = conclusive;
     match (failures.first(), rules) {
