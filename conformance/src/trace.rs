@@ -396,7 +396,9 @@ impl Trace {
     }
 
     /// `try_lock` that must take the lock under `rule`, then `unlock` that must release it:
-    /// proves the lock free at this moment and leaves it free.
+    /// proves the lock free at this moment and leaves it free. An `unlock` answered `false`
+    /// well inside the lock's at-most fails under \[release-result\], or under \[at-most\] when
+    /// the node can take the lock again at once (it had ended already).
     pub async fn must_acquire_and_release(
         &self,
         node: &str,
@@ -417,6 +419,22 @@ impl Trace {
                     "node {node}'s release answered false after a quarter of its lock's at-most: it may have expired first; not judged"
                 ));
             } else {
+                // Free already? Then the lock ended early and the release found it gone: a
+                // lock_until stored rounded down shows so when the probes before missed it.
+                let again = self.acquire(node, provider, config).await?;
+                if let Acquisition::Acquired(handle) = again.value {
+                    self.unlock(node, &*handle).await?;
+                    return Err(self.failure(
+                        Rule::AT_MOST,
+                        format!(
+                            "node {node}: unlock {:?} returned Ok(false) (answered {}), inside the lock's lock_at_most_for of {:?}, and node {node} took the lock again at once (answered {}): the lock ended before its lock_at_most_for, and the release found it gone",
+                            config.name(),
+                            self.at(released.answered),
+                            config.lock_at_most_for(),
+                            self.at(again.answered)
+                        ),
+                    ));
+                }
                 return Err(self.failure(
                     Rule::RELEASE_RESULT,
                     format!(
