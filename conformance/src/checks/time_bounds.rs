@@ -35,8 +35,8 @@ pub async fn check_at_most_expiry<H: ConformanceHarness>(
     // Two proofs, the second begun once the first lock has expired (about half a second later
     // at the finest unit): what a provider that rounds stored times down to a coarser grid
     // than it declares loses depends on where on that grid the lock was taken, and one proof
-    // can land where the loss is within the early slack (a whole-second column passed about
-    // one run in 40 with a single proof, filed under the rule of the next check that saw it).
+    // can land where the loss is within the early slack (a whole-second column's probes did
+    // about one run in 40).
     for round in 1..=2 {
         at_most_proof(&trace, &a, &b, &timing, names, at_most, round).await?;
     }
