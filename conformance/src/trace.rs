@@ -694,6 +694,24 @@ impl Trace {
         Ok(self.answered_without_error(node, &action, timed)?.value)
     }
 
+    /// `inspect_lock` of a lock that node `holder` holds: showing none fails the check under
+    /// [admin].
+    pub async fn must_inspect_held(
+        &self,
+        node: &str,
+        admin: &dyn LockAdmin,
+        name: &str,
+        holder: &str,
+    ) -> Result<LockInfo, CheckFailure> {
+        match self.inspect_lock(node, admin, name).await? {
+            Some(lock) => Ok(lock),
+            None => Err(self.failure(
+                Rule::ADMIN,
+                format!("node {holder} holds lock {name:?}, but inspecting it shows none"),
+            )),
+        }
+    }
+
     /// `force_unlock`, recorded; an error fails the check.
     pub async fn force_unlock(
         &self,

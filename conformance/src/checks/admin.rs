@@ -57,12 +57,7 @@ async fn listing_unsupported(
     let handle = trace
         .must_acquire_free("A", a, &config(&held, long, Duration::ZERO))
         .await?;
-    if trace.inspect_lock("B", admin, &held).await?.is_none() {
-        return Err(trace.failure(
-            Rule::ADMIN,
-            format!("node A holds {held:?}, but inspecting it shows no lock"),
-        ));
-    }
+    trace.must_inspect_held("B", admin, &held, "A").await?;
     let again = ask().await;
     trace.must_release("A", &*handle.value).await?;
     match again {
@@ -350,15 +345,9 @@ pub async fn check_admin_force_unlock<H: ConformanceHarness>(
     let long = timing.units(100);
     let lock = config(&names.name("lock"), long, long);
     let held = trace.must_acquire_free("A", &a, &lock).await?.value;
-    let Some(seen) = trace.inspect_lock("O", admin, lock.name()).await? else {
-        return Err(trace.failure(
-            Rule::ADMIN,
-            format!(
-                "node A holds lock {:?}, but inspecting it shows none",
-                lock.name()
-            ),
-        ));
-    };
+    let seen = trace
+        .must_inspect_held("O", admin, lock.name(), "A")
+        .await?;
     trace
         .must_force_unlock_with(
             "O",
@@ -427,15 +416,9 @@ pub async fn check_admin_force_unlock<H: ConformanceHarness>(
             "node B holds it; a stale force-unlock must not have freed it",
         )
         .await?;
-    let Some(now_seen) = trace.inspect_lock("O", admin, lock.name()).await? else {
-        return Err(trace.failure(
-            Rule::ADMIN,
-            format!(
-                "node B holds lock {:?}, but inspecting it shows none",
-                lock.name()
-            ),
-        ));
-    };
+    let now_seen = trace
+        .must_inspect_held("O", admin, lock.name(), "B")
+        .await?;
     if now_seen.acquisition == seen.acquisition || now_seen.state != LockState::Held {
         return Err(trace.failure(
             Rule::ADMIN,
@@ -479,15 +462,9 @@ pub async fn check_admin_force_unlock<H: ConformanceHarness>(
     for round in 0..RAPID_ROUNDS {
         let lock = config(&names.name(&format!("rapid{round}")), long, Duration::ZERO);
         let old = trace.must_acquire_free("A", &a, &lock).await?.value;
-        let Some(seen) = trace.inspect_lock("O", admin, lock.name()).await? else {
-            return Err(trace.failure(
-                Rule::ADMIN,
-                format!(
-                    "node A holds lock {:?}, but inspecting it shows none",
-                    lock.name()
-                ),
-            ));
-        };
+        let seen = trace
+            .must_inspect_held("O", admin, lock.name(), "A")
+            .await?;
         trace
             .must_force_unlock_with(
                 "O",

@@ -46,58 +46,9 @@ pub async fn check_extend<H: ConformanceHarness>(
         Rule::EXTEND,
         "an extended lock held until its new at-most",
         async |attempt| {
-            let lock = config(
-                &names.name(&format!("lock{attempt}")),
-                at_most,
-                Duration::ZERO,
-            );
-            let taken = trace.must_acquire_free("A", &a, &lock).await?;
-            trace.sleep_until(taken.answered + timing.unit).await;
-            let Some(extend) = extend_held(&trace, &timing, &taken, at_most, extended_to).await? else {
-                return Ok(Attempt::Inconclusive(
-                    "the extend came too late to prove anything",
-                ));
-            };
-            let surely_held_until = timing.surely_held_until(&extend, extended_to);
-            let why = format!(
-                "node A extended the lock at {} for {extended_to:?}, so it is held until {} at the earliest (the new lock_at_most_for counts from the extend)",
-                trace.at(extend.sent),
-                trace.at(extend.sent + extended_to)
-            );
-            let held = HeldLock {
-                lock: &lock,
-                surely_held_until,
-                rule: Rule::EXTEND,
-                why: &why,
-            };
-            let probe_times = [
-                timing.surely_over_by(&taken, at_most),
-                timing.late_probe_at(surely_held_until, &extend),
-            ];
-            if let late @ Attempt::Inconclusive(_) =
-                probe_at(&trace, "B", &b, &held, probe_times).await?
-            {
-                return Ok(late);
-            }
-            drop(taken.value);
-            trace.note("node A vanishes: its handle is dropped without unlock");
-            let surely_free = timing.surely_over_by(&extend, extended_to);
-            trace.sleep_until(surely_free).await;
-            let freed = trace
-                .must_acquire_and_release(
-                    "B",
-                    &b,
-                    &lock,
-                    Rule::EXTEND,
-                    &format!(
-                        "node A's extend (answered {}) held the lock for {extended_to:?}, so it expired by {} at the latest",
-                        trace.at(extend.answered),
-                        trace.at(surely_free)
-                    ),
-                )
-                .await;
-            freed?;
-            Ok(Attempt::Proven)
+            let name = names.name(&format!("lock{attempt}"));
+            let durations = (at_most, extended_to);
+            held_until_the_new_at_most(&trace, &timing, (&a, &b), &name, durations).await
         },
     )
     .await?;
@@ -134,13 +85,9 @@ pub async fn check_extend<H: ConformanceHarness>(
         Rule::EXTEND,
         "a shortened lock freed at its new at-most",
         async |attempt| {
-            shorten(
-                &trace,
-                &timing,
-                (&a, &b),
-                &names.name(&format!("short{attempt}")),
-            )
-            .await
+            let name = names.name(&format!("short{attempt}"));
+            let durations = (timing.units(10), timing.off_grid(2));
+            held_until_the_new_at_most(&trace, &timing, (&a, &b), &name, durations).await
         },
     )
     .await?;
@@ -200,66 +147,82 @@ pub async fn check_extend<H: ConformanceHarness>(
     Ok(Verdict::passed())
 }
 
-/// Node A takes the lock for 10 units and, a unit later, shortens it to 2 units and a
-/// fraction: B is refused just before the new at-most and takes the lock right after it, long
-/// before the original at-most.
-async fn shorten(
+/// Node A takes the lock for `at_most` and, a unit later, extends it to `to`, longer or
+/// shorter (the new at-most counts from the extend). Node B is refused just before the new
+/// at-most (and, for a longer lock, just after the original one, which a provider that ignored
+/// the extend would have ended) and, once A vanishes, takes the lock right after it. A shorter
+/// lock must end long before the original at-most: an extend honours a shorter
+/// `lock_at_most_for` as well as a longer one.
+async fn held_until_the_new_at_most(
     trace: &Trace,
     timing: &Timing,
     (a, b): (&dyn LockProvider, &dyn LockProvider),
     name: &str,
+    (at_most, to): (Duration, Duration),
 ) -> Result<Attempt, CheckFailure> {
-    let at_most = timing.units(10);
-    let shortened_to = timing.off_grid(2);
+    let longer = to > at_most;
     let lock = config(name, at_most, Duration::ZERO);
     let taken = trace.must_acquire_free("A", a, &lock).await?;
     trace.sleep_until(taken.answered + timing.unit).await;
-    let Some(extend) = extend_held(trace, timing, &taken, at_most, shortened_to).await? else {
+    let Some(extend) = extend_held(trace, timing, &taken, at_most, to).await? else {
         return Ok(Attempt::Inconclusive(
             "the extend came too late to prove anything",
         ));
     };
-    let surely_held_until = timing.surely_held_until(&extend, shortened_to);
-    let why = format!(
-        "node A shortened its lock at {} to {shortened_to:?}, so it is held until {} at the earliest",
-        trace.at(extend.sent),
-        trace.at(extend.sent + shortened_to)
-    );
+    let surely_held_until = timing.surely_held_until(&extend, to);
+    let why = if longer {
+        format!(
+            "node A extended the lock at {} for {to:?}, so it is held until {} at the earliest (the new lock_at_most_for counts from the extend)",
+            trace.at(extend.sent),
+            trace.at(extend.sent + to)
+        )
+    } else {
+        format!(
+            "node A shortened its lock at {} to {to:?}, so it is held until {} at the earliest",
+            trace.at(extend.sent),
+            trace.at(extend.sent + to)
+        )
+    };
     let held = HeldLock {
         lock: &lock,
         surely_held_until,
         rule: Rule::EXTEND,
         why: &why,
     };
-    let probe_time = timing.late_probe_at(surely_held_until, &extend);
-    if let late @ Attempt::Inconclusive(_) = probe_at(trace, "B", b, &held, [probe_time]).await? {
+    let past_the_original = longer.then(|| timing.surely_over_by(&taken, at_most));
+    let probe_times = past_the_original
+        .into_iter()
+        .chain([timing.late_probe_at(surely_held_until, &extend)]);
+    if let late @ Attempt::Inconclusive(_) = probe_at(trace, "B", b, &held, probe_times).await? {
         return Ok(late);
     }
     let original_until = timing.surely_held_until(&taken, at_most);
     drop(taken.value);
     trace.note("node A vanishes: its handle is dropped without unlock");
-    let surely_free = timing.surely_over_by(&extend, shortened_to);
+    let surely_free = timing.surely_over_by(&extend, to);
     trace.sleep_until(surely_free).await;
-    if surely_free >= original_until {
+    if !longer && surely_free >= original_until {
         return Ok(Attempt::Inconclusive(
             "the probe after the shortened at-most came so late that the original had passed too",
         ));
     }
-    let freed = trace
-        .must_acquire_and_release(
-            "B",
-            b,
-            &lock,
-            Rule::EXTEND,
-            &format!(
-                "node A's extend (answered {}) shortened the lock to {shortened_to:?}, so it expired by {} at the latest; an extend honours a shorter lock_at_most_for as well as a longer one (the original held it until {})",
-                trace.at(extend.answered),
-                trace.at(surely_free),
-                trace.at(original_until)
-            ),
+    let why_free = if longer {
+        format!(
+            "node A's extend (answered {}) held the lock for {to:?}, so it expired by {} at the latest",
+            trace.at(extend.answered),
+            trace.at(surely_free)
         )
-        .await;
-    freed?;
+    } else {
+        format!(
+            "node A's extend (answered {}) shortened the lock to {to:?}, so it expired by {} at the latest; an extend honours a shorter lock_at_most_for as well as a longer one (the original held it until {})",
+            trace.at(extend.answered),
+            trace.at(surely_free),
+            trace.at(original_until)
+        )
+    };
+    trace
+        .must_acquire_and_release("B", b, &lock, Rule::EXTEND, &why_free)
+        .await?;
     Ok(Attempt::Proven)
 }
 

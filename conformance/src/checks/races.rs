@@ -222,13 +222,8 @@ async fn inspected(
     admin: &dyn LockAdmin,
     name: &str,
 ) -> Result<AcquisitionId, CheckFailure> {
-    match trace.inspect_lock("O1", admin, name).await? {
-        Some(seen) => Ok(seen.acquisition),
-        None => Err(trace.failure(
-            Rule::ADMIN,
-            format!("node A holds lock {name:?}, but inspecting it shows none"),
-        )),
-    }
+    let seen = trace.must_inspect_held("O1", admin, name, "A").await?;
+    Ok(seen.acquisition)
 }
 
 /// Trials of [`check_stale_call_at_expiry`], and how many run side by side.

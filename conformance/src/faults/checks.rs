@@ -19,7 +19,7 @@ use crate::failure::{CheckFailure, Rule, Verdict};
 use crate::harness::Support;
 use crate::names::NameSpace;
 use crate::timing::Timing;
-use crate::trace::{OPERATION_LIMIT, Trace, config, describe_acquisition, locked};
+use crate::trace::{OPERATION_LIMIT, Timed, Trace, config, describe_acquisition, locked};
 
 /// How long after the backend comes back every node must answer ordinary outcomes again.
 pub const RECONNECT_LIMIT: Duration = Duration::from_secs(30);
@@ -436,81 +436,7 @@ pub async fn check_stall_during_release<H: FaultHarness>(
     harness: &H,
     names: &NameSpace,
 ) -> Result<Verdict, CheckFailure> {
-    let trace = Trace::new("stall_during_release");
-    let stalled = match stalled(harness, &trace).await? {
-        Ok(stalled) => stalled,
-        Err(verdict) => return Ok(verdict),
-    };
-    let Stalled {
-        proxy,
-        node,
-        direct,
-        timing,
-    } = stalled;
-    let other = fresh_node(harness, &trace).await?;
-    let at_most = timing.units(3).max(Duration::from_secs(2));
-    let lock = config(&names.name("lock"), at_most, Duration::ZERO);
-    let taken = trace.must_acquire_free("S", &*node, &lock).await?;
-    proxy.pause();
-    trace.note("the network between node S and the backend stalls");
-    let release = trace.try_unlock("S", &*taken.value).await?;
-    if release.value.is_ok() && proxy.delayed_bytes() == 0 {
-        return Err(bypassed(&trace, "unlock"));
-    }
-    if let Ok(answer) = release.value {
-        return Err(trace.failure(
-            Rule::FAIL_CLOSED,
-            format!("unlock through a stalled network answered Ok({answer}): no byte reached the backend, so the outcome is unknown and must be an error"),
-        ));
-    }
-    let answered_in = release.answered - release.sent;
-    trace
-        .sleep_until(timing.surely_over_by(&taken, at_most))
-        .await;
-    let takeover = config(lock.name(), Duration::from_secs(60), Duration::ZERO);
-    let successor = trace
-        .must_acquire(
-            "D",
-            &direct,
-            &takeover,
-            Rule::AT_MOST,
-            "node S's lock_at_most_for has passed",
-        )
-        .await?;
-    proxy.resume();
-    trace.note(format!(
-        "the network resumes; {} bytes that waited are delivered late",
-        proxy.delayed_bytes()
-    ));
-    tokio::time::sleep(LATE_DELIVERY).await;
-    let (answer, recovered_in) = until_answered(&trace, "node S's unlock", || async {
-        Ok(trace.try_unlock("S", &*taken.value).await?.value)
-    })
-    .await?;
-    if answer {
-        return Err(trace.failure(
-            Rule::OWNERSHIP,
-            format!(
-                "node S's unlock answered true after its lock expired and node D took {:?}",
-                lock.name()
-            ),
-        ));
-    }
-    trace
-        .must_not_acquire(
-            "P",
-            &other,
-            &takeover,
-            Rule::OWNERSHIP,
-            "node D holds it: node S's release that reached the backend late must not have freed it",
-        )
-        .await?;
-    trace.must_release("D", &*successor.value).await?;
-    Ok(Verdict::Passed {
-        notes: vec![format!(
-            "through a stalled network, unlock answered an error after {answered_in:?}; delivered late, after another node took the lock, it freed nothing; node S answered normally {recovered_in:?} after the network resumed"
-        )],
-    })
+    check_stalled_call(harness, names, HeldCall::Unlock).await
 }
 
 /// Network stall during extend: an extend that cannot reach the backend answers an error in
@@ -523,7 +449,51 @@ pub async fn check_stall_during_extend<H: FaultHarness>(
     harness: &H,
     names: &NameSpace,
 ) -> Result<Verdict, CheckFailure> {
-    let trace = Trace::new("stall_during_extend");
+    check_stalled_call(harness, names, HeldCall::Extend).await
+}
+
+/// A call a holder makes on its own lock, which a stalled network delays.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum HeldCall {
+    Unlock,
+    Extend,
+}
+
+impl HeldCall {
+    fn name(self) -> &'static str {
+        match self {
+            HeldCall::Unlock => "unlock",
+            HeldCall::Extend => "extend",
+        }
+    }
+
+    /// Node S's call on `handle`, recorded (an extend asks for a minute more).
+    async fn try_on(
+        self,
+        trace: &Trace,
+        handle: &dyn LockHandle,
+    ) -> Result<Timed<Result<bool, LockError>>, CheckFailure> {
+        match self {
+            HeldCall::Unlock => trace.try_unlock("S", handle).await,
+            HeldCall::Extend => trace.try_extend("S", handle, Duration::from_secs(60)).await,
+        }
+    }
+}
+
+/// [`check_stall_during_release`] and [`check_stall_during_extend`]: node S makes `call` on
+/// its lock through a stalled network and must get an error; once the lock has expired node
+/// D takes it, the network resumes and S's delayed call reaches the backend, where it must
+/// change nothing (D's lock is neither freed nor moved) while S's handle answers `false`.
+async fn check_stalled_call<H: FaultHarness>(
+    harness: &H,
+    names: &NameSpace,
+    call: HeldCall,
+) -> Result<Verdict, CheckFailure> {
+    let operation = call.name();
+    let trace = Trace::new(match call {
+        HeldCall::Unlock => "stall_during_release",
+        HeldCall::Extend => "stall_during_extend",
+    });
     let stalled = match stalled(harness, &trace).await? {
         Ok(stalled) => stalled,
         Err(verdict) => return Ok(verdict),
@@ -534,7 +504,7 @@ pub async fn check_stall_during_extend<H: FaultHarness>(
         direct,
         timing,
     } = stalled;
-    if !direct.capabilities().extend {
+    if call == HeldCall::Extend && !direct.capabilities().extend {
         return Ok(Verdict::not_applicable(
             "the provider does not declare extend",
         ));
@@ -545,27 +515,31 @@ pub async fn check_stall_during_extend<H: FaultHarness>(
     let taken = trace.must_acquire_free("S", &*node, &lock).await?;
     proxy.pause();
     trace.note("the network between node S and the backend stalls");
-    let extended = trace
-        .try_extend("S", &*taken.value, Duration::from_secs(60))
-        .await?;
-    if extended.value.is_ok() && proxy.delayed_bytes() == 0 {
-        return Err(bypassed(&trace, "extend"));
+    let stalled_call = call.try_on(&trace, &*taken.value).await?;
+    if stalled_call.value.is_ok() && proxy.delayed_bytes() == 0 {
+        return Err(bypassed(&trace, operation));
     }
-    if let Ok(answer) = extended.value {
+    if let Ok(answer) = stalled_call.value {
         return Err(trace.failure(
             Rule::FAIL_CLOSED,
-            format!("extend through a stalled network answered Ok({answer}): no byte reached the backend, so the outcome is unknown and must be an error"),
+            format!("{operation} through a stalled network answered Ok({answer}): no byte reached the backend, so the outcome is unknown and must be an error"),
         ));
     }
-    let answered_in = extended.answered - extended.sent;
+    let answered_in = stalled_call.answered - stalled_call.sent;
     trace
         .sleep_until(timing.surely_over_by(&taken, at_most))
         .await;
+    // Against a late unlock, node D holds for a minute, so that only a wrongful free shows;
+    // against a late extend, for the same at-most, so that only a wrongful move shows.
+    let takeover = match call {
+        HeldCall::Unlock => config(lock.name(), Duration::from_secs(60), Duration::ZERO),
+        HeldCall::Extend => lock.clone(),
+    };
     let successor = trace
         .must_acquire(
             "D",
             &direct,
-            &lock,
+            &takeover,
             Rule::AT_MOST,
             "node S's lock_at_most_for has passed",
         )
@@ -576,39 +550,55 @@ pub async fn check_stall_during_extend<H: FaultHarness>(
         proxy.delayed_bytes()
     ));
     tokio::time::sleep(LATE_DELIVERY).await;
-    let (answer, recovered_in) = until_answered(&trace, "node S's extend", || async {
-        Ok(trace
-            .try_extend("S", &*taken.value, Duration::from_secs(60))
-            .await?
-            .value)
-    })
-    .await?;
+    let (answer, recovered_in) =
+        until_answered(&trace, &format!("node S's {operation}"), || async {
+            Ok(call.try_on(&trace, &*taken.value).await?.value)
+        })
+        .await?;
     if answer {
         return Err(trace.failure(
             Rule::OWNERSHIP,
             format!(
-                "node S's extend answered true after its lock expired and node D took {:?}",
+                "node S's {operation} answered true after its lock expired and node D took {:?}",
                 lock.name()
             ),
         ));
     }
-    // Node D's lock ends at its own at-most: S's late extend moved nothing.
-    trace
-        .sleep_until(timing.surely_over_by(&successor, at_most))
-        .await;
-    let after = trace
-        .must_acquire(
-            "P",
-            &other,
-            &lock,
-            Rule::OWNERSHIP,
-            "node D's lock_at_most_for has passed: node S's extend that reached the backend late must not have moved it",
-        )
-        .await?;
-    trace.must_release("P", &*after.value).await?;
+    let changed_nothing = match call {
+        HeldCall::Unlock => {
+            trace
+                .must_not_acquire(
+                    "P",
+                    &other,
+                    &takeover,
+                    Rule::OWNERSHIP,
+                    "node D holds it: node S's release that reached the backend late must not have freed it",
+                )
+                .await?;
+            trace.must_release("D", &*successor.value).await?;
+            "freed nothing"
+        }
+        HeldCall::Extend => {
+            // Node D's lock ends at its own at-most: S's late extend moved nothing.
+            trace
+                .sleep_until(timing.surely_over_by(&successor, at_most))
+                .await;
+            let after = trace
+                .must_acquire(
+                    "P",
+                    &other,
+                    &lock,
+                    Rule::OWNERSHIP,
+                    "node D's lock_at_most_for has passed: node S's extend that reached the backend late must not have moved it",
+                )
+                .await?;
+            trace.must_release("P", &*after.value).await?;
+            "moved nothing"
+        }
+    };
     Ok(Verdict::Passed {
         notes: vec![format!(
-            "through a stalled network, extend answered an error after {answered_in:?}; delivered late, after another node took the lock, it moved nothing; node S answered normally {recovered_in:?} after the network resumed"
+            "through a stalled network, {operation} answered an error after {answered_in:?}; delivered late, after another node took the lock, it {changed_nothing}; node S answered normally {recovered_in:?} after the network resumed"
         )],
     })
 }
