@@ -5,6 +5,7 @@
 //! The backends come from `SHEDLOCK_TEST_<BACKEND>_URL` (set by `ci/test.sh`); SQLite uses a
 //! file of its own. Each run uses lock names of its own, so runs never see each other's locks.
 
+use shedlock_test_support::settings;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -40,12 +41,6 @@ const PLAN: Plan = Plan {
     ticks: TICKS,
     fencing: false,
 };
-
-fn env_url(var: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: this test needs that server (ci/test.sh sets it)")
-    })
-}
 
 fn unique_lock(backend: &str) -> String {
     format!(
@@ -349,7 +344,7 @@ fn check(backend: &str, nodes: &[Node], plan: Plan) {
 
 #[test]
 fn postgres_runs_each_tick_once_across_three_processes() {
-    let url = env_url("SHEDLOCK_TEST_POSTGRES_URL");
+    let url = settings::POSTGRES.value();
     block_on(async {
         // ShedLock's table as a migration would create it; an existing one is left alone.
         shedlock_postgres::PostgresLockProvider::builder()
@@ -367,7 +362,7 @@ fn postgres_runs_each_tick_once_across_three_processes() {
 
 #[test]
 fn mariadb_runs_each_tick_once_across_three_processes() {
-    let url = env_url("SHEDLOCK_TEST_MYSQL_URL");
+    let url = settings::MYSQL.value();
     block_on(async {
         shedlock_mysql::MySqlLockProvider::builder()
             .create_table_if_missing()
@@ -408,13 +403,13 @@ fn sqlite_runs_each_tick_once_across_three_processes() {
 
 #[test]
 fn redis_runs_each_tick_once_across_three_processes() {
-    let url = env_url("SHEDLOCK_TEST_REDIS_URL");
+    let url = settings::REDIS.value();
     check("redis", &run_three(&url, &unique_lock("redis"), PLAN), PLAN);
 }
 
 #[test]
 fn etcd_runs_each_tick_once_across_three_processes() {
-    let url = env_url("SHEDLOCK_TEST_ETCD_URL");
+    let url = settings::ETCD.value();
     // The tests name etcd by its endpoint, http://host:2379; shedlock::connect by etcd://.
     let endpoints = url.strip_prefix("http://").unwrap_or_else(|| {
         panic!("SHEDLOCK_TEST_ETCD_URL is not an http:// endpoint, which etcd:// stands for")

@@ -360,9 +360,10 @@ fn a_silent_redis_fails_in_one_line_within_the_timeout() {
 #[test]
 fn refused_credentials_exit_7_without_the_password() {
     // The CI's MariaDB lets root in with no password, so any password is refused.
-    let url = std::env::var("SHEDLOCK_TEST_MYSQL_URL")
-        .expect("set SHEDLOCK_TEST_MYSQL_URL (ci/start-backends.sh starts MariaDB)")
-        .replacen("://root@", "://root:hunter2@", 1);
+    let url =
+        shedlock_test_support::settings::MYSQL
+            .value()
+            .replacen("://root@", "://root:hunter2@", 1);
     assert!(url.contains("hunter2"), "{url}");
     let ran = run(&mut shedlock(&["list", "--url", &url, "--timeout", "10s"]));
     let error = ran.one_line_error(7);

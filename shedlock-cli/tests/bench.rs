@@ -203,8 +203,8 @@ fn json_holds_every_figure_of_every_backend() {
 #[cfg(all(feature = "postgres", feature = "redis"))]
 #[test]
 fn postgres_and_redis_are_benched_side_by_side_without_showing_a_password() {
-    let postgres = server_url("SHEDLOCK_TEST_POSTGRES_URL");
-    let redis = server_url("SHEDLOCK_TEST_REDIS_URL");
+    let postgres = shedlock_test_support::settings::POSTGRES.value();
+    let redis = shedlock_test_support::settings::REDIS.value();
     // The CI server trusts every connection, so a password can be given and must never show.
     let postgres = postgres.replacen("://postgres@", "://postgres:hunter2-secret@", 1);
     assert!(postgres.contains("hunter2-secret"), "{postgres}");
@@ -242,12 +242,6 @@ fn postgres_and_redis_are_benched_side_by_side_without_showing_a_password() {
         document["backends"][0]["url"].as_str(),
         Some(shedlock::redact_url(&postgres).as_str())
     );
-}
-
-#[cfg(all(feature = "postgres", feature = "redis"))]
-fn server_url(variable: &str) -> String {
-    std::env::var(variable)
-        .unwrap_or_else(|_| panic!("{variable} is not set: point it at a server (see ci/test.sh)"))
 }
 
 #[test]

@@ -67,23 +67,6 @@ impl Backend {
     }
 }
 
-#[cfg(any(
-    feature = "postgres",
-    feature = "mysql",
-    feature = "redis",
-    feature = "etcd",
-    feature = "mongo",
-    feature = "zookeeper"
-))]
-fn env_var(var: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| {
-        panic!(
-            "{var} is not set: with this backend's feature on, the CLI's tests need its server \
-             (ci/test.sh sets it)"
-        )
-    })
-}
-
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -467,7 +450,7 @@ fn control_characters_are_shown_escaped_and_never_written_raw() {
 #[cfg(feature = "postgres")]
 #[test]
 fn postgres() {
-    let url = env_var("SHEDLOCK_TEST_POSTGRES_URL");
+    let url = shedlock_test_support::settings::POSTGRES.value();
     runtime().block_on(async {
         shedlock::postgres::PostgresLockProvider::builder()
             .create_table_if_missing()
@@ -483,8 +466,8 @@ fn postgres() {
 fn postgres_over_tls() {
     let url = format!(
         "{}?sslmode=verify-full&sslrootcert={}",
-        env_var("SHEDLOCK_TEST_POSTGRES_TLS_URL"),
-        env_var("SHEDLOCK_TEST_TLS_CA_FILE")
+        shedlock_test_support::settings::POSTGRES_TLS.value(),
+        shedlock_test_support::settings::TLS_CA.value()
     );
     runtime().block_on(async {
         shedlock::postgres::PostgresLockProvider::builder()
@@ -499,7 +482,7 @@ fn postgres_over_tls() {
 #[cfg(feature = "mysql")]
 #[test]
 fn mariadb() {
-    let url = env_var("SHEDLOCK_TEST_MYSQL_URL");
+    let url = shedlock_test_support::settings::MYSQL.value();
     runtime().block_on(async {
         shedlock::mysql::MySqlLockProvider::builder()
             .create_table_if_missing()
@@ -513,7 +496,7 @@ fn mariadb() {
 #[cfg(feature = "redis")]
 #[test]
 fn redis() {
-    let url = env_var("SHEDLOCK_TEST_REDIS_URL");
+    let url = shedlock_test_support::settings::REDIS.value();
     lists_and_frees_only_the_acquisition_it_showed(&Backend::plain("redis", url));
 }
 
@@ -522,15 +505,15 @@ fn redis() {
 fn redis_over_tls() {
     lists_and_frees_only_the_acquisition_it_showed(&Backend {
         label: "rediss",
-        url: env_var("SHEDLOCK_TEST_REDIS_TLS_URL"),
-        tls_ca_file: Some(env_var("SHEDLOCK_TEST_TLS_CA_FILE")),
+        url: shedlock_test_support::settings::REDIS_TLS.value(),
+        tls_ca_file: Some(shedlock_test_support::settings::TLS_CA.value()),
     });
 }
 
 /// The tests name etcd by its endpoint (`http://host:2379`); the CLI by `etcd://host:2379`.
 #[cfg(feature = "etcd")]
-fn etcd_url(var: &str, scheme: &str) -> String {
-    let url = env_var(var);
+fn etcd_url(setting: shedlock_test_support::settings::Setting, scheme: &str) -> String {
+    let url = setting.value();
     let endpoint = url
         .split_once("://")
         .map_or(url.as_str(), |(_, endpoint)| endpoint);
@@ -540,7 +523,7 @@ fn etcd_url(var: &str, scheme: &str) -> String {
 #[cfg(feature = "etcd")]
 #[test]
 fn etcd() {
-    let url = etcd_url("SHEDLOCK_TEST_ETCD_URL", "etcd");
+    let url = etcd_url(shedlock_test_support::settings::ETCD, "etcd");
     lists_and_frees_only_the_acquisition_it_showed(&Backend::plain("etcd", url));
 }
 
@@ -549,8 +532,8 @@ fn etcd() {
 fn etcd_over_tls() {
     lists_and_frees_only_the_acquisition_it_showed(&Backend {
         label: "etcds",
-        url: etcd_url("SHEDLOCK_TEST_ETCD_TLS_URL", "etcds"),
-        tls_ca_file: Some(env_var("SHEDLOCK_TEST_TLS_CA_FILE")),
+        url: etcd_url(shedlock_test_support::settings::ETCD_TLS, "etcds"),
+        tls_ca_file: Some(shedlock_test_support::settings::TLS_CA.value()),
     });
 }
 
@@ -560,7 +543,9 @@ fn mongo() {
     // The variable names the server; the locks live in a database of this crate's tests.
     let url = format!(
         "{}/shedlock_cli",
-        env_var("SHEDLOCK_TEST_MONGO_URL").trim_end_matches('/')
+        shedlock_test_support::settings::MONGO
+            .value()
+            .trim_end_matches('/')
     );
     lists_and_frees_only_the_acquisition_it_showed(&Backend::plain("mongo", url));
 }
@@ -569,7 +554,7 @@ fn mongo() {
 #[test]
 fn zookeeper() {
     // The tests name ZooKeeper by its connect string (`host:2181`); the CLI by `zk://host:2181`.
-    let connect = env_var("SHEDLOCK_TEST_ZOOKEEPER_URL");
+    let connect = shedlock_test_support::settings::ZOOKEEPER.value();
     let connect = connect
         .split_once("://")
         .map_or(connect.as_str(), |(_, rest)| rest);

@@ -1,6 +1,7 @@
 //! Three schedulers on one PostgreSQL server, each with its own provider and connection, as
 //! three replicas of a service would be.
 
+use shedlock_test_support::settings;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -11,15 +12,6 @@ use shedlock_scheduler::{
 };
 use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout};
-
-fn url() -> String {
-    std::env::var("SHEDLOCK_TEST_POSTGRES_URL").unwrap_or_else(|_| {
-        panic!(
-            "set SHEDLOCK_TEST_POSTGRES_URL to a PostgreSQL server (ci/start-backends.sh starts one; \
-             e.g. postgres://postgres@127.0.0.1:5432/test)"
-        )
-    })
-}
 
 /// A name no other run of these tests uses, so runs can share a server.
 fn unique(prefix: &str) -> String {
@@ -35,7 +27,7 @@ async fn provider(table: &str, holder: &str) -> PostgresLockProvider {
         .table_name(table)
         .create_table_if_missing()
         .holder(holder)
-        .connect(url())
+        .connect(settings::POSTGRES.value())
         .await
         .unwrap()
 }
@@ -160,7 +152,9 @@ async fn three_replicas_run_each_tick_exactly_once_and_survive_panics() {
 }
 
 async fn drop_table(table: &str) {
-    let pool = sqlx::PgPool::connect(&url()).await.unwrap();
+    let pool = sqlx::PgPool::connect(&settings::POSTGRES.value())
+        .await
+        .unwrap();
     sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS {table}")))
         .execute(&pool)
         .await

@@ -12,10 +12,11 @@
 
 mod support;
 
+use shedlock_test_support::settings;
 use std::time::Duration;
 
 use shedlock::{AnyLockProvider, ConnectError, LockConfiguration, LockError, LockProvider};
-use support::{bounded, env_url, unique, with_scheme};
+use support::{bounded, unique, with_scheme};
 
 /// A password no message or `Debug` output may contain.
 const SECRET: &str = "s3cretPa55";
@@ -292,34 +293,28 @@ fn lazy_cases() -> Vec<(&'static str, String)> {
             ),
         ),
         #[cfg(feature = "postgres")]
-        (
-            "postgres://app@127.0.0.1:1/app",
-            env_url("SHEDLOCK_TEST_POSTGRES_URL"),
-        ),
+        ("postgres://app@127.0.0.1:1/app", settings::POSTGRES.value()),
         #[cfg(feature = "mysql")]
-        (
-            "mysql://app@127.0.0.1:1/app",
-            env_url("SHEDLOCK_TEST_MYSQL_URL"),
-        ),
+        ("mysql://app@127.0.0.1:1/app", settings::MYSQL.value()),
         #[cfg(feature = "redis")]
-        ("redis://127.0.0.1:1", env_url("SHEDLOCK_TEST_REDIS_URL")),
+        ("redis://127.0.0.1:1", settings::REDIS.value()),
         #[cfg(feature = "etcd")]
         (
             "etcd://127.0.0.1:1",
-            with_scheme("etcd", &env_url("SHEDLOCK_TEST_ETCD_URL")),
+            with_scheme("etcd", &settings::ETCD.value()),
         ),
         #[cfg(feature = "mongo")]
         (
             "mongodb://127.0.0.1:1/shedlock_facade?directConnection=true",
             format!(
                 "{}/shedlock_facade",
-                env_url("SHEDLOCK_TEST_MONGO_URL").trim_end_matches('/')
+                settings::MONGO.value().trim_end_matches('/')
             ),
         ),
         #[cfg(feature = "zookeeper")]
         (
             "zk://127.0.0.1:1",
-            format!("zk://{}", env_url("SHEDLOCK_TEST_ZOOKEEPER_URL")),
+            format!("zk://{}", settings::ZOOKEEPER.value()),
         ),
     ]
 }
@@ -553,7 +548,7 @@ mod postgres {
     use shedlock::postgres::PostgresLockProvider;
 
     fn url() -> String {
-        env_url("SHEDLOCK_TEST_POSTGRES_URL")
+        settings::POSTGRES.value()
     }
 
     #[tokio::test]
@@ -601,7 +596,7 @@ mod mysql {
     use shedlock::mysql::MySqlLockProvider;
 
     fn url() -> String {
-        env_url("SHEDLOCK_TEST_MYSQL_URL")
+        settings::MYSQL.value()
     }
 
     #[tokio::test]
@@ -636,7 +631,7 @@ mod redis {
     use shedlock::redis::RedisLockProvider;
 
     fn url() -> String {
-        env_url("SHEDLOCK_TEST_REDIS_URL")
+        settings::REDIS.value()
     }
 
     #[tokio::test]
@@ -676,11 +671,8 @@ mod redis {
     #[tokio::test]
     async fn cluster_and_sentinel_urls_reach_the_same_backends_as_the_provider_crate() {
         bounded(async {
-            for var in [
-                "SHEDLOCK_TEST_REDIS_CLUSTER_URL",
-                "SHEDLOCK_TEST_REDIS_SENTINEL_URL",
-            ] {
-                let url = env_url(var);
+            for setting in [settings::REDIS_CLUSTER, settings::REDIS_SENTINEL] {
+                let url = setting.value();
                 let (form, rest) = url.split_once("://").unwrap();
                 let valkey_form = format!("{}://{rest}", form.replacen("redis", "valkey", 1));
                 let own = RedisLockProvider::connect(&url).await.unwrap();
@@ -696,18 +688,19 @@ mod redis {
     #[tokio::test]
     async fn cluster_and_sentinel_passwords_show_neither_in_debug_nor_in_errors() {
         bounded(async {
-            for var in [
-                "SHEDLOCK_TEST_REDIS_CLUSTER_URL",
-                "SHEDLOCK_TEST_REDIS_SENTINEL_URL",
-            ] {
+            for setting in [settings::REDIS_CLUSTER, settings::REDIS_SENTINEL] {
                 // The test servers know no such user: refused, and the error is clean.
-                let url = with_password(&env_url(var), "nobody");
+                let url = with_password(&setting.value(), "nobody");
                 let outcome = AnyLockProvider::builder()
                     .operation_timeout(Duration::from_secs(2))
                     .connect(&url)
                     .await;
                 let shown = shown(&outcome);
-                assert!(outcome.is_err(), "{var}: the servers have no user 'nobody'");
+                assert!(
+                    outcome.is_err(),
+                    "{}: the servers have no user 'nobody'",
+                    setting.var
+                );
                 assert_no_secret("the provider's error", &shown);
                 assert!(shown.contains("nobody:***@"), "{shown}");
             }
@@ -772,7 +765,7 @@ mod etcd {
     use shedlock::etcd::EtcdLockProvider;
 
     fn url() -> String {
-        env_url("SHEDLOCK_TEST_ETCD_URL")
+        settings::ETCD.value()
     }
 
     #[tokio::test]
@@ -835,7 +828,7 @@ mod mongo {
     fn url() -> String {
         format!(
             "{}/shedlock_facade",
-            env_url("SHEDLOCK_TEST_MONGO_URL").trim_end_matches('/')
+            settings::MONGO.value().trim_end_matches('/')
         )
     }
 
@@ -872,7 +865,7 @@ mod zookeeper {
     use shedlock::zookeeper::ZookeeperLockProvider;
 
     fn connect_string() -> String {
-        env_url("SHEDLOCK_TEST_ZOOKEEPER_URL")
+        settings::ZOOKEEPER.value()
     }
 
     #[tokio::test]
@@ -897,14 +890,10 @@ mod zookeeper {
     #[tokio::test]
     async fn zk_tls_urls_reach_the_tls_ensemble_with_the_builders_ca_and_client_certificate() {
         bounded(async {
-            let url = env_url("SHEDLOCK_TEST_ZOOKEEPER_TLS_URL");
-            let read = |var: &str| {
-                let path = env_url(var);
-                std::fs::read(&path).unwrap_or_else(|error| panic!("{var}={path}: {error}"))
-            };
-            let ca = read("SHEDLOCK_TEST_TLS_CA_FILE");
-            let certificate = read("SHEDLOCK_TEST_ZOOKEEPER_TLS_CLIENT_CERT");
-            let key = read("SHEDLOCK_TEST_ZOOKEEPER_TLS_CLIENT_KEY");
+            let url = settings::ZOOKEEPER_TLS.value();
+            let ca = settings::TLS_CA.file_contents();
+            let certificate = settings::ZOOKEEPER_TLS_CLIENT_CERT.file_contents();
+            let key = settings::ZOOKEEPER_TLS_CLIENT_KEY.file_contents();
             let own = ZookeeperLockProvider::builder()
                 .tls_root_certificate(ca.clone())
                 .tls_client_certificate(certificate.clone(), key.clone())

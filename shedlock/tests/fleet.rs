@@ -12,13 +12,14 @@
 
 mod support;
 
+use shedlock_test_support::settings;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use shedlock::AnyLockProvider;
 use shedlock::scheduler::{Job, LockDefaults, RunContext, Schedule, Scheduler};
-use support::{env_url, unique, with_scheme};
+use support::{unique, with_scheme};
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
 async fn provider(url: &str) -> AnyLockProvider {
@@ -277,21 +278,21 @@ macro_rules! server_backend {
 server_backend!(
     "postgres",
     postgres,
-    env_url("SHEDLOCK_TEST_POSTGRES_URL"),
+    settings::POSTGRES.value(),
     Duration::from_secs(1),
     Duration::from_secs(3)
 );
 server_backend!(
     "mysql",
     mysql,
-    env_url("SHEDLOCK_TEST_MYSQL_URL"),
+    settings::MYSQL.value(),
     Duration::from_secs(1),
     Duration::from_secs(3)
 );
 server_backend!(
     "redis",
     redis,
-    env_url("SHEDLOCK_TEST_REDIS_URL"),
+    settings::REDIS.value(),
     Duration::from_secs(1),
     Duration::from_secs(3)
 );
@@ -300,7 +301,7 @@ server_backend!(
 server_backend!(
     "etcd",
     etcd,
-    with_scheme("etcd", &env_url("SHEDLOCK_TEST_ETCD_URL")),
+    with_scheme("etcd", &settings::ETCD.value()),
     Duration::from_secs(6),
     Duration::from_secs(4)
 );
@@ -309,7 +310,7 @@ server_backend!(
     mongo,
     format!(
         "{}/shedlock_fleet",
-        env_url("SHEDLOCK_TEST_MONGO_URL").trim_end_matches('/')
+        settings::MONGO.value().trim_end_matches('/')
     ),
     Duration::from_secs(1),
     Duration::from_secs(3)
@@ -317,7 +318,7 @@ server_backend!(
 server_backend!(
     "zookeeper",
     zookeeper,
-    format!("zk://{}", env_url("SHEDLOCK_TEST_ZOOKEEPER_URL")),
+    format!("zk://{}", settings::ZOOKEEPER.value()),
     Duration::from_secs(1),
     Duration::from_secs(3)
 );

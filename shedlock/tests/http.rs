@@ -14,6 +14,7 @@
 
 mod support;
 
+use shedlock_test_support::settings;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -649,9 +650,7 @@ mod postgres {
     }
 
     fn database() -> Postgres {
-        Postgres(std::env::var("SHEDLOCK_TEST_POSTGRES_URL").unwrap_or_else(|_| {
-            panic!("SHEDLOCK_TEST_POSTGRES_URL is not set: these tests need that server (ci/test.sh sets it)")
-        }))
+        Postgres(settings::POSTGRES.value())
     }
 
     scenarios!(database());
@@ -705,12 +704,6 @@ mod postgres {
     }
 }
 
-fn env_url(var: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: these tests need that server (ci/test.sh sets it)")
-    })
-}
-
 /// A backend on a server, reached by `shedlock::connect`'s URL (making the table where there is
 /// one), with the cursor it refuses, if any.
 struct OnServer {
@@ -754,18 +747,18 @@ macro_rules! mistakes_on {
     };
 }
 
-mistakes_on!("mysql", mysql, env_url("SHEDLOCK_TEST_MYSQL_URL"), None);
+mistakes_on!("mysql", mysql, settings::MYSQL.value(), None);
 mistakes_on!(
     "redis",
     redis,
-    env_url("SHEDLOCK_TEST_REDIS_URL"),
+    settings::REDIS.value(),
     Some("not-a-scan-cursor")
 );
 mistakes_on!(
     "etcd",
     etcd,
     {
-        let url = env_url("SHEDLOCK_TEST_ETCD_URL");
+        let url = settings::ETCD.value();
         let (_, rest) = url.split_once("://").expect("a URL with a scheme");
         format!("etcd://{rest}")
     },
@@ -776,13 +769,13 @@ mistakes_on!(
     mongo,
     format!(
         "{}/shedlock_http",
-        env_url("SHEDLOCK_TEST_MONGO_URL").trim_end_matches('/')
+        settings::MONGO.value().trim_end_matches('/')
     ),
     None
 );
 mistakes_on!(
     "zookeeper",
     zookeeper,
-    format!("zk://{}", env_url("SHEDLOCK_TEST_ZOOKEEPER_URL")),
+    format!("zk://{}", settings::ZOOKEEPER.value()),
     Some("bad%zzescape")
 );

@@ -9,20 +9,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use shedlock::{AnyLockProvider, ConnectError, LockConfiguration, LockProvider};
-
-fn env(var: &str, what: &str, example: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: these tests need {what}, e.g. {var}={example}")
-    })
-}
-
-fn ca_file() -> String {
-    env(
-        "SHEDLOCK_TEST_TLS_CA_FILE",
-        "the CA that signed the TLS test servers' certificates",
-        "/var/tmp/shedlock-ci/tls/ca.pem",
-    )
-}
+use shedlock_test_support::settings;
 
 async fn bounded<T>(test: impl Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(30), test)
@@ -46,11 +33,7 @@ async fn assert_lock_cycle(provider: &AnyLockProvider) {
 
 #[tokio::test]
 async fn postgres_with_sslmode_require_locks_over_tls() {
-    let base = env(
-        "SHEDLOCK_TEST_POSTGRES_TLS_URL",
-        "a PostgreSQL server that accepts TLS connections only",
-        "postgres://postgres@localhost:5433/test",
-    );
+    let base = settings::POSTGRES_TLS.value();
     bounded(async {
         // The server refuses connections without TLS, so a provider at all means TLS.
         let provider = shedlock::connect(&format!("{base}?sslmode=require"))
@@ -64,7 +47,7 @@ async fn postgres_with_sslmode_require_locks_over_tls() {
 
         let verified = shedlock::connect(&format!(
             "{base}?sslmode=verify-full&sslrootcert={}",
-            ca_file()
+            settings::TLS_CA.value()
         ))
         .await
         .unwrap();
@@ -80,12 +63,8 @@ async fn postgres_with_sslmode_require_locks_over_tls() {
 
 #[tokio::test]
 async fn rediss_locks_over_tls_with_the_builders_root_certificate() {
-    let url = env(
-        "SHEDLOCK_TEST_REDIS_TLS_URL",
-        "a Redis server that listens for TLS only",
-        "rediss://localhost:6380",
-    );
-    let ca = std::fs::read(ca_file()).unwrap();
+    let url = settings::REDIS_TLS.value();
+    let ca = settings::TLS_CA.file_contents();
     bounded(async {
         let provider = AnyLockProvider::builder()
             .tls_root_certificate(ca.clone())
@@ -125,13 +104,9 @@ async fn rediss_locks_over_tls_with_the_builders_root_certificate() {
 #[cfg(feature = "etcd")]
 #[tokio::test]
 async fn etcds_locks_over_tls_with_the_builders_root_certificate() {
-    let url = env(
-        "SHEDLOCK_TEST_ETCD_TLS_URL",
-        "an etcd that serves clients over TLS only",
-        "https://localhost:2381",
-    );
+    let url = settings::ETCD_TLS.value();
     let etcds = format!("etcds://{}", url.split_once("://").expect("a URL").1);
-    let ca = std::fs::read(ca_file()).unwrap();
+    let ca = settings::TLS_CA.file_contents();
     bounded(async {
         let provider = AnyLockProvider::builder()
             .tls_root_certificate(ca)

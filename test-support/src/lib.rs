@@ -3,6 +3,8 @@
 //! never published, and only `[dev-dependencies]` name it.
 //!
 //! - [`log_capture`]: everything a test's `tracing` logs say, as text (always built).
+//! - [`settings`]: every test server and file, as the environment variable that names it
+//!   (always built).
 //! - `sql` (the `sql` feature): the SQL providers' shared tests and the conformance kit's
 //!   harness for any of them.
 //! - `kv` (the `kv` feature): the key-value providers' (etcd, Redis, MongoDB, ZooKeeper) shared
@@ -11,5 +13,6 @@
 #[cfg(feature = "kv")]
 pub mod kv;
 pub mod log_capture;
+pub mod settings;
 #[cfg(feature = "sql")]
 pub mod sql;

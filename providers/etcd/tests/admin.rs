@@ -16,17 +16,10 @@ use shedlock_test_support::kv::admin::{
     assert_foreign_acquisition_refused, assert_foreign_cursor_refused, assert_refused, hold_all,
     inspect, list, names,
 };
-use shedlock_test_support::kv::locks::{acquire, config, config_with_at_least, server_url};
+use shedlock_test_support::kv::locks::{acquire, config, config_with_at_least};
+use shedlock_test_support::settings;
 
 const SECOND: Duration = Duration::from_secs(1);
-
-fn etcd_url() -> String {
-    server_url(
-        "SHEDLOCK_TEST_ETCD_URL",
-        "an etcd server",
-        "http://127.0.0.1:2379",
-    )
-}
 
 fn unique_env() -> String {
     format!("admin-{}", uuid::Uuid::new_v4().simple())
@@ -37,13 +30,15 @@ async fn node(env: &str, holder: &str) -> EtcdLockProvider {
     EtcdLockProvider::builder()
         .env(env)
         .holder(holder)
-        .connect(&etcd_url())
+        .connect(&settings::ETCD.value())
         .await
         .unwrap()
 }
 
 async fn raw() -> Client {
-    Client::connect([etcd_url()], None).await.unwrap()
+    Client::connect([settings::ETCD.value()], None)
+        .await
+        .unwrap()
 }
 
 /// Deletes every key of `env`.

@@ -13,21 +13,14 @@ use shedlock_etcd::{EtcdLockProvider, EtcdLockProviderBuilder};
 use shedlock_test_support::kv::errors::{assert_configuration_error, full_text};
 use shedlock_test_support::kv::locks::{
     SECRET, acquire, acquires_of_an_unreachable_server_fail, assert_answered_within,
-    assert_not_acquired, config, config_with_at_least, server_url,
+    assert_not_acquired, config, config_with_at_least,
 };
+use shedlock_test_support::settings;
 use tokio::time::Instant;
 
 use shedlock_test_support::log_capture;
 
 const MS: Duration = Duration::from_millis(1);
-
-fn etcd_url() -> String {
-    server_url(
-        "SHEDLOCK_TEST_ETCD_URL",
-        "an etcd server",
-        "http://127.0.0.1:2379",
-    )
-}
 
 fn unique_env() -> String {
     format!("test-{}", uuid::Uuid::new_v4().simple())
@@ -39,7 +32,7 @@ fn builder(env: &str) -> EtcdLockProviderBuilder {
 
 /// Connects `builder` to the test server.
 async fn connect(builder: EtcdLockProviderBuilder) -> EtcdLockProvider {
-    builder.connect(&etcd_url()).await.unwrap()
+    builder.connect(&settings::ETCD.value()).await.unwrap()
 }
 
 async fn provider(env: &str) -> EtcdLockProvider {
@@ -47,7 +40,9 @@ async fn provider(env: &str) -> EtcdLockProvider {
 }
 
 async fn raw() -> Client {
-    Client::connect([etcd_url()], None).await.unwrap()
+    Client::connect([settings::ETCD.value()], None)
+        .await
+        .unwrap()
 }
 
 /// A node on an env of its own, a raw client, and the key of the node's lock `name`: to watch
@@ -528,7 +523,7 @@ async fn names_keep_their_own_keys_and_bad_settings_are_refused() {
             "operation timeout",
         ),
     ] {
-        let error = builder.connect(&etcd_url()).await.unwrap_err();
+        let error = builder.connect(&settings::ETCD.value()).await.unwrap_err();
         assert!(error.to_string().contains(what), "{error}");
         assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
     }
@@ -581,7 +576,7 @@ async fn credentials_never_appear_in_errors_or_debug_output() {
     // Against the real server, which has authentication off and refuses the attempt.
     let result = builder
         .operation_timeout(Duration::from_secs(2))
-        .connect(&etcd_url())
+        .connect(&settings::ETCD.value())
         .await;
     match result {
         Err(error) => {
@@ -608,7 +603,10 @@ async fn credentials_never_appear_in_the_logs() {
     let quick = || EtcdLockProvider::builder().operation_timeout(Duration::from_millis(500));
     // A closed port, and the real server, which has authentication off and refuses the
     // attempt to authenticate.
-    let with_password = etcd_url().replacen("http://", &format!("http://root:{SECRET}@"), 1);
+    let with_password =
+        settings::ETCD
+            .value()
+            .replacen("http://", &format!("http://root:{SECRET}@"), 1);
     for url in [format!("http://root:{SECRET}@127.0.0.1:1"), with_password] {
         assert!(quick().connect(&url).await.is_err(), "{url}");
         assert!(quick().connect_lazy(&url).await.is_err(), "{url}");
@@ -616,7 +614,7 @@ async fn credentials_never_appear_in_the_logs() {
     assert!(
         quick()
             .credentials("root", SECRET)
-            .connect(&etcd_url())
+            .connect(&settings::ETCD.value())
             .await
             .is_err()
     );
@@ -652,7 +650,10 @@ async fn endpoints_of_other_backends_and_a_mix_of_tls_and_plain_are_refused_befo
         assert_configuration_error(&error, expected, SECRET);
     }
     // An endpoint without a scheme is plain HTTP, as before.
-    let bare = etcd_url().trim_start_matches("http://").to_owned();
+    let bare = settings::ETCD
+        .value()
+        .trim_start_matches("http://")
+        .to_owned();
     let provider = tokio::time::timeout(Duration::from_secs(30), EtcdLockProvider::connect(&bare))
         .await
         .expect("connecting took over 30 s");
@@ -672,7 +673,7 @@ async fn sixteen_nodes_start_at_once_on_a_new_env() {
             async move {
                 builder(&env)
                     .holder(format!("node-{index}"))
-                    .connect(&etcd_url())
+                    .connect(&settings::ETCD.value())
                     .await
             }
         })

@@ -11,6 +11,7 @@
 //! requests the client opens (HTTP/2 HEADERS frames), and round trips are held to one to three
 //! per call (seen: 5 for 2 calls, once in a CI run).
 
+use shedlock_test_support::settings;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,15 +24,6 @@ use shedlock_core::{
 use shedlock_etcd::EtcdLockProvider;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-
-fn etcd_url() -> String {
-    std::env::var("SHEDLOCK_TEST_ETCD_URL").unwrap_or_else(|_| {
-        panic!(
-            "SHEDLOCK_TEST_ETCD_URL is not set: point it at an etcd server, e.g. \
-             SHEDLOCK_TEST_ETCD_URL=http://127.0.0.1:2379 (ci/start-backends.sh starts one)"
-        )
-    })
-}
 
 /// What one operation cost.
 #[derive(Debug, PartialEq, Eq)]
@@ -56,7 +48,7 @@ struct Wire {
 
 impl Wire {
     async fn start() -> Self {
-        let upstream = etcd_url();
+        let upstream = settings::ETCD.value();
         let proxy = CountingProxy::start(upstream.trim_start_matches("http://"))
             .await
             .unwrap();

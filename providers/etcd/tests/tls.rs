@@ -8,15 +8,8 @@ use std::time::Duration;
 use shedlock_core::ErrorKind;
 use shedlock_etcd::{EtcdLockProvider, EtcdLockProviderBuilder};
 use shedlock_test_support::kv::errors::error_chain;
-use shedlock_test_support::kv::tls::{ca, locks_excludes_and_releases, required_var, within};
-
-fn tls_url() -> String {
-    required_var(
-        "SHEDLOCK_TEST_ETCD_TLS_URL",
-        "an etcd that serves clients over TLS only",
-        "https://localhost:2381",
-    )
-}
+use shedlock_test_support::kv::tls::{ca, locks_excludes_and_releases, within};
+use shedlock_test_support::settings;
 
 fn builder() -> EtcdLockProviderBuilder {
     EtcdLockProvider::builder()
@@ -26,15 +19,22 @@ fn builder() -> EtcdLockProviderBuilder {
 
 #[tokio::test]
 async fn https_with_the_clusters_ca_locks_and_releases() {
-    let provider = within(builder().tls_root_certificate(ca()).connect(&tls_url()))
-        .await
-        .unwrap();
+    let provider = within(
+        builder()
+            .tls_root_certificate(ca())
+            .connect(&settings::ETCD_TLS.value()),
+    )
+    .await
+    .unwrap();
     locks_excludes_and_releases(&provider, &provider).await;
 }
 
 #[tokio::test]
 async fn the_tls_member_refuses_plain_http() {
-    let plain = format!("http://{}", tls_url().split_once("://").unwrap().1);
+    let plain = format!(
+        "http://{}",
+        settings::ETCD_TLS.value().split_once("://").unwrap().1
+    );
     let error = within(builder().connect(&plain)).await.unwrap_err();
     assert!(
         error_chain(&error).contains("etcd"),
@@ -52,7 +52,9 @@ async fn the_tls_member_refuses_plain_http() {
 #[tokio::test]
 async fn a_certificate_no_trusted_ca_signed_is_refused() {
     // Without the test CA the trusted roots are the public ones, which did not sign it.
-    let error = within(builder().connect(&tls_url())).await.unwrap_err();
+    let error = within(builder().connect(&settings::ETCD_TLS.value()))
+        .await
+        .unwrap_err();
     let text = error_chain(&error);
     assert!(text.contains("UnknownIssuer"), "{text}");
     // A failed handshake: nothing was sent.
@@ -62,7 +64,9 @@ async fn a_certificate_no_trusted_ca_signed_is_refused() {
 #[tokio::test]
 async fn a_host_name_the_certificate_does_not_name_is_refused() {
     // The certificate names localhost; 127.0.0.1 is the same member under another name.
-    let url = tls_url().replacen("localhost", "root:tls-test-secret@127.0.0.1", 1);
+    let url = settings::ETCD_TLS
+        .value()
+        .replacen("localhost", "root:tls-test-secret@127.0.0.1", 1);
     let error = within(builder().tls_root_certificate(ca()).connect(&url))
         .await
         .unwrap_err();

@@ -16,22 +16,15 @@ use shedlock_test_support::kv::admin::{
     assert_a_thousand_listed_in_pages_of_a_hundred, assert_an_id_outlives_an_extend,
     assert_foreign_acquisition_refused, assert_refused, hold_all, inspect, list, names,
 };
-use shedlock_test_support::kv::locks::{acquire, config, config_with_at_least, server_url};
+use shedlock_test_support::kv::locks::{acquire, config, config_with_at_least};
+use shedlock_test_support::settings;
 
 const DATABASE: &str = "shedlock_admin_tests";
 const SECOND: Duration = Duration::from_secs(1);
 
-fn mongo_url() -> String {
-    server_url(
-        "SHEDLOCK_TEST_MONGO_URL",
-        "a MongoDB server",
-        "mongodb://127.0.0.1:27017",
-    )
-}
-
 /// A collection of this test's own, seen through a plain client.
 async fn collection() -> Collection<Document> {
-    Client::with_uri_str(mongo_url())
+    Client::with_uri_str(settings::MONGO.value())
         .await
         .unwrap()
         .database(DATABASE)
@@ -44,7 +37,7 @@ async fn node(collection: &Collection<Document>, holder: &str) -> MongoLockProvi
         .database(DATABASE)
         .collection(collection.name())
         .holder(holder)
-        .connect(&mongo_url())
+        .connect(&settings::MONGO.value())
         .await
         .unwrap()
 }

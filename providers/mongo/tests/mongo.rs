@@ -23,18 +23,11 @@ use shedlock_mongo::{
     MAX_LOCK_DURATION, MAX_NAME_CHARS, MongoLockProvider, MongoLockProviderBuilder,
 };
 use shedlock_test_support::kv::errors::{assert_configuration_error, full_text};
-use shedlock_test_support::kv::locks::{SECRET, acquire, config, config_with_at_least, server_url};
+use shedlock_test_support::kv::locks::{SECRET, acquire, config, config_with_at_least};
+use shedlock_test_support::settings;
 use tokio::time::Instant;
 
 const DATABASE: &str = "shedlock_tests";
-
-fn mongo_url() -> String {
-    server_url(
-        "SHEDLOCK_TEST_MONGO_URL",
-        "a MongoDB server",
-        "mongodb://127.0.0.1:27017",
-    )
-}
 
 fn unique_collection() -> String {
     format!("locks_{}", uuid::Uuid::new_v4().simple())
@@ -49,12 +42,15 @@ fn builder(collection: &str) -> MongoLockProviderBuilder {
 /// A node on a collection of its own, and that collection seen through a plain client.
 async fn node_and_raw_collection() -> (MongoLockProvider, Collection<Document>) {
     let collection = unique_collection();
-    let provider = builder(&collection).connect(&mongo_url()).await.unwrap();
+    let provider = builder(&collection)
+        .connect(&settings::MONGO.value())
+        .await
+        .unwrap();
     (provider, raw(&collection).await)
 }
 
 async fn raw(collection: &str) -> Collection<Document> {
-    Client::with_uri_str(mongo_url())
+    Client::with_uri_str(settings::MONGO.value())
         .await
         .unwrap()
         .database(DATABASE)
@@ -414,7 +410,7 @@ async fn durations_past_a_thousand_years_are_refused_before_anything_is_written(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_view_or_a_capped_collection_is_refused_at_connect() {
-    let database = Client::with_uri_str(mongo_url())
+    let database = Client::with_uri_str(settings::MONGO.value())
         .await
         .unwrap()
         .database(DATABASE);
@@ -441,7 +437,10 @@ async fn a_view_or_a_capped_collection_is_refused_at_connect() {
             "is a capped collection, which drops its oldest documents",
         ),
     ] {
-        let error = builder(collection).connect(&mongo_url()).await.unwrap_err();
+        let error = builder(collection)
+            .connect(&settings::MONGO.value())
+            .await
+            .unwrap_err();
         assert!(
             matches!(
                 error,
@@ -471,7 +470,7 @@ async fn a_view_or_a_capped_collection_is_refused_at_connect() {
     }
     // A provider built on a client of the application's is not checked, and a view still
     // refuses its writes: the acquire says so and that nothing was written.
-    let client = Client::with_uri_str(mongo_url()).await.unwrap();
+    let client = Client::with_uri_str(settings::MONGO.value()).await.unwrap();
     let unchecked = builder(&view).build(&client).unwrap();
     let error = unchecked.try_lock(&minute("job")).await.unwrap_err();
     assert!(
@@ -488,7 +487,10 @@ async fn a_view_or_a_capped_collection_is_refused_at_connect() {
 #[tokio::test(flavor = "multi_thread")]
 async fn racing_nodes_on_a_new_name_get_one_lock_and_no_errors() {
     let collection = unique_collection();
-    let first = builder(&collection).connect(&mongo_url()).await.unwrap();
+    let first = builder(&collection)
+        .connect(&settings::MONGO.value())
+        .await
+        .unwrap();
     let nodes: Vec<Arc<MongoLockProvider>> = (0..16).map(|_| Arc::new(first.node())).collect();
     for round in 0..10 {
         let name = format!("race-{round}");
@@ -545,7 +547,7 @@ async fn recording_client_options(url: &str) -> (Arc<Mutex<Vec<Document>>>, Clie
 
 #[tokio::test(flavor = "multi_thread")]
 async fn commands_carry_majority_write_concern_and_max_time_unless_configured() {
-    let (seen, options) = recording_client_options(&mongo_url()).await;
+    let (seen, options) = recording_client_options(&settings::MONGO.value()).await;
     let client = Client::with_options(options).unwrap();
     let collection = unique_collection();
 
@@ -618,7 +620,7 @@ async fn names_are_ids_and_over_long_names_are_refused_before_anything_is_writte
     // A holder that looks like a field path or an operator is data too.
     let odd = builder(collection.name())
         .holder("$lockedAt.{$gt: 1}")
-        .connect(&mongo_url())
+        .connect(&settings::MONGO.value())
         .await
         .unwrap();
     let handle = acquire(&odd, &minute("odd-holder")).await;
@@ -646,7 +648,7 @@ async fn names_are_ids_and_over_long_names_are_refused_before_anything_is_writte
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_settings_are_refused_with_the_rule() {
-    let url = mongo_url();
+    let url = settings::MONGO.value();
     for (builder, what) in [
         (
             MongoLockProvider::builder().database("a.b"),
@@ -689,7 +691,7 @@ async fn bad_settings_are_refused_with_the_rule() {
         assert!(error.to_string().contains(what), "{what}: {error}");
         assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
     }
-    let client = Client::with_uri_str(mongo_url()).await.unwrap();
+    let client = Client::with_uri_str(settings::MONGO.value()).await.unwrap();
     if client.default_database().is_none() {
         let error = MongoLockProvider::builder().build(&client).unwrap_err();
         assert!(error.to_string().contains("no default database"), "{error}");
@@ -832,7 +834,7 @@ async fn credentials_never_appear_in_errors_or_debug_output() {
 
     // Against the real server, which does not know this user: it answered, so the error
     // says the credentials were refused, not that it may be down.
-    let real = mongo_url();
+    let real = settings::MONGO.value();
     let (_, host) = real.split_once("://").unwrap();
     let with_user = format!("mongodb://app:{SECRET}@{host}");
     match fast().database("locks").connect(&with_user).await {
@@ -895,12 +897,12 @@ async fn sixteen_nodes_start_at_once_on_a_new_database() {
                 MongoLockProvider::builder()
                     .database(database)
                     .holder(format!("node-{index}"))
-                    .connect(&mongo_url())
+                    .connect(&settings::MONGO.value())
                     .await
             }
         })
         .await;
-        let client = Client::with_uri_str(mongo_url()).await.unwrap();
+        let client = Client::with_uri_str(settings::MONGO.value()).await.unwrap();
         let _ = client.database(&database).drop().await;
         verdict.unwrap_or_else(|failure| panic!("round {round}: {failure}"));
     }

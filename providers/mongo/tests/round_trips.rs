@@ -11,6 +11,7 @@
 //! pool's, where the lock commands go) are the operation's. A pool connection opened during
 //! an operation would count with its handshake, and the tests also assert that none is.
 
+use shedlock_test_support::settings;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,15 +26,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 const MINUTE: Duration = Duration::from_secs(60);
-
-fn mongo_url() -> String {
-    std::env::var("SHEDLOCK_TEST_MONGO_URL").unwrap_or_else(|_| {
-        panic!(
-            "SHEDLOCK_TEST_MONGO_URL is not set: point it at a MongoDB server, e.g. \
-             SHEDLOCK_TEST_MONGO_URL=mongodb://127.0.0.1:27017 (ci/start-backends.sh starts one)"
-        )
-    })
-}
 
 /// The `host:port` of the first host in a `mongodb://` URL.
 fn upstream(url: &str) -> String {
@@ -80,7 +72,7 @@ struct Cost {
 
 impl Wire {
     async fn start() -> Self {
-        let upstream = upstream(&mongo_url());
+        let upstream = upstream(&settings::MONGO.value());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         // A direct connection: told the replica set's member addresses, the driver would
         // otherwise go around the proxy to them.

@@ -12,6 +12,7 @@
 //! `SHEDLOCK_SHUTDOWN_MEASURE=1` it first runs the same children without `shutdown` and prints
 //! how many panicked (not asserted: it is the driver's race).
 
+use shedlock_test_support::settings;
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,15 +34,6 @@ const CYCLES: usize = 10;
 /// Nodes kept busy while `shutdown` runs.
 const BUSY_NODES: usize = 4;
 
-fn mongo_url() -> String {
-    std::env::var("SHEDLOCK_TEST_MONGO_URL").unwrap_or_else(|_| {
-        panic!(
-            "SHEDLOCK_TEST_MONGO_URL is not set: point it at a MongoDB server, e.g. \
-             SHEDLOCK_TEST_MONGO_URL=mongodb://127.0.0.1:27017 (ci/start-backends.sh starts one)"
-        )
-    })
-}
-
 /// A runtime as an application's or the CLI's: a few worker threads.
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -59,7 +51,7 @@ async fn connect(database: &str) -> MongoLockProvider {
     MongoLockProvider::builder()
         .database(database)
         .operation_timeout(Duration::from_secs(5))
-        .connect(&mongo_url())
+        .connect(&settings::MONGO.value())
         .await
         .unwrap()
 }
@@ -211,7 +203,7 @@ async fn shutdown_is_bounded_while_a_node_is_busy(database: &str) {
     let provider = MongoLockProvider::builder()
         .database(database)
         .operation_timeout(timeout)
-        .connect(&mongo_url())
+        .connect(&settings::MONGO.value())
         .await
         .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -264,7 +256,7 @@ async fn shutdown_is_bounded_while_a_node_is_busy(database: &str) {
 /// working); the application shuts it down itself, and the provider's operations then fail
 /// with the same error.
 async fn the_application_client_is_left_alone(database: &str) {
-    let client = Client::with_uri_str(mongo_url()).await.unwrap();
+    let client = Client::with_uri_str(settings::MONGO.value()).await.unwrap();
     let provider = MongoLockProvider::builder()
         .database(database)
         .build(&client)
@@ -320,7 +312,7 @@ fn main() -> ExitCode {
     );
     let cleanup = database.clone();
     runtime().block_on(async move {
-        let client = Client::with_uri_str(mongo_url()).await.unwrap();
+        let client = Client::with_uri_str(settings::MONGO.value()).await.unwrap();
         let _ = client.database(&cleanup).drop().await;
         client.shutdown().await;
     });

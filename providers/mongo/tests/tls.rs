@@ -9,7 +9,8 @@ use std::time::Duration;
 use shedlock_core::{ErrorKind, LockError};
 use shedlock_mongo::{MongoLockProvider, MongoLockProviderBuilder};
 use shedlock_test_support::kv::errors::full_text;
-use shedlock_test_support::kv::tls::{ca_file, locks_excludes_and_releases, required_var, within};
+use shedlock_test_support::kv::tls::{locks_excludes_and_releases, within};
+use shedlock_test_support::settings;
 use tokio::time::Instant;
 
 const DATABASE: &str = "shedlock_tls_tests";
@@ -20,11 +21,7 @@ const PASSWORD: &str = "tls-test-secret";
 /// The TLS-only server's URL with `query`. A direct connection: the server announces a
 /// one-node replica set under a name of its own, which the certificate need not list.
 fn url(query: &str) -> String {
-    let base = required_var(
-        "SHEDLOCK_TEST_MONGO_TLS_URL",
-        "a MongoDB server that serves TLS only",
-        "mongodb://localhost:27018",
-    );
+    let base = settings::MONGO_TLS.value();
     format!(
         "{}/?directConnection=true&{query}",
         base.trim_end_matches('/')
@@ -32,7 +29,7 @@ fn url(query: &str) -> String {
 }
 
 fn verified() -> String {
-    format!("tls=true&tlsCAFile={}", ca_file())
+    format!("tls=true&tlsCAFile={}", settings::TLS_CA.value())
 }
 
 /// `url` with its host replaced by `host` and user `app` with [`PASSWORD`] in front of it.

@@ -14,6 +14,7 @@
 //! Needs `SHEDLOCK_TEST_POSTGRES_PRIMARY_URL`, `SHEDLOCK_TEST_POSTGRES_REPLICA_URL` and
 //! `SHEDLOCK_TEST_POSTGRES_FAILOVER` (the `ci/failover.sh` path); `ci/test.sh` sets them.
 
+use shedlock_test_support::settings;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -28,15 +29,9 @@ const TRIALS: u32 = 4;
 /// The one primary-replica pair: the tests take turns with it.
 static PAIR: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn env(variable: &str) -> String {
-    std::env::var(variable).unwrap_or_else(|_| {
-        panic!("{variable} is not set: run ci/start-clusters.sh and set it (ci/test.sh does)")
-    })
-}
-
 /// Runs `ci/failover.sh <command>`, failing the test if it fails.
 fn failover(command: &str) {
-    let script = env("SHEDLOCK_TEST_POSTGRES_FAILOVER");
+    let script = settings::POSTGRES_FAILOVER.value();
     let status = Command::new(&script)
         .arg(command)
         .stdout(std::process::Stdio::null())
@@ -106,8 +101,8 @@ async fn fresh_pair(primary_url: &str, replica_url: &str) -> (PostgresLockProvid
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replayed_lock_survives_promotion_and_an_unreplayed_one_may_be_lost() {
     let _pair = PAIR.lock().await;
-    let primary_url = env("SHEDLOCK_TEST_POSTGRES_PRIMARY_URL");
-    let replica_url = env("SHEDLOCK_TEST_POSTGRES_REPLICA_URL");
+    let primary_url = settings::POSTGRES_PRIMARY.value();
+    let replica_url = settings::POSTGRES_REPLICA.value();
     let run = uuid::Uuid::new_v4().simple().to_string();
 
     // Replayed before the crash: held after the promotion, by the same acquisition.
@@ -262,8 +257,8 @@ async fn make_synchronous(primary_url: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_replica_loses_the_locks_of_its_lag_unless_replication_is_synchronous() {
     let _pair = PAIR.lock().await;
-    let primary_url = env("SHEDLOCK_TEST_POSTGRES_PRIMARY_URL");
-    let replica_url = env("SHEDLOCK_TEST_POSTGRES_REPLICA_URL");
+    let primary_url = settings::POSTGRES_PRIMARY.value();
+    let replica_url = settings::POSTGRES_REPLICA.value();
     let run = uuid::Uuid::new_v4().simple().to_string();
     let names: Vec<String> = (0..LAGGED_LOCKS)
         .map(|index| format!("lagged-{}-{index}", &run[..8]))

@@ -15,15 +15,8 @@ use shedlock_core::{
 };
 use shedlock_redis::RedisLockProvider;
 use shedlock_test_support::kv::admin::{inspect, pages};
-use shedlock_test_support::kv::locks::{config, config_with_at_least, server_url};
-
-fn redis_url() -> String {
-    server_url(
-        "SHEDLOCK_TEST_REDIS_URL",
-        "a Redis server",
-        "redis://127.0.0.1:6379",
-    )
-}
+use shedlock_test_support::kv::locks::{config, config_with_at_least};
+use shedlock_test_support::settings;
 
 fn unique_env(what: &str) -> String {
     format!("admin-{what}-{}", uuid::Uuid::new_v4().simple())
@@ -116,7 +109,7 @@ async fn on_database_of_its_own(
     RedisLockProvider<MultiplexedConnection>,
     MultiplexedConnection,
 ) {
-    let info = redis::IntoConnectionInfo::into_connection_info(redis_url()).unwrap();
+    let info = redis::IntoConnectionInfo::into_connection_info(settings::REDIS.value()).unwrap();
     let settings = info.redis_settings().clone().set_db(db);
     let client = redis::Client::open(info.set_redis_settings(settings)).unwrap();
     let node = RedisLockProvider::builder()
@@ -165,7 +158,7 @@ async fn delete_locks<C: ConnectionLike + Clone + Send + Sync + 'static>(
 
 #[tokio::test]
 async fn a_listing_shows_exactly_the_names_under_a_prefix_whose_glob_characters_are_literal() {
-    let url = redis_url();
+    let url = settings::REDIS.value();
     let env = unique_env("prefix");
     let node = provider(&url, &env, "admin-test", false).await;
     // Each glob metacharacter of SCAN MATCH, and a name that the prefix would match as a glob.
@@ -197,7 +190,7 @@ async fn a_listing_shows_exactly_the_names_under_a_prefix_whose_glob_characters_
 
 #[tokio::test]
 async fn held_released_and_kept_locks_show_their_state_holder_and_times() {
-    let url = redis_url();
+    let url = settings::REDIS.value();
     let env = unique_env("states");
     let node = provider(&url, &env, "admin-test", true).await;
     let held = take(&node, "held", Duration::ZERO).await;
@@ -263,7 +256,7 @@ async fn held_released_and_kept_locks_show_their_state_holder_and_times() {
 
 #[tokio::test]
 async fn force_unlock_frees_exactly_the_acquisition_it_names() {
-    let url = redis_url();
+    let url = settings::REDIS.value();
     let env = unique_env("force");
     let a = provider(&url, &env, "node-a", true).await;
     let b = provider(&url, &env, "node-b", true).await;
@@ -327,7 +320,7 @@ async fn force_unlock_frees_exactly_the_acquisition_it_names() {
 
 #[tokio::test]
 async fn a_value_java_shedlock_wrote_is_listed_and_can_be_force_unlocked_once() {
-    let url = redis_url();
+    let url = settings::REDIS.value();
     let env = unique_env("java");
     let node = provider(&url, &env, "admin-test", false).await;
     let key = node.lock_key("java-job").unwrap();
@@ -401,7 +394,7 @@ async fn a_value_java_shedlock_wrote_is_listed_and_can_be_force_unlocked_once() 
 
 #[tokio::test]
 async fn a_thousand_locks_are_listed_a_hundred_at_a_time_each_once() {
-    let url = redis_url();
+    let url = settings::REDIS.value();
     let env = unique_env("scale");
     let node = provider(&url, &env, "admin-test", false).await;
     let mut connection = raw(&url).await;
@@ -564,7 +557,13 @@ async fn a_cut_batch_is_finished_after_the_keyspace_shrinks_under_the_listing() 
 
 #[tokio::test]
 async fn a_cursor_this_provider_did_not_make_is_refused() {
-    let node = provider(&redis_url(), &unique_env("cursor"), "admin-test", false).await;
+    let node = provider(
+        &settings::REDIS.value(),
+        &unique_env("cursor"),
+        "admin-test",
+        false,
+    )
+    .await;
     for cursor in ["abc", "1:", "99999:0"] {
         let request = PageRequest {
             prefix: String::new(),
@@ -588,7 +587,7 @@ async fn a_cursor_this_provider_did_not_make_is_refused() {
 
 #[tokio::test]
 async fn a_key_of_another_type_is_named_by_inspect_and_never_freed() {
-    let url = redis_url();
+    let url = settings::REDIS.value();
     let env = unique_env("type");
     let node = provider(&url, &env, "admin-test", true).await;
     let held = take(&node, "held", Duration::ZERO).await;
@@ -688,7 +687,7 @@ async fn a_key_of_another_type_is_named_by_inspect_and_never_freed() {
 
 #[tokio::test]
 async fn inspect_force_unlock_and_a_page_are_one_round_trip_each() {
-    let url = redis_url();
+    let url = settings::REDIS.value();
     let upstream = url.trim_start_matches("redis://").trim_end_matches('/');
     let proxy = CountingProxy::start(upstream).await.unwrap();
     let env = unique_env("wire");
@@ -726,12 +725,7 @@ async fn inspect_force_unlock_and_a_page_are_one_round_trip_each() {
 
 #[tokio::test]
 async fn on_a_cluster_every_master_is_listed_and_force_unlock_works() {
-    let url = std::env::var("SHEDLOCK_TEST_REDIS_CLUSTER_URL").unwrap_or_else(|_| {
-        panic!(
-            "SHEDLOCK_TEST_REDIS_CLUSTER_URL is not set: point it at a Redis Cluster, e.g. \
-             redis+cluster://127.0.0.1:7000 (ci/start-redis-topologies.sh starts one)"
-        )
-    });
+    let url = settings::REDIS_CLUSTER.value();
     let env = unique_env("cluster");
     let a = provider(&url, &env, "node-a", true).await;
     let b = provider(&url, &env, "node-b", true).await;

@@ -31,14 +31,13 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use failover::{
-    Recovery, RestoreOnPanic, connection, failover_script, fields, replication, run_script,
-};
+use failover::{Recovery, RestoreOnPanic, connection, fields, replication, run_script};
 use redis::AsyncCommands;
 use shedlock_core::{Acquisition, LockConfiguration, LockHandle, LockProvider};
 use shedlock_redis::RedisLockProvider;
+use shedlock_test_support::settings;
 use tokio::time::Instant;
-use topologies::{cluster_admin, cluster_url, hosts};
+use topologies::{cluster_admin, hosts};
 
 /// Kills right after the acquire returned; each costs a promotion (about 4 s with the
 /// cluster-node-timeout of 2 s) and a rejoin (under a second).
@@ -396,8 +395,8 @@ fn range(trials: &[Trial], of: impl Fn(&Trial) -> Duration) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lock_whose_master_dies_survives_if_replicated_and_the_provider_follows_the_promotion() {
-    let script = failover_script();
-    let url = cluster_url();
+    let script = settings::REDIS_FAILOVER.value();
+    let url = settings::REDIS_CLUSTER.value();
     let _restore = RestoreOnPanic {
         script: script.clone(),
         restore: "cluster-restore",

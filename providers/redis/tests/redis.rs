@@ -20,8 +20,9 @@ use shedlock_redis::{RedisLockProvider, RedisLockProviderBuilder};
 use shedlock_test_support::kv::errors::{assert_configuration_error, full_text};
 use shedlock_test_support::kv::locks::{
     SECRET, acquire, acquires_of_an_unreachable_server_fail, assert_answered_within,
-    assert_not_acquired, config, config_with_at_least, server_url,
+    assert_not_acquired, config, config_with_at_least,
 };
+use shedlock_test_support::settings;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -30,14 +31,6 @@ use tokio::time::Instant;
 use shedlock_test_support::log_capture;
 
 const MS: Duration = Duration::from_millis(1);
-
-fn redis_url() -> String {
-    server_url(
-        "SHEDLOCK_TEST_REDIS_URL",
-        "a Redis server",
-        "redis://127.0.0.1:6379",
-    )
-}
 
 /// An env segment no other test (or earlier run) uses.
 fn unique_env() -> String {
@@ -50,7 +43,7 @@ fn builder(env: &str) -> RedisLockProviderBuilder {
 
 /// Connects `builder` to the test server.
 async fn connect(builder: RedisLockProviderBuilder) -> RedisLockProvider {
-    builder.connect(&redis_url()).await.unwrap()
+    builder.connect(&settings::REDIS.value()).await.unwrap()
 }
 
 async fn provider(env: &str) -> RedisLockProvider {
@@ -58,7 +51,7 @@ async fn provider(env: &str) -> RedisLockProvider {
 }
 
 async fn raw() -> ConnectionManager {
-    redis::Client::open(redis_url())
+    redis::Client::open(settings::REDIS.value())
         .unwrap()
         .get_connection_manager()
         .await
@@ -524,7 +517,7 @@ async fn the_fencing_counter_shares_the_lock_keys_cluster_slot() {
     assert_eq!(slot("foo"), 12182, "Redis' documented slot of `foo`");
     let provider = builder("prod")
         .fencing(true)
-        .connect_lazy(&redis_url())
+        .connect_lazy(&settings::REDIS.value())
         .await
         .unwrap();
     for name in ["report", "a:b", "x/y", "ünïcödé", "with space", "", "42"] {
@@ -611,7 +604,7 @@ async fn names_are_checked_before_anything_is_written() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn env_and_prefix_that_would_make_keys_ambiguous_are_refused() {
-    let url = redis_url();
+    let url = settings::REDIS.value();
     for (builder, what) in [
         (RedisLockProvider::builder().env("a:b"), "env"),
         (RedisLockProvider::builder().env(""), "env"),
@@ -702,7 +695,7 @@ async fn credentials_never_appear_in_errors_or_debug_output() {
     assert!(!text.contains(SECRET), "{text}");
 
     // A password the real server refuses (it has none configured): the error stays clean.
-    let base = redis_url();
+    let base = settings::REDIS.value();
     let with_password = base.replacen("redis://", &format!("redis://:{SECRET}@"), 1);
     let result = RedisLockProvider::builder()
         .operation_timeout(Duration::from_secs(2))
@@ -730,7 +723,10 @@ async fn credentials_never_appear_in_the_logs() {
     let capture = log_capture::LogCapture::default();
     let _installed = capture.install();
     let unreachable = format!("redis://admin:{SECRET}@127.0.0.1:1/0");
-    let with_password = redis_url().replacen("redis://", &format!("redis://admin:{SECRET}@"), 1);
+    let with_password =
+        settings::REDIS
+            .value()
+            .replacen("redis://", &format!("redis://admin:{SECRET}@"), 1);
     for url in [&unreachable, &with_password] {
         let builder = RedisLockProvider::builder().operation_timeout(Duration::from_millis(500));
         let _ = builder.clone().connect(url).await;
@@ -796,7 +792,8 @@ async fn stalling_proxy(upstream: String) -> (String, watch::Sender<bool>) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unanswered_acquire_is_an_error_and_its_key_is_cleaned_up() {
-    let upstream = redis_url()
+    let upstream = settings::REDIS
+        .value()
         .trim_start_matches("redis://")
         .trim_end_matches('/')
         .to_owned();
@@ -924,7 +921,7 @@ async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting() 
 /// may be down.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_database_number_the_server_lacks_is_named() {
-    let url = redis_url();
+    let url = settings::REDIS.value();
     let (_, rest) = url.split_once("://").unwrap();
     let host = rest.split('/').next().unwrap().to_owned();
     let error = RedisLockProvider::builder()
@@ -1014,7 +1011,7 @@ async fn a_server_that_wants_a_password_refuses_the_connect_without_one() {
 /// down: the operator must fix the URL, not the network.
 #[tokio::test(flavor = "multi_thread")]
 async fn refused_credentials_are_reported_as_such() {
-    let base = redis_url();
+    let base = settings::REDIS.value();
     let wrong_user = base.replacen(
         "redis://",
         &format!("redis://nobody-{}:{SECRET}@", unique_env()),
@@ -1066,7 +1063,7 @@ async fn sixteen_nodes_start_at_once_on_a_new_env() {
                 builder(&env)
                     .fencing(fencing)
                     .holder(format!("node-{index}"))
-                    .connect(&redis_url())
+                    .connect(&settings::REDIS.value())
                     .await
             }
         })

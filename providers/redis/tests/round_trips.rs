@@ -6,21 +6,13 @@
 //! (not per connection or operation). The warm-up runs every operation once, so what is counted
 //! after it is the steady state.
 
+use shedlock_test_support::settings;
 use std::future::Future;
 use std::time::Duration;
 
 use shedlock_conformance::CountingProxy;
 use shedlock_core::{Acquisition, LockConfiguration, LockError, LockHandle, LockProvider};
 use shedlock_redis::RedisLockProvider;
-
-fn redis_url() -> String {
-    std::env::var("SHEDLOCK_TEST_REDIS_URL").unwrap_or_else(|_| {
-        panic!(
-            "SHEDLOCK_TEST_REDIS_URL is not set: point it at a Redis server, e.g. \
-             SHEDLOCK_TEST_REDIS_URL=redis://127.0.0.1:6379 (ci/start-backends.sh starts one)"
-        )
-    })
-}
 
 /// A proxy to the test server and the providers behind it, all on one env of their own.
 struct Wire {
@@ -30,7 +22,7 @@ struct Wire {
 
 impl Wire {
     async fn start() -> Self {
-        let url = redis_url();
+        let url = settings::REDIS.value();
         let upstream = url.trim_start_matches("redis://").trim_end_matches('/');
         Self {
             proxy: CountingProxy::start(upstream).await.unwrap(),

@@ -17,12 +17,13 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use failover::{Recovery, RestoreOnPanic, connection, failover_script, replication, run_script};
+use failover::{Recovery, RestoreOnPanic, connection, replication, run_script};
 use redis::AsyncCommands;
 use shedlock_core::{Acquisition, LockConfiguration, LockProvider};
 use shedlock_redis::RedisLockProvider;
+use shedlock_test_support::settings;
 use tokio::time::Instant;
-use topologies::{current_master, hosts, master_name, sentinel_url};
+use topologies::{current_master, hosts, master_name};
 
 /// Both tests move the master: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -89,7 +90,7 @@ async fn ready_to_fail_over(url: &str) -> Result<bool, String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_provider_follows_the_master_to_the_replica_promoted_by_a_failover() {
     let _serial = SERIAL.lock().await;
-    let url = sentinel_url();
+    let url = settings::REDIS_SENTINEL.value();
     let name = master_name(&url);
     let test = async {
         wait_for("a healthy replica", Duration::from_secs(15), || {
@@ -237,8 +238,8 @@ const HOLDER_B: &str = "sentinel-kill-b";
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lock_survives_the_sigkill_of_the_master_and_the_provider_follows_the_promotion() {
     let _serial = SERIAL.lock().await;
-    let script = failover_script();
-    let url = sentinel_url();
+    let script = settings::REDIS_FAILOVER.value();
+    let url = settings::REDIS_SENTINEL.value();
     // Dropped before `_serial`: the setup is whole again before the other test goes on.
     let _restore = RestoreOnPanic {
         script: script.clone(),

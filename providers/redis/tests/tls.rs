@@ -44,23 +44,8 @@ mod over_tls {
     use shedlock_core::ErrorKind;
     use shedlock_redis::{RedisLockProvider, RedisLockProviderBuilder};
     use shedlock_test_support::kv::errors::error_chain;
-    use shedlock_test_support::kv::tls::{ca, locks_excludes_and_releases, required_var, within};
-
-    fn tls_url() -> String {
-        required_var(
-            "SHEDLOCK_TEST_REDIS_TLS_URL",
-            "a Redis server that listens for TLS only",
-            "rediss://localhost:6380",
-        )
-    }
-
-    fn plain_url() -> String {
-        required_var(
-            "SHEDLOCK_TEST_REDIS_URL",
-            "a Redis server without TLS",
-            "redis://127.0.0.1:6379",
-        )
-    }
+    use shedlock_test_support::kv::tls::{ca, locks_excludes_and_releases, within};
+    use shedlock_test_support::settings;
 
     /// `url` with its scheme replaced by `scheme`.
     fn with_scheme(url: &str, scheme: &str) -> String {
@@ -86,18 +71,23 @@ mod over_tls {
 
     #[tokio::test]
     async fn rediss_with_the_servers_ca_locks_and_releases() {
-        let provider = within(builder().tls_root_certificate(ca()).connect(&tls_url()))
-            .await
-            .unwrap();
+        let provider = within(
+            builder()
+                .tls_root_certificate(ca())
+                .connect(&settings::REDIS_TLS.value()),
+        )
+        .await
+        .unwrap();
         locks_excludes_and_releases(&provider, &provider).await;
     }
 
     #[tokio::test]
     async fn the_tls_port_refuses_plain_redis_and_the_plain_port_refuses_tls() {
         // The TLS-only server's port does not speak plain Redis...
-        let plain_to_tls = within(builder().connect(&with_scheme(&tls_url(), "redis")))
-            .await
-            .unwrap_err();
+        let plain_to_tls =
+            within(builder().connect(&with_scheme(&settings::REDIS_TLS.value(), "redis")))
+                .await
+                .unwrap_err();
         assert!(
             error_chain(&plain_to_tls).contains("could not connect to Redis"),
             "{}",
@@ -114,7 +104,7 @@ mod over_tls {
             builder()
                 .operation_timeout(Duration::from_secs(1))
                 .tls_root_certificate(ca())
-                .connect(&with_scheme(&plain_url(), "rediss")),
+                .connect(&with_scheme(&settings::REDIS.value(), "rediss")),
         )
         .await
         .unwrap_err();
@@ -131,7 +121,7 @@ mod over_tls {
     async fn a_host_name_the_certificate_does_not_name_is_refused() {
         // The certificate names localhost; 127.0.0.1 is the same server under another name. The
         // password (the server asks for none) must not show in the error.
-        let url = with_host(&tls_url(), ":tls-test-secret@127.0.0.1");
+        let url = with_host(&settings::REDIS_TLS.value(), ":tls-test-secret@127.0.0.1");
         let error = within(builder().tls_root_certificate(ca()).connect(&url))
             .await
             .unwrap_err();
@@ -152,7 +142,9 @@ mod over_tls {
     #[tokio::test]
     async fn a_certificate_no_trusted_ca_signed_is_refused() {
         // Without the test CA the trusted roots are the public ones, which did not sign it.
-        let error = within(builder().connect(&tls_url())).await.unwrap_err();
+        let error = within(builder().connect(&settings::REDIS_TLS.value()))
+            .await
+            .unwrap_err();
         let text = error_chain(&error);
         assert!(
             text.contains("UnknownIssuer") && text.contains("tls_root_certificate"),
@@ -166,7 +158,7 @@ mod over_tls {
     /// CA given to the builder, succeeded for the cluster's seeds and for the sentinels.
     #[tokio::test]
     async fn rediss_cluster_and_sentinel_urls_use_tls_with_the_given_ca() {
-        let address = with_scheme(&tls_url(), "x")
+        let address = with_scheme(&settings::REDIS_TLS.value(), "x")
             .trim_start_matches("x://")
             .trim_end_matches('/')
             .to_owned();

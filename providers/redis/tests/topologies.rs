@@ -16,8 +16,9 @@ use shedlock_core::{
     Acquisition, ErrorKind, LockConfiguration, LockError, LockHandle, LockProvider,
 };
 use shedlock_redis::{RedisLockProvider, RedisLockProviderBuilder};
+use shedlock_test_support::settings;
 use tokio::time::Instant;
-use topologies::{cluster_admin, cluster_url, master_admin, sentinel_url};
+use topologies::{cluster_admin, master_admin};
 
 const SECRET: &str = "t0p0l0gy-s3cret";
 
@@ -93,7 +94,7 @@ async fn key_slot(admin: &mut redis::cluster_async::ClusterConnection, key: &str
 
 #[tokio::test(flavor = "multi_thread")]
 async fn fenced_locks_of_many_names_work_on_every_master_of_a_cluster() {
-    let url = cluster_url();
+    let url = settings::REDIS_CLUSTER.value();
     // Two nodes on one env, as two processes of one service.
     let settings = builder().fencing(true);
     let node_a = settings.clone().connect(&url).await.unwrap();
@@ -168,7 +169,10 @@ async fn fenced_locks_of_many_names_work_on_every_master_of_a_cluster() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lazy_cluster_provider_connects_on_first_use() {
-    let provider = builder().connect_lazy(&cluster_url()).await.unwrap();
+    let provider = builder()
+        .connect_lazy(&settings::REDIS_CLUSTER.value())
+        .await
+        .unwrap();
     let handle = acquire(&provider, "lazy").await;
     assert!(
         !provider
@@ -236,7 +240,7 @@ async fn an_unreachable_cluster_or_sentinel_is_a_clear_error_within_the_timeout(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sentinel_url_locks_on_the_master_and_in_its_database() {
-    let url = sentinel_url();
+    let url = settings::REDIS_SENTINEL.value();
     // The same master, database 3: the key must be there and not in database 0.
     let in_db_3 = format!("{}/3", url.trim_end_matches('/'));
     let settings = builder();
@@ -270,7 +274,7 @@ async fn a_sentinel_url_locks_on_the_master_and_in_its_database() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_master_name_the_sentinels_do_not_know_is_named_as_such() {
-    let url = sentinel_url();
+    let url = settings::REDIS_SENTINEL.value();
     let sentinels = url.split_once("://").unwrap().1.split('/').next().unwrap();
     let unknown = format!("redis+sentinel://{sentinels}/no-such-master");
     let started = Instant::now();
@@ -382,13 +386,13 @@ async fn malformed_urls_are_refused_naming_the_rule_and_never_the_password() {
 #[tokio::test(flavor = "multi_thread")]
 async fn passwords_of_cluster_and_sentinel_urls_never_show() {
     // The test servers ask for no password, so each of these is refused after connecting.
-    let sentinel = sentinel_url();
+    let sentinel = settings::REDIS_SENTINEL.value();
     let sentinel_with_its_own = format!(
         "{}?sentinel_username=watcher&sentinel_password={SECRET}",
         sentinel.trim_end_matches('/')
     );
     for url in [
-        with_password(&cluster_url(), "nobody"),
+        with_password(&settings::REDIS_CLUSTER.value(), "nobody"),
         with_password(&sentinel, "nobody"),
         sentinel_with_its_own,
     ] {
@@ -426,8 +430,7 @@ async fn passwords_of_cluster_and_sentinel_urls_never_show() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_url_of_the_wrong_topology_says_what_the_server_is_not() {
     // The plain test server is neither in cluster mode nor a sentinel.
-    let server = std::env::var("SHEDLOCK_TEST_REDIS_URL")
-        .expect("SHEDLOCK_TEST_REDIS_URL is not set: these tests need the plain Redis server too");
+    let server = settings::REDIS.value();
     let address = server
         .split_once("://")
         .unwrap()

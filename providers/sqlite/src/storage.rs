@@ -312,42 +312,20 @@ impl SqlBackend for SqliteBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shedlock_test_support::sql::binding::{
+        a_node_time_that_contradicts_the_time_source_is_refused, millisecond_schema,
+    };
 
     #[test]
     fn a_node_time_that_contradicts_the_time_source_is_refused_before_binding() {
-        let schema = TableSchema {
-            max_name_chars: Some(64),
-            max_locked_by_chars: Some(255),
-            time_precision: Duration::from_millis(1),
-            timestamps_with_time_zone: false,
-            fencing: false,
-            lock_until_type: "TIMESTAMP(3)".to_owned(),
-            lock_until_limit: TIMESTAMP_LIMIT,
-        };
-        let node_clock = NodeTime::ClientTime(std::time::SystemTime::now());
-        for (time_source, now, agrees) in [
-            (TimeSource::Server, NodeTime::ServerTime, true),
-            (TimeSource::Client, node_clock, true),
-            (TimeSource::Server, node_clock, false),
-            (TimeSource::Client, NodeTime::ServerTime, false),
-        ] {
+        let schema = millisecond_schema("TIMESTAMP(3)", TIMESTAMP_LIMIT);
+        a_node_time_that_contradicts_the_time_source_is_refused(|time_source, now| {
             let backend = SqliteBackend::unchecked(&LockTable::default(), &schema, time_source);
-            let bound = backend.bind(
-                &backend.statements.extend,
-                Operation::Extend,
-                "job",
-                "node#1",
-                Duration::from_secs(1),
-                now,
-            );
-            match bound {
-                Ok(_) => assert!(agrees, "{time_source:?} bound {now:?}"),
-                Err(error) => {
-                    assert!(!agrees, "{time_source:?} refused {now:?}: {error}");
-                    assert!(error.to_string().contains("time source"), "{error}");
-                }
-            }
-        }
+            let statement = &backend.statements.extend;
+            let second = Duration::from_secs(1);
+            let bound = backend.bind(statement, Operation::Extend, "job", "node#1", second, now);
+            bound.map(drop)
+        });
     }
 
     #[test]

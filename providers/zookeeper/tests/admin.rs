@@ -21,7 +21,8 @@ use shedlock_test_support::kv::admin::{
     assert_foreign_acquisition_refused, assert_foreign_cursor_refused, assert_refused, hold_all,
     inspect, list, names,
 };
-use shedlock_test_support::kv::locks::{acquire, config, config_with_at_least, server_url};
+use shedlock_test_support::kv::locks::{acquire, config, config_with_at_least};
+use shedlock_test_support::settings;
 use shedlock_zookeeper::ZookeeperLockProvider;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -29,14 +30,6 @@ use zookeeper_client::{Acls, Client, CreateMode, Stat};
 
 const SECOND: Duration = Duration::from_secs(1);
 const MS: Duration = Duration::from_millis(1);
-
-fn zookeeper_url() -> String {
-    server_url(
-        "SHEDLOCK_TEST_ZOOKEEPER_URL",
-        "a ZooKeeper server",
-        "127.0.0.1:2181",
-    )
-}
 
 fn unique_root() -> String {
     format!("/shedlock-admin-{}", uuid::Uuid::new_v4().simple())
@@ -46,13 +39,13 @@ fn unique_root() -> String {
 async fn node(root: &str) -> ZookeeperLockProvider {
     ZookeeperLockProvider::builder()
         .root(root)
-        .connect(&zookeeper_url())
+        .connect(&settings::ZOOKEEPER.value())
         .await
         .unwrap()
 }
 
 async fn raw() -> Client {
-    Client::connect(&zookeeper_url()).await.unwrap()
+    Client::connect(&settings::ZOOKEEPER.value()).await.unwrap()
 }
 
 /// Deletes `root` and every node under it.
@@ -139,7 +132,7 @@ async fn listing_by_prefix_reads_small_pages_in_name_order_and_matches_literally
     // the server's clock there), which holds no locks.
     let empty = ZookeeperLockProvider::builder()
         .root(format!("{root}-never-created"))
-        .connect_lazy(&zookeeper_url())
+        .connect_lazy(&settings::ZOOKEEPER.value())
         .await
         .unwrap();
     let locks = list(&empty, "", 10).await;
@@ -339,7 +332,7 @@ impl SlowWrites {
     const SET_DATA: i32 = 5;
 
     async fn start() -> Self {
-        let upstream = zookeeper_url();
+        let upstream = settings::ZOOKEEPER.value();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let delay_ms = Arc::new(AtomicU64::new(0));

@@ -10,6 +10,7 @@
 //! exact assertion is on requests, and round trips must equal the requests plus the pings that
 //! crossed meanwhile (fewer only if a ping shared a read with a request).
 
+use shedlock_test_support::settings;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,15 +21,6 @@ use shedlock_core::{Acquisition, LockConfiguration, LockError, LockHandle, LockP
 use shedlock_zookeeper::ZookeeperLockProvider;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-
-fn zookeeper_url() -> String {
-    std::env::var("SHEDLOCK_TEST_ZOOKEEPER_URL").unwrap_or_else(|_| {
-        panic!(
-            "SHEDLOCK_TEST_ZOOKEEPER_URL is not set: point it at a ZooKeeper server, e.g. \
-             SHEDLOCK_TEST_ZOOKEEPER_URL=127.0.0.1:2181 (ci/start-backends.sh starts one)"
-        )
-    })
-}
 
 /// What one operation cost.
 #[derive(Debug, PartialEq, Eq)]
@@ -62,7 +54,9 @@ struct Wire {
 
 impl Wire {
     async fn start() -> Self {
-        let proxy = CountingProxy::start(&zookeeper_url()).await.unwrap();
+        let proxy = CountingProxy::start(&settings::ZOOKEEPER.value())
+            .await
+            .unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let connect_string = listener.local_addr().unwrap().to_string();
         let counts = Arc::new(Counts::default());
@@ -351,7 +345,7 @@ async fn admin_operations_cost_a_fixed_number_of_requests() {
 }
 
 async fn cleanup(root: &str) {
-    let admin = zookeeper_client::Client::connect(&zookeeper_url())
+    let admin = zookeeper_client::Client::connect(&settings::ZOOKEEPER.value())
         .await
         .unwrap();
     for child in admin.list_children(root).await.unwrap() {

@@ -40,9 +40,8 @@ mod over_tls {
 
     use shedlock_core::{ErrorKind, LockError};
     use shedlock_test_support::kv::errors::full_text;
-    use shedlock_test_support::kv::tls::{
-        ca, ca_file, locks_excludes_and_releases, read_file, required_var, within,
-    };
+    use shedlock_test_support::kv::tls::{ca, locks_excludes_and_releases, within};
+    use shedlock_test_support::settings;
     use shedlock_zookeeper::{ZookeeperLockProvider, ZookeeperLockProviderBuilder};
     use tokio::time::Instant;
 
@@ -69,26 +68,10 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
     /// client's attempts, then the provider's own handshake), and more is a failure.
     const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
-    fn tls_url() -> String {
-        required_var(
-            "SHEDLOCK_TEST_ZOOKEEPER_TLS_URL",
-            "a ZooKeeper that serves clients over TLS only",
-            "zk+tls://localhost:2282",
-        )
-    }
-
     fn client_certificate() -> (Vec<u8>, Vec<u8>) {
         (
-            read_file(
-                "SHEDLOCK_TEST_ZOOKEEPER_TLS_CLIENT_CERT",
-                "a client certificate the TLS ZooKeeper accepts",
-                "/var/tmp/shedlock-ci/zookeeper-tls/client.pem",
-            ),
-            read_file(
-                "SHEDLOCK_TEST_ZOOKEEPER_TLS_CLIENT_KEY",
-                "the key of that client certificate",
-                "/var/tmp/shedlock-ci/zookeeper-tls/client.key",
-            ),
+            settings::ZOOKEEPER_TLS_CLIENT_CERT.file_contents(),
+            settings::ZOOKEEPER_TLS_CLIENT_KEY.file_contents(),
         )
     }
 
@@ -138,7 +121,9 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
 
     #[tokio::test]
     async fn zk_tls_with_the_ca_and_a_client_certificate_locks_and_releases() {
-        let provider = within(builder().connect(&tls_url())).await.unwrap();
+        let provider = within(builder().connect(&settings::ZOOKEEPER_TLS.value()))
+            .await
+            .unwrap();
         assert!(
             format!("{provider:?}").contains("tls: true"),
             "{provider:?}"
@@ -153,7 +138,11 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
         let builder = ZookeeperLockProvider::builder()
             .tls_root_certificate(OTHER_CA)
             .tls_client_certificate(certificate, key);
-        let (text, kind) = refused(builder, &with_host_and_password(&tls_url(), "localhost")).await;
+        let (text, kind) = refused(
+            builder,
+            &with_host_and_password(&settings::ZOOKEEPER_TLS.value(), "localhost"),
+        )
+        .await;
         assert!(
             text.contains(
                 "could not open a TLS session with ZooKeeper at zk+tls://app:***@localhost:"
@@ -168,8 +157,11 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
     #[tokio::test]
     async fn a_host_name_the_certificate_does_not_name_is_refused() {
         // The certificate names localhost; 127.0.0.1 is the same server under another name.
-        let (text, kind) =
-            refused(builder(), &with_host_and_password(&tls_url(), "127.0.0.1")).await;
+        let (text, kind) = refused(
+            builder(),
+            &with_host_and_password(&settings::ZOOKEEPER_TLS.value(), "127.0.0.1"),
+        )
+        .await;
         assert!(
             text.contains("the TLS handshake with 127.0.0.1:")
                 && text.contains("certificate not valid for name \"127.0.0.1\""),
@@ -181,7 +173,7 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
     #[tokio::test]
     async fn the_server_refuses_a_client_without_a_certificate() {
         let builder = ZookeeperLockProvider::builder().tls_root_certificate(ca());
-        let (text, kind) = refused(builder, &tls_url()).await;
+        let (text, kind) = refused(builder, &settings::ZOOKEEPER_TLS.value()).await;
         assert_eq!(kind, ErrorKind::CredentialsRefused, "{text}");
         // TLS 1.2 refuses it within the handshake, TLS 1.3 right after.
         assert!(
@@ -200,7 +192,7 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
         // The server's own certificate, with its key: the server's CA signed it, but for server
         // authentication only (extendedKeyUsage=serverAuth), so the server refuses it from a
         // client.
-        let ca_dir = std::path::Path::new(&ca_file())
+        let ca_dir = std::path::Path::new(&settings::TLS_CA.value())
             .parent()
             .unwrap()
             .to_owned();
@@ -213,7 +205,7 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
         let builder = ZookeeperLockProvider::builder()
             .tls_root_certificate(ca())
             .tls_client_certificate(certificate, key);
-        let (text, kind) = refused(builder, &tls_url()).await;
+        let (text, kind) = refused(builder, &settings::ZOOKEEPER_TLS.value()).await;
         assert!(
             text.contains("the server did not accept the client certificate"),
             "{text}"
@@ -223,7 +215,10 @@ ik+b74K7ARvt3npTbx3I/iBZCxY0frzcmzsvTGVR
 
     #[tokio::test]
     async fn a_plain_connection_to_the_tls_port_fails_in_bounded_time() {
-        let plain = format!("zk://{}", tls_url().split_once("://").unwrap().1);
+        let plain = format!(
+            "zk://{}",
+            settings::ZOOKEEPER_TLS.value().split_once("://").unwrap().1
+        );
         let started = Instant::now();
         let error = within(
             ZookeeperLockProvider::builder()

@@ -16,8 +16,9 @@ use shedlock_core::{Acquisition, ErrorKind, LockError, LockProvider, LockingTask
 use shedlock_test_support::kv::errors::{assert_configuration_error, full_text};
 use shedlock_test_support::kv::locks::{
     SECRET, acquire, acquires_of_an_unreachable_server_fail, assert_not_acquired, config,
-    config_with_at_least, server_url,
+    config_with_at_least,
 };
+use shedlock_test_support::settings;
 use shedlock_zookeeper::{ZookeeperLockProvider, ZookeeperLockProviderBuilder, lock_name};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -28,14 +29,6 @@ use shedlock_test_support::log_capture;
 
 const MS: Duration = Duration::from_millis(1);
 
-fn zookeeper_url() -> String {
-    server_url(
-        "SHEDLOCK_TEST_ZOOKEEPER_URL",
-        "a ZooKeeper server",
-        "127.0.0.1:2181",
-    )
-}
-
 fn unique_root() -> String {
     format!("/shedlock-test-{}", uuid::Uuid::new_v4().simple())
 }
@@ -45,11 +38,14 @@ fn builder(root: &str) -> ZookeeperLockProviderBuilder {
 }
 
 async fn provider(root: &str) -> ZookeeperLockProvider {
-    builder(root).connect(&zookeeper_url()).await.unwrap()
+    builder(root)
+        .connect(&settings::ZOOKEEPER.value())
+        .await
+        .unwrap()
 }
 
 async fn raw() -> Client {
-    Client::connect(&zookeeper_url()).await.unwrap()
+    Client::connect(&settings::ZOOKEEPER.value()).await.unwrap()
 }
 
 /// A node on a root of its own, a raw client, and the path of the node's lock `name`.
@@ -427,7 +423,10 @@ async fn bad_settings_are_refused_with_what_is_wrong() {
             "max clock uncertainty",
         ),
     ] {
-        let error = builder.connect(&zookeeper_url()).await.unwrap_err();
+        let error = builder
+            .connect(&settings::ZOOKEEPER.value())
+            .await
+            .unwrap_err();
         assert!(error.to_string().contains(what), "{error}");
         assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
     }
@@ -451,7 +450,7 @@ async fn bad_settings_are_refused_with_what_is_wrong() {
         ("/a/", "it must not end with '/'"),
         ("/a\u{1}", "it must not contain control characters"),
     ] {
-        let connect_string = format!("app:{SECRET}@{}{chroot}", zookeeper_url());
+        let connect_string = format!("app:{SECRET}@{}{chroot}", settings::ZOOKEEPER.value());
         let error = ZookeeperLockProvider::builder()
             .connect_lazy(&connect_string)
             .await
@@ -471,7 +470,7 @@ async fn bad_settings_are_refused_with_what_is_wrong() {
     }
     // A chroot of the root alone, or of a plain path, is one.
     for chroot in ["/", "/apps/locks"] {
-        let connect_string = format!("{}{chroot}", zookeeper_url());
+        let connect_string = format!("{}{chroot}", settings::ZOOKEEPER.value());
         ZookeeperLockProvider::builder()
             .connect_lazy(&connect_string)
             .await
@@ -493,7 +492,7 @@ async fn a_root_holding_another_applications_data_is_refused_and_left_as_it_is()
     let before = read(&client, &config_root).await;
 
     let error = builder(&config_root)
-        .connect(&zookeeper_url())
+        .connect(&settings::ZOOKEEPER.value())
         .await
         .unwrap_err();
     assert!(
@@ -526,7 +525,7 @@ async fn a_root_holding_another_applications_data_is_refused_and_left_as_it_is()
 
     // A lazy provider finds it at its first operation, and creates no lock node there.
     let lazy = builder(&config_root)
-        .connect_lazy(&zookeeper_url())
+        .connect_lazy(&settings::ZOOKEEPER.value())
         .await
         .unwrap();
     let error = lazy
@@ -548,7 +547,7 @@ async fn a_root_holding_another_applications_data_is_refused_and_left_as_it_is()
     // Emptied, it is a root like any other.
     client.set_data(&config_root, &[], None).await.unwrap();
     let provider = builder(&config_root)
-        .connect(&zookeeper_url())
+        .connect(&settings::ZOOKEEPER.value())
         .await
         .unwrap();
     let handle = acquire(&provider, &config("job", Duration::from_secs(5))).await;
@@ -606,7 +605,7 @@ async fn credentials_never_appear_in_errors_or_debug_output() {
     // Against the real server, which accepts any digest identity: locks work, and neither the
     // provider nor its handles show the password.
     let root = unique_root();
-    let url = format!("app:{SECRET}@{}", zookeeper_url());
+    let url = format!("app:{SECRET}@{}", settings::ZOOKEEPER.value());
     let provider = builder(&root).connect(&url).await.unwrap();
     let debug = format!("{provider:?}");
     assert!(
@@ -640,7 +639,7 @@ async fn credentials_never_appear_in_the_logs() {
 
     let root = unique_root();
     let provider = builder(&root)
-        .connect(&format!("app:{SECRET}@{}", zookeeper_url()))
+        .connect(&format!("app:{SECRET}@{}", settings::ZOOKEEPER.value()))
         .await
         .unwrap();
     let outcome = LockingTaskExecutor::new(provider)
@@ -708,7 +707,7 @@ impl Partition {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lock_taken_in_an_expired_session_is_still_extended_and_released_by_its_version() {
     let root = unique_root();
-    let partition = Partition::start(zookeeper_url()).await;
+    let partition = Partition::start(settings::ZOOKEEPER.value()).await;
     // ZooKeeper's shortest session with its default tick (2 s) is 4 s.
     let node_a = builder(&root)
         .session_timeout(Duration::from_secs(4))
@@ -756,7 +755,7 @@ async fn a_node_whose_clock_knowledge_is_too_uncertain_learns_it_again_before_ju
     let root = unique_root();
     let strict = builder(&root)
         .max_clock_uncertainty(Duration::from_micros(1))
-        .connect(&zookeeper_url())
+        .connect(&settings::ZOOKEEPER.value())
         .await
         .unwrap();
     let client = raw().await;
@@ -823,7 +822,7 @@ impl SlowLink {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_extend_that_lands_after_the_lock_expired_is_undone_and_answers_false() {
     let root = unique_root();
-    let link = SlowLink::start(zookeeper_url()).await;
+    let link = SlowLink::start(settings::ZOOKEEPER.value()).await;
     let node_a = builder(&root)
         .connect(&link.address.to_string())
         .await
@@ -868,7 +867,7 @@ async fn urls_of_other_backends_are_refused_by_their_scheme_before_connecting() 
     }
     // The connect string, bare or after either ZooKeeper scheme, still connects.
     for prefix in ["", "zk://", "zookeeper://"] {
-        let connect_string = format!("{prefix}{}", zookeeper_url());
+        let connect_string = format!("{prefix}{}", settings::ZOOKEEPER.value());
         let provider = tokio::time::timeout(
             Duration::from_secs(30),
             builder(&unique_root()).connect(&connect_string),
@@ -940,7 +939,7 @@ async fn a_root_whose_acl_keeps_this_user_out_is_refused_for_its_credentials() {
     let guarded = format!("{root}/guarded");
     let owner = Client::connector()
         .with_auth("digest", b"owner:owner-pw")
-        .connect(&zookeeper_url())
+        .connect(&settings::ZOOKEEPER.value())
         .await
         .unwrap();
     owner
@@ -963,7 +962,10 @@ async fn a_root_whose_acl_keeps_this_user_out_is_refused_for_its_credentials() {
             builder(&guarded).digest_auth("intruder", SECRET),
         ),
     ] {
-        let error = builder.connect(&zookeeper_url()).await.unwrap_err();
+        let error = builder
+            .connect(&settings::ZOOKEEPER.value())
+            .await
+            .unwrap_err();
         assert_eq!(
             error.kind(),
             ErrorKind::CredentialsRefused,
@@ -976,7 +978,7 @@ async fn a_root_whose_acl_keeps_this_user_out_is_refused_for_its_credentials() {
 
     let provider = builder(&guarded)
         .digest_auth("owner", "owner-pw")
-        .connect(&zookeeper_url())
+        .connect(&settings::ZOOKEEPER.value())
         .await
         .unwrap();
     let handle = acquire(&provider, &config("job", Duration::from_secs(5))).await;
@@ -1003,7 +1005,7 @@ async fn sixteen_nodes_create_the_root_at_once() {
         let root = format!("{}/locks", unique_root());
         let verdict = check_first_use(FIRST_USE_NODES, |_| {
             let root = root.clone();
-            async move { builder(&root).connect(&zookeeper_url()).await }
+            async move { builder(&root).connect(&settings::ZOOKEEPER.value()).await }
         })
         .await;
         verdict.unwrap_or_else(|failure| panic!("round {round}: {failure}"));

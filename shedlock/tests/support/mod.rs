@@ -18,13 +18,6 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
 }
 
-/// The URL in `var`; a test that needs the server fails without it, never skips.
-pub fn env_url(var: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: these tests need that server (ci/test.sh sets it)")
-    })
-}
-
 /// `url` with its scheme replaced by `scheme`.
 pub fn with_scheme(scheme: &str, url: &str) -> String {
     let (_, rest) = url.split_once("://").expect("a URL with a scheme");

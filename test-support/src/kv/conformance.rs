@@ -7,6 +7,8 @@ use shedlock_conformance::backends::Backend;
 use shedlock_conformance::faults;
 use shedlock_conformance::{SetupError, Support};
 
+use crate::settings::Setting;
+
 /// Which suite a run puts the provider through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Suite {
@@ -24,10 +26,10 @@ pub enum Suite {
 pub struct Failover {
     /// The backend whose single server the fault suite pauses and restarts.
     pub backend: Backend,
-    /// The variable that names the cluster's URL (`ci/test.sh` sets it).
-    pub cluster_url_var: &'static str,
-    /// The variable that holds the path of `ci/failover.sh`.
-    pub script_var: &'static str,
+    /// The cluster's URL.
+    pub cluster: Setting,
+    /// The path of the script that runs the failover steps.
+    pub script: Setting,
     /// The steps of `ci/failover.sh` that fail the cluster over and bring it back, in order.
     pub steps: &'static [&'static str],
 }
@@ -54,13 +56,7 @@ impl Suite {
         SetupError: From<E>,
     {
         match self {
-            Suite::Cluster => std::env::var(failover.cluster_url_var).map_err(|_| {
-                SetupError::new(format!(
-                    "{} is not set: run ci/start-clusters.sh and set it to the cluster's URL \
-                     (ci/test.sh does)",
-                    failover.cluster_url_var
-                ))
-            }),
+            Suite::Cluster => failover.cluster.lookup().map_err(SetupError::new),
             Suite::Conformance | Suite::Faults => Ok(single.await?),
         }
     }
@@ -88,9 +84,9 @@ impl Suite {
         }
         for step in failover.steps {
             let done = faults::command_from_env(
-                failover.script_var,
+                failover.script.var,
                 &[step],
-                "the path of ci/failover.sh",
+                failover.script.what,
                 Duration::from_secs(120),
             )
             .await?;

@@ -9,17 +9,6 @@ use tokio::time::Instant;
 /// `Debug` output is searched for.
 pub const SECRET: &str = "sup3rs3cret-pw";
 
-/// The URL of the test server in `var`; a test without it fails, saying what to point it at
-/// (`server`, e.g. "an etcd server") with an `example`.
-pub fn server_url(var: &str, server: &str, example: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| {
-        panic!(
-            "{var} is not set: point it at {server}, e.g. {var}={example} \
-             (ci/start-backends.sh starts one)"
-        )
-    })
-}
-
 /// Lock `name` for at most `at_most`, released at once when its holder is done.
 pub fn config(name: &str, at_most: Duration) -> LockConfiguration {
     config_with_at_least(name, at_most, Duration::ZERO)

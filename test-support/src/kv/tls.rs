@@ -1,41 +1,16 @@
-//! The TLS tests' settings (the test CA that `ci/start-backends.sh` makes, and each server's
-//! TLS URL) and the lock round trip they make over TLS.
+//! The lock round trip the key-value providers' TLS tests make, bounded in time (the servers
+//! and the test CA are in [`settings`](crate::settings)).
 
 use std::time::Duration;
 
 use shedlock_core::LockProvider;
 
 use super::locks::config;
+use crate::settings;
 
-/// The file of the CA that signed the TLS test servers' certificates.
-pub const CA_FILE_VAR: &str = "SHEDLOCK_TEST_TLS_CA_FILE";
-
-/// The setting in `var`; a test without it fails, saying it needs `what`, with an `example`.
-pub fn required_var(var: &str, what: &str, example: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: these tests need {what}, e.g. {var}={example}")
-    })
-}
-
-/// The contents of the file named in `var` (see [`required_var`]).
-pub fn read_file(var: &str, what: &str, example: &str) -> Vec<u8> {
-    let path = required_var(var, what, example);
-    std::fs::read(&path).unwrap_or_else(|e| panic!("read {what} {path}: {e}"))
-}
-
-/// The path of the test CA's certificate.
-pub fn ca_file() -> String {
-    required_var(
-        CA_FILE_VAR,
-        "the CA that signed the TLS test servers' certificates",
-        "/var/tmp/shedlock-ci/tls/ca.pem",
-    )
-}
-
-/// The test CA's certificate (PEM).
+/// The test CA's certificate (PEM), for a builder's TLS roots.
 pub fn ca() -> Vec<u8> {
-    let path = ca_file();
-    std::fs::read(&path).unwrap_or_else(|e| panic!("read the test CA {path}: {e}"))
+    settings::TLS_CA.file_contents()
 }
 
 /// `future`, which a TLS handshake that hangs must not turn into a test that hangs.

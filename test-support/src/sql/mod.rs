@@ -8,6 +8,7 @@
 //! [`TestDatabase`]: test_database::TestDatabase
 
 pub mod admin_tests;
+pub mod binding;
 pub mod conformance_harness;
 pub mod provider_tests;
 pub mod round_trips;

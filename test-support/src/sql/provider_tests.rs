@@ -18,14 +18,6 @@ use sqlx::{Database, Executor, IntoArguments, Pool};
 
 use super::test_database::{DbOf, HOLDER, TestDatabase, TestServer};
 
-/// The test server's URL from `var`; a missing variable fails the test loudly, it never
-/// skips. `server` and `example` say what to set it to.
-pub fn url_from_env(var: &str, server: &str, example: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: these tests need {server}, e.g. {var}={example}")
-    })
-}
-
 /// A pool of our own for setup and inspection SQL.
 pub async fn pool<DB: Database>(url: &str) -> Pool<DB> {
     PoolOptions::<DB>::new()

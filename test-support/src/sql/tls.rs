@@ -7,20 +7,9 @@ use std::time::Duration;
 use shedlock_core::LockError;
 use shedlock_sql::{SqlBackend, SqlLockProvider};
 
-use super::provider_tests::url_from_env;
-
 /// A password put in URLs whose connection fails before the server checks any password (or
 /// whose server ignores it), so that each refusal can be checked for leaking it.
 pub const PASSWORD: &str = "tls-test-secret";
-
-/// The CA that signed the TLS test servers' certificates.
-pub fn ca_file() -> String {
-    url_from_env(
-        "SHEDLOCK_TEST_TLS_CA_FILE",
-        "the CA that signed the TLS test servers' certificates",
-        "/var/tmp/shedlock-ci/tls/ca.pem",
-    )
-}
 
 /// `url` with its host replaced by `host`.
 pub fn with_host(url: &str, host: &str) -> String {

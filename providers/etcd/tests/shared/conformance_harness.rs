@@ -15,6 +15,7 @@ use shedlock_conformance::{
 };
 use shedlock_etcd::{EtcdLockProvider, EtcdLockProviderBuilder};
 use shedlock_test_support::kv::conformance::{Failover, Suite, names_a_port};
+use shedlock_test_support::settings;
 
 /// How long a node reached through the kit's stalling proxy waits for an answer.
 const STALL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -26,8 +27,8 @@ const ADVANCE_WRITERS: usize = 32;
 /// killed with SIGKILL and, once a new leader serves, the member started again.
 const FAILOVER: Failover = Failover {
     backend: Backend::Etcd,
-    cluster_url_var: "SHEDLOCK_TEST_ETCD_CLUSTER_URL",
-    script_var: "SHEDLOCK_TEST_ETCD_FAILOVER",
+    cluster: settings::ETCD_CLUSTER,
+    script: settings::ETCD_FAILOVER,
     steps: &["etcd-kill-leader", "etcd-restore"],
 };
 

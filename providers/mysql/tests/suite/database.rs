@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use shedlock_mysql::MySqlBackend;
+use shedlock_test_support::settings;
 use shedlock_test_support::sql::provider_tests::{self as shared, StoredRow, StoredRows};
 use shedlock_test_support::sql::test_database::{TestDatabase, TestServer};
 use sqlx::Row;
@@ -12,11 +13,7 @@ use sqlx::mysql::MySqlPool;
 use crate::planted_records::MySqlKit;
 
 pub fn url() -> String {
-    shared::url_from_env(
-        "SHEDLOCK_TEST_MYSQL_URL",
-        "a MySQL or MariaDB server",
-        "mysql://root@127.0.0.1:3306/test",
-    )
+    settings::MYSQL.value()
 }
 
 /// The test server.

@@ -7,23 +7,23 @@ use std::time::Duration;
 
 use shedlock_core::{LockConfiguration, LockProvider};
 use shedlock_mysql::MySqlBackend;
-use shedlock_test_support::sql::provider_tests::{unique, url_from_env};
-use shedlock_test_support::sql::tls::{self, ca_file, connect, with_host, with_password, within};
+use shedlock_test_support::settings;
+use shedlock_test_support::sql::provider_tests::unique;
+use shedlock_test_support::sql::tls::{self, connect, with_host, with_password, within};
 use sqlx::{Connection, MySqlConnection};
 
 /// The TLS-only server's URL with `query` appended.
 fn url(query: &str) -> String {
-    let base = url_from_env(
-        "SHEDLOCK_TEST_MYSQL_TLS_URL",
-        "a MySQL or MariaDB server that accepts TLS connections only",
-        "mysql://root@localhost:3307/test",
-    );
+    let base = settings::MYSQL_TLS.value();
     let separator = if base.contains('?') { '&' } else { '?' };
     format!("{base}{separator}{query}")
 }
 
 fn verify_identity() -> String {
-    format!("ssl-mode=VERIFY_IDENTITY&ssl-ca={}", ca_file())
+    format!(
+        "ssl-mode=VERIFY_IDENTITY&ssl-ca={}",
+        settings::TLS_CA.value()
+    )
 }
 
 async fn drop_table(table: &str) {
@@ -116,7 +116,7 @@ async fn verify_identity_refuses_a_host_name_the_certificate_does_not_name() {
     tls::a_certificate_for_another_name_is_refused::<MySqlBackend>(&url).await;
 
     // VERIFY_CA checks the CA only, so the same name is accepted.
-    let query = format!("ssl-mode=VERIFY_CA&ssl-ca={}", ca_file());
+    let query = format!("ssl-mode=VERIFY_CA&ssl-ca={}", settings::TLS_CA.value());
     let url = with_host(&self::url(&query), "127.0.0.1");
     within(lock_cycle(&url)).await;
 }

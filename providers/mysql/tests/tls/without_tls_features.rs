@@ -2,16 +2,12 @@
 //! feature to turn on, not sqlx's "built without TLS support", which names none of ours.
 
 use shedlock_mysql::MySqlBackend;
-use shedlock_test_support::sql::provider_tests::url_from_env;
+use shedlock_test_support::settings;
 use shedlock_test_support::sql::tls;
 
 #[tokio::test]
 async fn ssl_mode_required_without_tls_names_the_feature_to_enable() {
-    let url = tls::with_password(&url_from_env(
-        "SHEDLOCK_TEST_MYSQL_TLS_URL",
-        "a MySQL or MariaDB server that accepts TLS connections only",
-        "mysql://root@localhost:3307/test",
-    ));
+    let url = tls::with_password(&settings::MYSQL_TLS.value());
     tls::urls_asking_for_tls_name_the_feature_to_enable::<MySqlBackend>(
         ["REQUIRED", "VERIFY_CA", "VERIFY_IDENTITY"].map(|mode| format!("{url}?ssl-mode={mode}")),
         "shedlock-mysql",

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use shedlock_postgres::PostgresBackend;
+use shedlock_test_support::settings;
 use shedlock_test_support::sql::provider_tests::{self as shared, StoredRow, StoredRows};
 use shedlock_test_support::sql::test_database::{TestDatabase, TestServer};
 use sqlx::PgPool;
@@ -12,11 +13,7 @@ use sqlx::Row;
 use crate::planted_records::PostgresKit;
 
 pub fn url() -> String {
-    shared::url_from_env(
-        "SHEDLOCK_TEST_POSTGRES_URL",
-        "a PostgreSQL server",
-        "postgres://postgres@127.0.0.1:5432/test",
-    )
+    settings::POSTGRES.value()
 }
 
 /// The test server.

@@ -6,17 +6,14 @@ use std::time::Duration;
 
 use shedlock_core::{LockConfiguration, LockProvider};
 use shedlock_postgres::PostgresBackend;
-use shedlock_test_support::sql::provider_tests::{unique, url_from_env};
-use shedlock_test_support::sql::tls::{self, PASSWORD, ca_file, connect, with_host, within};
+use shedlock_test_support::settings;
+use shedlock_test_support::sql::provider_tests::unique;
+use shedlock_test_support::sql::tls::{self, PASSWORD, connect, with_host, within};
 use sqlx::{Connection, PgConnection};
 
 /// The TLS-only server's URL as `user` with [`PASSWORD`], and `query` appended.
 fn url_as(user: &str, query: &str) -> String {
-    let base = url_from_env(
-        "SHEDLOCK_TEST_POSTGRES_TLS_URL",
-        "a PostgreSQL server that accepts TLS connections only",
-        "postgres://postgres@localhost:5433/test",
-    );
+    let base = settings::POSTGRES_TLS.value();
     let (scheme, rest) = base.split_once("://").expect("the TLS URL has a scheme");
     let rest = rest.split_once('@').map_or(rest, |(_, host)| host);
     let separator = if rest.contains('?') { '&' } else { '?' };
@@ -33,7 +30,7 @@ fn url(query: &str) -> String {
 async fn lock_cycle_is_encrypted(query: &str) {
     let mut inspector = PgConnection::connect(&url(&format!(
         "sslmode=verify-full&sslrootcert={}",
-        ca_file()
+        settings::TLS_CA.value()
     )))
     .await
     .unwrap();
@@ -105,7 +102,10 @@ async fn sslmode_require_locks_and_releases_over_an_encrypted_connection() {
 
 #[tokio::test]
 async fn verify_full_with_the_servers_ca_locks_over_an_encrypted_connection() {
-    let query = format!("sslmode=verify-full&sslrootcert={}", ca_file());
+    let query = format!(
+        "sslmode=verify-full&sslrootcert={}",
+        settings::TLS_CA.value()
+    );
     within(lock_cycle_is_encrypted(&query)).await;
 }
 
@@ -113,14 +113,20 @@ async fn verify_full_with_the_servers_ca_locks_over_an_encrypted_connection() {
 async fn verify_full_refuses_a_host_name_the_certificate_does_not_name() {
     // The certificate names localhost; 127.0.0.1 is the same server under another name.
     let url = with_host(
-        &url(&format!("sslmode=verify-full&sslrootcert={}", ca_file())),
+        &url(&format!(
+            "sslmode=verify-full&sslrootcert={}",
+            settings::TLS_CA.value()
+        )),
         "127.0.0.1",
     );
     tls::a_certificate_for_another_name_is_refused::<PostgresBackend>(&url).await;
 
     // verify-ca checks the CA only, so the same name is accepted.
     let url = with_host(
-        &self::url(&format!("sslmode=verify-ca&sslrootcert={}", ca_file())),
+        &self::url(&format!(
+            "sslmode=verify-ca&sslrootcert={}",
+            settings::TLS_CA.value()
+        )),
         "127.0.0.1",
     );
     let table = unique("pg_tls_verify_ca");

@@ -18,6 +18,7 @@ use shedlock_conformance::{
     Clock, ConformanceHarness, PlantedRecord, SetupError, Support, async_trait, backends,
 };
 use shedlock_redis::{RedisConnection, RedisLockProvider, RedisLockProviderBuilder};
+use shedlock_test_support::settings;
 
 /// What a run's URL connects to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,14 +67,12 @@ impl Settings {
                 (url, admin.into())
             }
             Topology::Cluster => {
-                let url =
-                    topologies::env_url(topologies::CLUSTER_URL_VAR).map_err(SetupError::new)?;
+                let url = settings::REDIS_CLUSTER.lookup().map_err(SetupError::new)?;
                 let admin = topologies::cluster_admin(&url).await?;
                 (url, admin.into())
             }
             Topology::Sentinel => {
-                let url =
-                    topologies::env_url(topologies::SENTINEL_URL_VAR).map_err(SetupError::new)?;
+                let url = settings::REDIS_SENTINEL.lookup().map_err(SetupError::new)?;
                 let admin = topologies::master_admin(&url).await?;
                 (url, admin.into())
             }

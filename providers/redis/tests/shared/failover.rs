@@ -12,20 +12,6 @@ use redis::aio::MultiplexedConnection;
 use shedlock_core::LockError;
 use tokio::time::Instant;
 
-/// The path of `ci/redis-failover.sh`.
-pub const FAILOVER_VAR: &str = "SHEDLOCK_TEST_REDIS_FAILOVER";
-
-/// `SHEDLOCK_TEST_REDIS_FAILOVER`: a missing variable fails the test, never skips it.
-pub fn failover_script() -> String {
-    match std::env::var(FAILOVER_VAR) {
-        Ok(path) if !path.trim().is_empty() => path.trim().to_owned(),
-        _ => panic!(
-            "{FAILOVER_VAR} is not set: this test needs the path of ci/redis-failover.sh, e.g. \
-             {FAILOVER_VAR}=$PWD/ci/redis-failover.sh (ci/test.sh sets it)"
-        ),
-    }
-}
-
 /// The `NAME=value` lines of a script's stdout.
 pub fn fields(lines: &str) -> HashMap<String, String> {
     lines

@@ -10,36 +10,6 @@ use redis::aio::ConnectionManager;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
-/// The seed nodes of a Redis Cluster, as a `redis+cluster://` URL.
-pub const CLUSTER_URL_VAR: &str = "SHEDLOCK_TEST_REDIS_CLUSTER_URL";
-
-/// Sentinels and the master name they watch, as a `redis+sentinel://` URL.
-pub const SENTINEL_URL_VAR: &str = "SHEDLOCK_TEST_REDIS_SENTINEL_URL";
-
-/// The variable `var`'s URL, or a message naming it and how to set it.
-pub fn env_url(var: &str) -> Result<String, String> {
-    let example = if var == CLUSTER_URL_VAR {
-        "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002"
-    } else {
-        "redis+sentinel://127.0.0.1:26390,127.0.0.1:26391,127.0.0.1:26392/shedlock"
-    };
-    match std::env::var(var) {
-        Ok(url) if !url.trim().is_empty() => Ok(url.trim().to_owned()),
-        _ => Err(format!(
-            "{var} is not set: these tests need it, e.g. {var}={example} \
-             (ci/start-redis-topologies.sh starts the servers, ci/test.sh sets the variable)"
-        )),
-    }
-}
-
-pub fn cluster_url() -> String {
-    env_url(CLUSTER_URL_VAR).unwrap_or_else(|message| panic!("{message}"))
-}
-
-pub fn sentinel_url() -> String {
-    env_url(SENTINEL_URL_VAR).unwrap_or_else(|message| panic!("{message}"))
-}
-
 /// The `host:port` list of a cluster or sentinel URL without credentials (the test servers
 /// have none).
 pub fn hosts(url: &str) -> Vec<String> {

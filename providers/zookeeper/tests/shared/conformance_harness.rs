@@ -14,6 +14,7 @@ use shedlock_conformance::{
 };
 use shedlock_core::LockAdmin;
 use shedlock_test_support::kv::conformance::{Failover, Suite, names_a_port};
+use shedlock_test_support::settings;
 use shedlock_zookeeper::{ZookeeperLockProvider, ZookeeperLockProviderBuilder};
 use zookeeper_client::{Acls, Client, CreateMode};
 
@@ -32,8 +33,8 @@ const ADVANCE_WRITERS: usize = 32;
 /// killed with SIGKILL, then the leader, each started again once the rest serves.
 const FAILOVER: Failover = Failover {
     backend: Backend::Zookeeper,
-    cluster_url_var: "SHEDLOCK_TEST_ZOOKEEPER_ENSEMBLE_URL",
-    script_var: "SHEDLOCK_TEST_ZOOKEEPER_FAILOVER",
+    cluster: settings::ZOOKEEPER_ENSEMBLE,
+    script: settings::ZOOKEEPER_FAILOVER,
     steps: &[
         "zookeeper-kill-follower",
         "zookeeper-restore",
