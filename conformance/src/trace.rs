@@ -408,6 +408,20 @@ impl Trace {
         why: &str,
     ) -> Result<(), CheckFailure> {
         let taken = self.must_acquire(node, provider, config, rule, why).await?;
+        self.must_release_just_taken(node, provider, config, taken)
+            .await
+    }
+
+    /// `unlock` of `taken`, which `node` has just taken through `provider` with `config`: an
+    /// answer `false` well inside the lock's at-most fails under \[release-result\], or under
+    /// \[at-most\] when the node can take the lock again at once (it had ended already, early).
+    pub async fn must_release_just_taken(
+        &self,
+        node: &str,
+        provider: &dyn LockProvider,
+        config: &LockConfiguration,
+        taken: Timed<Box<dyn LockHandle>>,
+    ) -> Result<(), CheckFailure> {
         let released = self.unlock(node, &*taken.value).await?;
         // A backend slow enough to spend a good part of the lock's at-most on these two
         // requests may have let it expire in between: `false` is then a fair answer. A fast

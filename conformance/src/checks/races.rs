@@ -226,8 +226,10 @@ async fn inspected(
     Ok(seen.acquisition)
 }
 
-/// Trials of [`check_stale_call_at_expiry`], and how many run side by side.
+/// Trials of one sweep of [`check_stale_call_at_expiry`], how many sweeps it makes, and how
+/// many trials run side by side.
 const EXPIRY_TRIALS: usize = 160;
+const EXPIRY_SWEEPS: usize = 2;
 const EXPIRY_TRIALS_AT_ONCE: usize = 16;
 
 /// A stale holder's release or extend sent at the very instant its lock expires, while another
@@ -236,14 +238,16 @@ const EXPIRY_TRIALS_AT_ONCE: usize = 16;
 ///
 /// Each of 160 trials (16 side by side, on names of their own) has node A take a lock for one
 /// unit, and node B try it again and again from a few milliseconds before its expiry until it
-/// gets it. Node A sends its release (or, alternately where extend is declared, an extend)
-/// at an offset swept in steps of 25 µs from 3.5 ms before the expiry to 0.5 ms after it (the
-/// last millisecond waited for by yielding, as a timer is not that fine), so a provider whose
-/// release or extend is a read and a later write gets its read in before the expiry and its
-/// write past it in some trials. The window is that wide, and each kind of call is tried 80
-/// times, because whether a trial lands in the gap between the read and the write depends on
-/// the machine's load: with half the trials over half the window, a provider whose release is
-/// a read, then a write one request later, went uncaught in one run of a loaded CI. Once
+/// gets it. Node A sends its release (or, alternately where extend is declared, an extend) at
+/// an offset swept in 160 steps from 3.5 ms and two of its round trips before the expiry to
+/// 0.5 ms after it (the last millisecond waited for by yielding, as a timer is not that fine),
+/// so a provider whose release or extend is a read and a later write gets its read in before
+/// the expiry and its write past it in some trials. A second sweep of 160 lands between the
+/// first's steps. The window is that wide, and each kind of call is tried 160 times, because
+/// whether a trial lands in the gap between the read and the write depends on the machine's
+/// load: a call that takes longer to reach the backend must be sent earlier, and a provider
+/// whose release reads, then writes, went uncaught in loaded CI runs of a single sweep over a
+/// fixed 3.5 ms. Once
 /// both are done: an extend answered `true` and an acquisition by B must not both have
 /// happened (two holders); a lock node B took must still refuse node C, and node B's release
 /// must answer `true`. The pause point is wherever the provider's own requests put it: the kit
@@ -259,7 +263,7 @@ pub async fn check_stale_call_at_expiry<H: ConformanceHarness>(
     let capabilities = a.capabilities();
     let timing = timing_of(&capabilities);
     let mut taken_by_b = 0;
-    for batch in 0..EXPIRY_TRIALS / EXPIRY_TRIALS_AT_ONCE {
+    for batch in 0..EXPIRY_SWEEPS * EXPIRY_TRIALS / EXPIRY_TRIALS_AT_ONCE {
         let trials = (0..EXPIRY_TRIALS_AT_ONCE).map(|slot| {
             let trial = batch * EXPIRY_TRIALS_AT_ONCE + slot;
             let extend = capabilities.extend && trial % 2 == 1;
@@ -271,17 +275,18 @@ pub async fn check_stale_call_at_expiry<H: ConformanceHarness>(
             }
         }
     }
+    let trials = EXPIRY_SWEEPS * EXPIRY_TRIALS;
     if taken_by_b == 0 {
         return Err(trace.failure(
             Rule::AT_MOST,
             format!(
-                "in {EXPIRY_TRIALS} trials node B never took a lock whose holder stopped at its expiry"
+                "in {trials} trials node B never took a lock whose holder stopped at its expiry"
             ),
         ));
     }
     Ok(Verdict::Passed {
         notes: vec![format!(
-            "{EXPIRY_TRIALS} stale calls at the expiry instant; node B took the lock in {taken_by_b}, and kept it"
+            "{trials} stale calls at the expiry instant; node B took the lock in {taken_by_b}, and kept it"
         )],
     })
 }
@@ -303,7 +308,15 @@ async fn expiry_trial(
     let lock = config(&name, long, Duration::ZERO);
     let taken = trace.must_acquire_free("A", a, &short).await?;
     let expiry = taken.sent + timing.unit;
-    let stale_at = expiry - Duration::from_micros(3500) + Duration::from_micros(25 * trial as u64);
+    // The window opens 3.5 ms before the expiry and two of node A's round trips more: a call
+    // that takes longer to reach the backend must be sent earlier to arrive at the expiry. The
+    // second sweep lands halfway between the first's steps.
+    let round_trip = taken.answered.saturating_duration_since(taken.sent);
+    let lead = Duration::from_micros(3500) + round_trip * 2;
+    let step = (lead + Duration::from_micros(500)) / EXPIRY_TRIALS as u32;
+    let (sweep, index) = (trial / EXPIRY_TRIALS, trial % EXPIRY_TRIALS);
+    let offset = step * index as u32 + step * sweep as u32 / EXPIRY_SWEEPS as u32;
+    let stale_at = expiry - lead + offset;
     let give_up = timing.surely_over_by(&taken, timing.unit) + timing.unit;
     let taker = async {
         trace.sleep_until(expiry - Duration::from_millis(3)).await;
@@ -333,14 +346,12 @@ async fn expiry_trial(
         while Instant::now() < stale_at {
             tokio::task::yield_now().await;
         }
-        if extend {
-            trace
-                .try_extend("A", &*taken.value, long)
-                .await
-                .map(|timed| matches!(timed.value, Ok(true)))
+        let call = if extend {
+            trace.try_extend("A", &*taken.value, long).await?
         } else {
-            trace.try_unlock("A", &*taken.value).await.map(|_| false)
-        }
+            trace.try_unlock("A", &*taken.value).await?
+        };
+        Ok::<_, CheckFailure>(extend && matches!(call.value, Ok(true)))
     };
     let (taker, extended) = futures_util::future::join(taker, stale).await;
     let (taker, extended) = (taker?, extended?);

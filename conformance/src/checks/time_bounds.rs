@@ -92,7 +92,7 @@ async fn at_most_proof(
             }
             trace.sleep_until(surely_expired).await;
             let expired_by = trace
-                .must_acquire_and_release(
+                .must_acquire(
                     "B",
                     b,
                     &lock,
@@ -105,9 +105,16 @@ async fn at_most_proof(
                     ),
                 )
                 .await;
-            if let Err(failure) = expired_by {
-                return Err(late_or_never(trace, b, &lock, failure, taken.answered + at_most, timing).await);
-            }
+            // Refused: A's lock ends late or never. Taken, B's own lock must hold until its
+            // release (a lock that ends early shows there too).
+            let b_taken = match expired_by {
+                Ok(b_taken) => b_taken,
+                Err(failure) => {
+                    let due = taken.answered + at_most;
+                    return Err(late_or_never(trace, b, &lock, failure, due, timing).await);
+                }
+            };
+            trace.must_release_just_taken("B", b, &lock, b_taken).await?;
             Ok(Attempt::Proven)
         },
     )
