@@ -18,8 +18,11 @@ const ROUNDS: usize = 10;
 ///
 /// A free lock is taken; another node and the holder itself are refused while it is held; an
 /// unrelated name is independent; release answers `true` once and `false` after; the lock can
-/// be taken again at once after release, ten rounds in a row. The handle reports the lock's
-/// name, the declared time source and, when fencing is declared, a token.
+/// be taken again at once after release, ten rounds in a row. The releases of those rounds
+/// free their own acquisitions only: the unrelated lock node B holds all along, under the same
+/// durations, is still held after them (\[ownership\]: a lock another acquisition of the same
+/// node holds). The handle reports the lock's name, the declared time source and, when fencing
+/// is declared, a token.
 pub async fn check_acquire_skip_release<H: ConformanceHarness>(
     harness: &H,
     names: &NameSpace,
@@ -121,6 +124,15 @@ pub async fn check_acquire_skip_release<H: ConformanceHarness>(
             .await?;
         trace.must_release(holder_label, &*handle).await?;
     }
+    trace
+        .must_not_acquire(
+            "A",
+            &a,
+            &other,
+            Rule::OWNERSHIP,
+            "node B holds it: its releases of another lock, taken and released while it held this one, must not have freed it",
+        )
+        .await?;
     trace.must_release("B", &*independent).await?;
     Ok(Verdict::passed())
 }
