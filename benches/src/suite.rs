@@ -40,6 +40,10 @@ pub enum Bench {
     Contention8,
     /// The same with 32 nodes.
     Contention32,
+    /// A cycle on a node whose connections sat idle for a while, as a job that runs hourly
+    /// meets them: each of 32 nodes makes one cycle, waits, then makes the cycle measured.
+    /// Only when asked ([`run`]'s `after_idle`): it takes that long.
+    AfterIdle,
 }
 
 impl Bench {
@@ -64,7 +68,16 @@ impl Bench {
             Bench::Refused => "refused",
             Bench::Contention8 => "contention_8",
             Bench::Contention32 => "contention_32",
+            Bench::AfterIdle => "after_idle",
         }
+    }
+
+    /// The benches [`run`] measures, in order: [`ALL`](Self::ALL), then
+    /// [`AfterIdle`](Self::AfterIdle) when an idle time is given.
+    pub fn planned(after_idle: Option<Duration>) -> Vec<Bench> {
+        let mut planned = Bench::ALL.to_vec();
+        planned.extend(after_idle.map(|_| Bench::AfterIdle));
+        planned
     }
 
     /// The floor the bench's least cost is made of, and how many of it; `None` for the floors
@@ -74,13 +87,15 @@ impl Bench {
     /// writes. A refused acquire writes nothing (the record says the name is held): one floor
     /// read. Contending nodes each make one attempt at the same time and one of them writes, so
     /// the last to know its outcome needs one floor write at the least (what the server's
-    /// serialising of the attempts adds on top is the figure's point).
+    /// serialising of the attempts adds on top is the figure's point). A cycle after idle time
+    /// is set beside a warm cycle: what the idle time costs the next run.
     pub fn floor(self) -> Option<(Bench, u32)> {
         match self {
             Bench::FloorWrite | Bench::FloorRead => None,
             Bench::Cycle | Bench::FirstAcquire => Some((Bench::FloorWrite, 2)),
             Bench::Refused => Some((Bench::FloorRead, 1)),
             Bench::Contention8 | Bench::Contention32 => Some((Bench::FloorWrite, 1)),
+            Bench::AfterIdle => Some((Bench::Cycle, 1)),
         }
     }
 
@@ -159,7 +174,8 @@ impl Error for BenchError {
     }
 }
 
-/// Measures every [`Bench`] of one backend, each for `each`, after a short warm-up.
+/// Measures every [`Bench`] of one backend, each for `each`, after a short warm-up; with
+/// `after_idle`, then [`Bench::AfterIdle`] after that much idle time.
 ///
 /// `node` connects a new node: a provider of its own, with its own connections (up to 33 are
 /// made: the bench's, a holder for [`Bench::Refused`], and 32 contenders, who reuse the first
@@ -174,6 +190,7 @@ pub async fn run<N, Fut, D>(
     node: N,
     driver: &D,
     each: Duration,
+    after_idle: Option<Duration>,
     mut starting: impl FnMut(Bench),
 ) -> Result<Figures, BenchError>
 where
@@ -182,7 +199,7 @@ where
     D: Driver,
 {
     let prefix = run_prefix();
-    let measured = measure_all(&node, driver, each, &prefix, &mut starting).await;
+    let measured = measure_all(&node, driver, each, after_idle, &prefix, &mut starting).await;
     let removed = driver.remove_names(&prefix).await;
     let measured = measured?;
     removed.map_err(|error| BenchError::new("removing the run's lock records", error))?;
@@ -193,6 +210,7 @@ async fn measure_all<N, Fut, D>(
     node: &N,
     driver: &D,
     each: Duration,
+    after_idle: Option<Duration>,
     prefix: &str,
     starting: &mut impl FnMut(Bench),
 ) -> Result<Vec<(Bench, Samples)>, BenchError>
@@ -204,8 +222,8 @@ where
     let first = node().await?;
     let holder = node().await?;
     let mut contenders = vec![first.clone(), holder.clone()];
-    let mut measured = Vec::with_capacity(Bench::ALL.len());
-    for bench in Bench::ALL {
+    let mut measured = Vec::with_capacity(Bench::ALL.len() + 1);
+    for bench in Bench::planned(after_idle) {
         starting(bench);
         let samples = match bench {
             Bench::FloorWrite => timed(each, || driver.write())
@@ -243,10 +261,47 @@ where
                     .await
                     .map_err(failed(bench))?
             }
+            Bench::AfterIdle => {
+                let idle = after_idle.expect("planned only with an idle time");
+                while contenders.len() < IDLE_NODES {
+                    contenders.push(node().await?);
+                }
+                cycles_after_idle(&contenders[..IDLE_NODES], prefix, idle)
+                    .await
+                    .map_err(failed(bench))?
+            }
         };
         measured.push((bench, samples));
     }
     Ok(measured)
+}
+
+/// How many nodes [`Bench::AfterIdle`] measures after one idle time.
+const IDLE_NODES: usize = 32;
+
+/// One cycle on each of `nodes` (each node's connections warm and its statements prepared for
+/// the name), then `idle` with no call at all, then each node's next cycle, one node after
+/// another so that they do not contend: the latencies of those.
+async fn cycles_after_idle(
+    nodes: &[AnyLockProvider],
+    prefix: &str,
+    idle: Duration,
+) -> Result<Samples, shedlock::LockError> {
+    let cycles: Vec<Cycle> = nodes
+        .iter()
+        .map(|node| Cycle::new(node.clone(), prefix))
+        .collect();
+    for cycle in &cycles {
+        cycle.run().await?;
+    }
+    tokio::time::sleep(idle).await;
+    let mut latencies = Vec::with_capacity(cycles.len());
+    for cycle in &cycles {
+        let started = std::time::Instant::now();
+        cycle.run().await?;
+        latencies.push(started.elapsed());
+    }
+    Ok(Samples::from_latencies(latencies).expect("at least one node"))
 }
 
 /// Makes a backend's error, of either the driver or the provider, the failure of `bench`.
@@ -280,6 +335,7 @@ mod tests {
             || async { Ok(crate::connect_node(&url).await) },
             &MemoryDriver::default(),
             Duration::from_millis(20),
+            None,
             |bench| started.push(bench),
         )
         .await
@@ -304,12 +360,37 @@ mod tests {
         assert!((ratio - expected).abs() < 1e-9, "{ratio} != {expected}");
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_cycle_after_idle_time_comes_last_one_per_node_beside_the_warm_cycle() {
+        let url = format!("memory://{}", run_prefix());
+        let mut started = Vec::new();
+        let figures = run(
+            || async { Ok(crate::connect_node(&url).await) },
+            &MemoryDriver::default(),
+            Duration::from_millis(20),
+            Some(Duration::from_millis(50)),
+            |bench| started.push(bench),
+        )
+        .await
+        .unwrap();
+        let mut planned = Bench::ALL.to_vec();
+        planned.push(Bench::AfterIdle);
+        assert_eq!(started, planned);
+        let after_idle = figures.get(Bench::AfterIdle).unwrap().stats();
+        assert_eq!(after_idle.samples, IDLE_NODES, "one cycle per node");
+        let cycle = figures.get(Bench::Cycle).unwrap().stats().p50;
+        let expected = after_idle.p50.as_secs_f64() / cycle.as_secs_f64();
+        let ratio = figures.ratio_to_floor(Bench::AfterIdle).unwrap();
+        assert!((ratio - expected).abs() < 1e-9, "{ratio} != {expected}");
+    }
+
     #[tokio::test]
     async fn a_node_that_cannot_connect_stops_the_run_and_names_the_step() {
         let error = run(
             || async { Err(BenchError::new("connecting a node", "refused")) },
             &MemoryDriver::default(),
             Duration::from_millis(1),
+            None,
             |_| {},
         )
         .await

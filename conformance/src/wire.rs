@@ -31,27 +31,41 @@ pub struct CountingProxy {
 struct Counts {
     round_trips: AtomicU64,
     connections: AtomicU64,
+    /// Connections numbered below this are cut at their next chunk.
+    cut_below: AtomicU64,
+}
+
+/// One relayed connection: its number, in the order they opened, and whether the client spoke
+/// since the server last did.
+#[derive(Debug)]
+struct Relayed {
+    number: u64,
+    client_spoke: AtomicBool,
 }
 
 impl Relay for Counts {
-    /// Whether the client spoke since the server last did.
-    type Connection = AtomicBool;
+    type Connection = Relayed;
 
-    fn connected(&self) -> AtomicBool {
-        self.connections.fetch_add(1, Ordering::SeqCst);
-        AtomicBool::new(false)
+    fn connected(&self) -> Relayed {
+        Relayed {
+            number: self.connections.fetch_add(1, Ordering::SeqCst),
+            client_spoke: AtomicBool::new(false),
+        }
     }
 
     fn passing(
         &self,
-        client_spoke: &AtomicBool,
+        connection: &Relayed,
         direction: Direction,
         _bytes: usize,
     ) -> impl Future<Output = bool> + Send {
+        if connection.number < self.cut_below.load(Ordering::SeqCst) {
+            return ready(false);
+        }
         match direction {
-            Direction::ToServer => client_spoke.store(true, Ordering::SeqCst),
+            Direction::ToServer => connection.client_spoke.store(true, Ordering::SeqCst),
             Direction::ToClient => {
-                if client_spoke.swap(false, Ordering::SeqCst) {
+                if connection.client_spoke.swap(false, Ordering::SeqCst) {
                     self.round_trips.fetch_add(1, Ordering::SeqCst);
                 }
             }
@@ -85,6 +99,15 @@ impl CountingProxy {
     /// Connections opened through the proxy so far.
     pub fn connections(&self) -> u64 {
         self.counts.connections.load(Ordering::SeqCst)
+    }
+
+    /// Cuts every connection open now, as a firewall dropping idle flows or a server restart
+    /// would: each is closed when it next carries anything, without an answer. Connections
+    /// opened later pass.
+    pub fn cut_open_connections(&self) {
+        self.counts
+            .cut_below
+            .store(self.connections(), Ordering::SeqCst);
     }
 }
 

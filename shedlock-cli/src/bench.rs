@@ -24,9 +24,11 @@ its own: a one-row UPDATE, SET, put, setData or updateOne that commits, and SELE
 get), cycle (acquire + release of one name), first_acquire (of a name never seen), refused (the
 name held by another node), contention_8 and contention_32 (that many nodes, each a provider
 with its own connections, try one name at once: the time until the last knows its outcome;
-exactly one must win). RATIO is a bench's p50 over its FLOOR's (the floor writes or reads the
-bench cannot do without: 2 writes for a cycle, 1 read for a refused acquire, 1 write for
-contention): 1.00x means shedlock adds nothing measurable to the server's cost.
+exactly one must win), and with --after-idle, after_idle (a cycle after that long without a
+call, on each of 32 nodes). RATIO is a bench's p50 over its FLOOR's (the floor writes or reads
+the bench cannot do without: 2 writes for a cycle, 1 read for a refused acquire, 1 write for
+contention; a warm cycle for after_idle): 1.00x means shedlock adds nothing measurable to the
+server's cost, or for after_idle, that idle time costs the next run nothing.
 
 Every lock the bench takes has a name of its own (bench-<random>-...); the records it leaves
 (SQL rows, MongoDB documents, ZooKeeper nodes) are removed at the end. A SQL database needs
@@ -40,6 +42,8 @@ Examples:
   shedlock bench --url postgres://postgres@db/test --url redis://cache:6379 --duration 20s --json
   # A new SQLite file, its table created by the bench
   shedlock bench --url 'sqlite://locks.db?mode=rwc' --create-table
+  # What a job that runs every 10 minutes or less often pays on its next run
+  shedlock bench --url postgres://postgres@db/test --after-idle 10m
 
 Exit codes: 0 measured, 1 error (bad input, a backend unreachable or failing), 2 usage error.";
 
@@ -56,6 +60,12 @@ pub struct BenchArgs {
     /// How long each backend is measured, shared among its seven benches.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_timeout)]
     duration: Duration,
+    /// Also measure after_idle: 32 nodes each make a cycle, wait this long without a call,
+    /// then make the cycle measured, as a job that runs hourly meets its connections. Adds
+    /// this long to each backend's run (10m shows what a connection idle past firewalls' and
+    /// servers' idle limits costs).
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    after_idle: Option<Duration>,
     /// One JSON document with every figure (latencies in microseconds), instead of the table.
     #[arg(long)]
     json: bool,
@@ -102,14 +112,20 @@ pub async fn run(args: BenchArgs) -> Result<(), Failure> {
         (args.urls.clone(), args.create_table)
     };
     let each = args.duration / Bench::ALL.len() as u32;
+    let planned = Bench::planned(args.after_idle).len();
     let progress = Progress::start("benching");
-    let steps = urls.len() * Bench::ALL.len();
+    let steps = urls.len() * planned;
     let mut benched = Vec::with_capacity(urls.len());
     for (index, url) in urls.iter().enumerate() {
         let backend = label(url, index, &urls)?;
-        let done_before = index * Bench::ALL.len();
+        let done_before = index * planned;
         let mut done = done_before;
-        let figures = bench_one(url, &options, create_table, each, |bench| {
+        let run = Run {
+            create_table,
+            each,
+            after_idle: args.after_idle,
+        };
+        let figures = bench_one(url, &options, run, |bench| {
             progress.set(format!(
                 "{} {done}/{steps} {backend}: {bench}",
                 bar(done, steps)
@@ -183,16 +199,26 @@ fn label(url: &str, index: usize, urls: &[String]) -> Result<String, Failure> {
 }
 
 /// Connects the floor's driver and the bench's nodes to `url`, and measures every bench.
+/// What a run measures on every backend.
+#[derive(Clone, Copy)]
+struct Run {
+    /// Create ShedLock's table where it is missing.
+    create_table: bool,
+    /// How long each bench is measured.
+    each: Duration,
+    /// The idle time of [`Bench::AfterIdle`], when asked for.
+    after_idle: Option<Duration>,
+}
+
 async fn bench_one(
     url: &str,
     options: &ConnectOptions,
-    create_table: bool,
-    each: Duration,
+    run: Run,
     starting: impl FnMut(Bench),
 ) -> Result<Figures, Failure> {
     let shown = redact_url(url);
     let mut builder = backend::builder(url, options)?;
-    if create_table {
+    if run.create_table {
         builder = builder.create_table_if_missing();
     }
     // The first node before the floor: it creates the SQLite file and ShedLock's table.
@@ -225,7 +251,7 @@ async fn bench_one(
             }
         }
     };
-    suite::run(node, &driver, each, starting)
+    suite::run(node, &driver, run.each, run.after_idle, starting)
         .await
         .map_err(|error| Failure::from_error(&format!("bench of {shown}: "), &error))
 }
@@ -307,10 +333,11 @@ fn table(benched: &[Benched]) -> String {
     text
 }
 
-/// `write` or `read`, for the FLOOR column.
+/// `write`, `read` or `warm cycle`, for the FLOOR column.
 fn floor_kind(floor: Bench) -> &'static str {
     match floor {
         Bench::FloorRead => "read",
+        Bench::Cycle => "warm cycle",
         _ => "write",
     }
 }

@@ -244,6 +244,60 @@ fn postgres_and_redis_are_benched_side_by_side_without_showing_a_password() {
     );
 }
 
+/// `--after-idle` adds after_idle last, measured on 32 nodes after that long idle, and set
+/// beside the warm cycle; the seven benches before it are as without it.
+#[cfg(feature = "postgres")]
+#[test]
+fn after_idle_is_measured_last_on_32_nodes_beside_the_warm_cycle() {
+    let postgres = shedlock_test_support::settings::POSTGRES.value();
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(
+            shedlock::AnyLockProvider::builder()
+                .create_table_if_missing()
+                .connect(&postgres),
+        )
+        .expect("ShedLock's table is made");
+    let chart = ChartFile::new();
+    let ran = run(&mut shedlock(&[
+        "bench",
+        "--url",
+        &postgres,
+        "--duration",
+        "700ms",
+        "--after-idle",
+        "300ms",
+        "--json",
+        "--chart",
+        chart.arg(),
+    ]));
+    assert_eq!(ran.code, Some(0), "{}", ran.shown());
+    let document: Value = serde_json::from_str(&ran.stdout).expect("one JSON document");
+    let benches = document["backends"][0]["benches"]
+        .as_array()
+        .expect("a list of benches");
+    let names: Vec<&str> = benches
+        .iter()
+        .map(|b| b["bench"].as_str().unwrap())
+        .collect();
+    let mut expected = BENCHES.to_vec();
+    expected.push("after_idle");
+    assert_eq!(names, expected, "{}", ran.stdout);
+    let after_idle = &benches[BENCHES.len()];
+    assert_eq!(after_idle["samples"].as_u64(), Some(32), "{after_idle}");
+    assert_eq!(
+        after_idle["floor"]["bench"].as_str(),
+        Some("cycle"),
+        "{after_idle}"
+    );
+    assert_eq!(
+        after_idle["floor"]["times"].as_u64(),
+        Some(1),
+        "{after_idle}"
+    );
+    assert!(after_idle["ratio_to_floor"].as_f64().expect("a ratio") > 0.0);
+}
+
 #[test]
 fn a_url_of_no_known_backend_is_a_one_line_error() {
     let chart = ChartFile::new();

@@ -200,7 +200,10 @@ mod statements;
 mod storage;
 mod table;
 
-pub use shedlock_sql::{Column, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, LockTable};
+pub use shedlock_sql::{
+    Column, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_CHECK_INTERVAL, DEFAULT_MAX_CONNECTIONS,
+    LockTable,
+};
 // Inlined so this crate's docs list their methods: an alias page shows the impls of a type
 // documented in the same run only, and `cargo doc -p <this crate> --no-deps` documents no other.
 #[doc(inline)]

@@ -8,13 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shedlock_core::{
-    Clock, ErrorKind, LockError, TimeSource, raw::DEFAULT_OPERATION_TIMEOUT, redact_url,
+    Clock, ErrorKind, LockError, TimeSource,
+    raw::{DEFAULT_OPERATION_TIMEOUT, check_positive_duration, invalid_setting},
+    redact_url,
 };
 use sqlx::Pool;
 
 use crate::backend::SqlBackend;
 use crate::connect_failure::{add_target, bad_table, cannot_connect, connect_error};
-use crate::connections::{Connections, OwnConnections};
+use crate::connections::{Connections, IDLE_LIMIT, OwnConnections};
 use crate::identifier::IdentifierError;
 use crate::provider::SqlLockProvider;
 use crate::storage::SqlStorage;
@@ -26,6 +28,10 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The default pool size for a pool a provider opens from a URL.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+
+/// How long a connection opened from a URL may sit idle before a background check pings it,
+/// by default; see [`SqlLockProviderBuilder::idle_check_interval`].
+pub const DEFAULT_IDLE_CHECK_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Where the provider's connections come from.
 pub(crate) enum Source<B: SqlBackend> {
@@ -59,6 +65,7 @@ pub struct SqlLockProviderBuilder<B: SqlBackend> {
     connect_timeout: Duration,
     operation_timeout: Duration,
     max_connections: u32,
+    idle_check_interval: Duration,
     holder: Option<String>,
     clock: Option<Arc<dyn Clock>>,
     backend: PhantomData<fn() -> B>,
@@ -87,6 +94,7 @@ impl<B: SqlBackend> SqlLockProviderBuilder<B> {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            idle_check_interval: DEFAULT_IDLE_CHECK_INTERVAL,
             holder: None,
             clock: None,
             backend: PhantomData,
@@ -180,6 +188,16 @@ impl<B: SqlBackend> SqlLockProviderBuilder<B> {
         self
     }
 
+    /// How long a connection the provider opened from a URL may sit idle before a background
+    /// check pings it (default 60 s, at most 120 s; ignored for a given pool). The ping keeps the
+    /// connection alive through firewalls that drop idle flows, and a connection found dead is
+    /// replaced there, so a job that runs hourly finds a connection ready instead of opening
+    /// one on its own path. A connection idle for four minutes unchecked is never reused.
+    pub fn idle_check_interval(mut self, interval: Duration) -> Self {
+        self.idle_check_interval = interval;
+        self
+    }
+
     /// The readable part of `locked_by` (default: the host name, as ShedLock).
     pub fn holder(mut self, holder: impl Into<String>) -> Self {
         self.holder = Some(holder.into());
@@ -256,13 +274,32 @@ impl<B: SqlBackend> SqlLockProviderBuilder<B> {
 
     /// Connections of the provider's own to `url` (`target` is its redacted form), bounded as
     /// the builder says; none is opened yet.
-    fn own_connections(&self, url: &str, target: &str) -> Result<OwnConnections<B>, LockError> {
-        Ok(OwnConnections::new(
+    fn own_connections(
+        &self,
+        url: &str,
+        target: &str,
+    ) -> Result<Arc<OwnConnections<B>>, LockError> {
+        let interval = self.idle_check_interval;
+        check_positive_duration(B::PROVIDER, "idle_check_interval", interval)?;
+        if interval > IDLE_LIMIT / 2 {
+            return Err(invalid_setting(
+                B::PROVIDER,
+                "idle_check_interval",
+                &format!("{interval:?}"),
+                &format!(
+                    "it must be at most {:?}, so every idle connection is checked before it has \
+                     been idle for {IDLE_LIMIT:?}, after which it is closed rather than reused",
+                    IDLE_LIMIT / 2
+                ),
+            ));
+        }
+        Ok(Arc::new(OwnConnections::new(
             url_options::<B>(url, target, self.operation_timeout)?,
             self.max_connections,
             self.connect_timeout,
             self.operation_timeout,
-        ))
+            interval,
+        )))
     }
 
     /// Connects to `source`, creates the table if asked, checks it, and returns the provider.

@@ -8,12 +8,19 @@
 //! provider owns skip both: a broken connection is found by the statement itself, which then
 //! fails (the operation fails closed) and takes the connection out of use, so the next
 //! statement connects afresh.
+//!
+//! A scheduled job that runs hourly would otherwise find its connection older than
+//! [`IDLE_LIMIT`] on every run and pay for a new session on the caller's path. So idle
+//! connections are checked in the background: one idle for the check interval is pinged, which
+//! keeps the flow alive through firewalls and finds a dead one; a dead one is replaced there,
+//! off the caller's path.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
-use sqlx::{ConnectOptions, Pool};
+use sqlx::{ConnectOptions, Connection, Pool};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 use crate::backend::{ConnectOptionsOf, ConnectionOf, SqlBackend};
@@ -22,14 +29,14 @@ use crate::backend::{ConnectOptionsOf, ConnectionOf, SqlBackend};
 /// idle TCP flows without telling either end (some after about five minutes); a statement sent
 /// on such a connection would wait for the operation timeout and fail, so a lock taken every
 /// few minutes would fail every time. Reconnecting is cheaper than that.
-const IDLE_LIMIT: Duration = Duration::from_secs(240);
+pub(crate) const IDLE_LIMIT: Duration = Duration::from_secs(240);
 
 /// The connections lock statements run on.
 pub(crate) enum Connections<B: SqlBackend> {
     /// The application's pool, used as the application configured it, health checks included.
     Given(Pool<B::Database>),
     /// Connections this provider opened from a URL.
-    Own(OwnConnections<B>),
+    Own(Arc<OwnConnections<B>>),
 }
 
 impl<B: SqlBackend> Connections<B> {
@@ -38,7 +45,10 @@ impl<B: SqlBackend> Connections<B> {
     pub(crate) async fn checkout(&self) -> Result<Checkout<'_, B>, sqlx::Error> {
         match self {
             Connections::Given(pool) => Ok(Checkout::Pooled(pool.acquire().await?)),
-            Connections::Own(own) => own.checkout().await.map(Checkout::Own),
+            Connections::Own(own) => {
+                own.start_idle_checks();
+                own.checkout().await.map(Checkout::Own)
+            }
         }
     }
 
@@ -62,6 +72,11 @@ pub(crate) struct OwnConnections<B: SqlBackend> {
     /// Connections not in use, the most recently used last, so the busiest stay warm and
     /// the others age out.
     idle: Mutex<Vec<(ConnectionOf<B>, Instant)>>,
+    /// How long a connection sits idle before the background check pings it.
+    idle_check_interval: Duration,
+    /// Whether the background check runs (it starts with the first statement, which runs on
+    /// the application's runtime).
+    idle_checks_started: AtomicBool,
 }
 
 impl<B: SqlBackend> OwnConnections<B> {
@@ -71,6 +86,7 @@ impl<B: SqlBackend> OwnConnections<B> {
         max_connections: u32,
         connect_timeout: Duration,
         operation_timeout: Duration,
+        idle_check_interval: Duration,
     ) -> Self {
         Self {
             options,
@@ -78,7 +94,63 @@ impl<B: SqlBackend> OwnConnections<B> {
             connect_timeout,
             slots: Semaphore::new(max_connections.max(1) as usize),
             idle: Mutex::new(Vec::new()),
+            idle_check_interval,
+            idle_checks_started: AtomicBool::new(false),
         }
+    }
+
+    /// Starts the background check of idle connections, once, on the current runtime. It
+    /// holds the connections weakly and ends when the provider is gone.
+    fn start_idle_checks(self: &Arc<Self>) {
+        if self.idle_checks_started.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let connections = Arc::downgrade(self);
+        let every = self.idle_check_interval / 2;
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                let Some(connections) = Weak::upgrade(&connections) else {
+                    return;
+                };
+                connections.check_idle().await;
+            }
+        });
+    }
+
+    /// Pings each connection idle for the check interval, oldest first, and keeps it if it
+    /// answers within the operation timeout. One that does not is closed and replaced by a new
+    /// one, so the next statement finds a connection ready; if that fails too (the server is
+    /// down), the next statement connects and reports why. A connection under check holds a
+    /// slot like one in use, so the checks never open more than `max_connections`; with no
+    /// slot free the connections are busy, not idle, and the check waits for its next turn.
+    async fn check_idle(&self) {
+        loop {
+            let Ok(_slot) = self.slots.try_acquire() else {
+                return;
+            };
+            let Some(mut connection) = self.take_idle_since(self.idle_check_interval) else {
+                return;
+            };
+            let answered = tokio::time::timeout(self.operation_timeout, connection.ping()).await;
+            if matches!(answered, Ok(Ok(()))) {
+                self.adopt(connection);
+                continue;
+            }
+            drop(connection);
+            if let Ok(replacement) = self.open().await {
+                self.adopt(replacement);
+            }
+        }
+    }
+
+    /// The connection idle the longest, if it has been idle for `at_least`.
+    fn take_idle_since(&self, at_least: Duration) -> Option<ConnectionOf<B>> {
+        let mut idle = self.idle();
+        let (_, since) = idle.first()?;
+        (since.elapsed() >= at_least).then(|| idle.remove(0).0)
     }
 
     /// Opens one connection with the backend's session setup, within the connect timeout.

@@ -46,7 +46,10 @@ pub use backend::{
     LockSelection, LockStatements, LockedAtOf, SqlAdmin, SqlBackend, StoredAcquisition, StoredLock,
     client_time_parameter, statement_error,
 };
-pub use builder::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, SqlLockProviderBuilder};
+pub use builder::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_CHECK_INTERVAL, DEFAULT_MAX_CONNECTIONS,
+    SqlLockProviderBuilder,
+};
 pub use identifier::{Dialect, Identifier, IdentifierError, MAX_IDENTIFIER_LEN, TableName};
 pub use provider::SqlLockProvider;
 pub use schema::{ColumnInfo, ColumnKind, TableSchema};

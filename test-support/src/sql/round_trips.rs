@@ -206,6 +206,106 @@ pub async fn every_admin_call_is_one_round_trip<D: TestServer>(database: &D) {
     database.drop_table(&table).await;
 }
 
+/// How often the idle-connection tests check: short, so a test sees several checks.
+const IDLE_CHECK: Duration = Duration::from_millis(200);
+
+/// A provider through `proxy` on `table` that checks idle connections every [`IDLE_CHECK`],
+/// with one connection, so a statement and a check never run side by side (one waits for the
+/// other) and every count below is of that one connection's traffic.
+async fn checked_provider<B: SqlBackend>(url: String, table: &str) -> SqlLockProvider<B> {
+    SqlLockProvider::<B>::builder()
+        .table_name(table)
+        .create_table_with_fencing_if_missing()
+        .idle_check_interval(IDLE_CHECK)
+        .max_connections(1)
+        .connect(url)
+        .await
+        .unwrap()
+}
+
+/// An idle connection is pinged in the background, so the first acquire after the connection
+/// sat idle is one round trip on the same connection: the caller never pays for a new session.
+pub async fn an_idle_connection_is_kept_ready_off_the_callers_path<D: TestServer>(database: &D) {
+    let table = database.new_table("idle_checks");
+    let (proxy, proxied) = &proxy_for(&database.url()).await;
+    let provider = &checked_provider::<D::Backend>(proxied.clone(), &table).await;
+    warm_up(proxy, provider).await;
+    let connections = proxy.connections();
+    let before = proxy.round_trips();
+    tokio::time::sleep(IDLE_CHECK * 6).await;
+    let pings = proxy.round_trips() - before;
+    assert!(
+        (2..=12).contains(&pings),
+        "the idle connection was pinged about every {IDLE_CHECK:?}: {pings} round trips in {:?}",
+        IDLE_CHECK * 6
+    );
+    let (held, round_trips) = try_lock(proxy, provider, "job").await;
+    assert_eq!(round_trips, 1, "the first acquire after the idle time");
+    release(proxy, held.expect("a new name is free")).await;
+    assert_eq!(
+        proxy.connections(),
+        connections,
+        "the idle connection served the acquire; none was opened"
+    );
+    database.drop_table(&table).await;
+}
+
+/// A connection that dies while idle (a firewall dropping the flow, a server restart) is found
+/// by the background check and replaced there: the next acquire works at its first attempt, on
+/// the replacement, where it first prepares its statement.
+pub async fn a_connection_lost_while_idle_is_replaced_off_the_callers_path<D: TestServer>(
+    database: &D,
+) {
+    let table = database.new_table("idle_lost");
+    let (proxy, proxied) = &proxy_for(&database.url()).await;
+    let provider = &checked_provider::<D::Backend>(proxied.clone(), &table).await;
+    warm_up(proxy, provider).await;
+    let connections = proxy.connections();
+    proxy.cut_open_connections();
+    tokio::time::sleep(IDLE_CHECK * 6).await;
+    assert_eq!(
+        proxy.connections(),
+        connections + 1,
+        "the check found the connection dead and opened one replacement"
+    );
+    let (held, round_trips) = try_lock(proxy, provider, "job").await;
+    assert_eq!(
+        round_trips, 2,
+        "the first acquire after the loss: the replacement prepares the statement, then runs it"
+    );
+    release(proxy, held.expect("a new name is free")).await;
+    assert_eq!(proxy.connections(), connections + 1, "no other connection");
+    database.drop_table(&table).await;
+}
+
+/// An idle-check interval of zero, or longer than half the four minutes after which an idle
+/// connection is closed, is refused by `connect` and `connect_lazy` with an error naming the
+/// setting, its value and the rule, before any connection is opened.
+pub async fn idle_check_intervals_out_of_range_are_refused<D: TestServer>(database: &D) {
+    let (proxy, proxied) = &proxy_for(&database.url()).await;
+    for (interval, rule) in [
+        (
+            Duration::ZERO,
+            "invalid idle_check_interval \"0s\": it must be greater than zero",
+        ),
+        (
+            Duration::from_secs(121),
+            "invalid idle_check_interval \"121s\": it must be at most 120s, so every idle \
+             connection is checked before it has been idle for 240s",
+        ),
+    ] {
+        let builder = || SqlLockProvider::<D::Backend>::builder().idle_check_interval(interval);
+        for error in [
+            builder().connect(proxied.clone()).await.unwrap_err(),
+            builder().connect_lazy(proxied.clone()).await.unwrap_err(),
+        ] {
+            assert!(error.to_string().contains(rule), "{error}");
+            assert_eq!(error.kind(), shedlock_core::ErrorKind::Configuration);
+        }
+    }
+    assert_eq!(proxy.connections(), 0, "nothing connected");
+}
+
 /// A connection killed on the server fails the next operation (an error, so the task does not
 /// run), and the operation after it works on a fresh connection.
 pub async fn a_killed_connection_fails_one_operation_then_the_next_reconnects<B: SqlBackend>(
