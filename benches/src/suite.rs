@@ -40,9 +40,14 @@ pub enum Bench {
     Contention8,
     /// The same with 32 nodes.
     Contention32,
-    /// A cycle on a node whose connections sat idle for a while, as a job that runs hourly
-    /// meets them: each of 32 nodes makes one cycle, waits, then makes the cycle measured.
-    /// Only when asked ([`run`]'s `after_idle`): it takes that long.
+    /// 32 nodes, each a provider with its own connections, make one cycle each, one node after
+    /// another (after one such round unmeasured): [`AfterIdle`](Self::AfterIdle) without the
+    /// idle time. A node's single cycle costs more than one of a node cycling back to back, so
+    /// this, not [`Cycle`](Self::Cycle), is what the idle time is set beside.
+    BeforeIdle,
+    /// The same round of 32 cycles after the nodes sat idle for a while, as a job that runs
+    /// hourly meets its connections. Only when asked ([`run`]'s `after_idle`): it takes that
+    /// long.
     AfterIdle,
 }
 
@@ -68,15 +73,19 @@ impl Bench {
             Bench::Refused => "refused",
             Bench::Contention8 => "contention_8",
             Bench::Contention32 => "contention_32",
+            Bench::BeforeIdle => "before_idle",
             Bench::AfterIdle => "after_idle",
         }
     }
 
     /// The benches [`run`] measures, in order: [`ALL`](Self::ALL), then
-    /// [`AfterIdle`](Self::AfterIdle) when an idle time is given.
+    /// [`BeforeIdle`](Self::BeforeIdle) and [`AfterIdle`](Self::AfterIdle) when an idle time
+    /// is given.
     pub fn planned(after_idle: Option<Duration>) -> Vec<Bench> {
         let mut planned = Bench::ALL.to_vec();
-        planned.extend(after_idle.map(|_| Bench::AfterIdle));
+        if after_idle.is_some() {
+            planned.extend([Bench::BeforeIdle, Bench::AfterIdle]);
+        }
         planned
     }
 
@@ -87,15 +96,15 @@ impl Bench {
     /// writes. A refused acquire writes nothing (the record says the name is held): one floor
     /// read. Contending nodes each make one attempt at the same time and one of them writes, so
     /// the last to know its outcome needs one floor write at the least (what the server's
-    /// serialising of the attempts adds on top is the figure's point). A cycle after idle time
-    /// is set beside a warm cycle: what the idle time costs the next run.
+    /// serialising of the attempts adds on top is the figure's point). The round of cycles
+    /// after idle time is set beside the same round without it: what the idle time costs.
     pub fn floor(self) -> Option<(Bench, u32)> {
         match self {
             Bench::FloorWrite | Bench::FloorRead => None,
-            Bench::Cycle | Bench::FirstAcquire => Some((Bench::FloorWrite, 2)),
+            Bench::Cycle | Bench::FirstAcquire | Bench::BeforeIdle => Some((Bench::FloorWrite, 2)),
             Bench::Refused => Some((Bench::FloorRead, 1)),
             Bench::Contention8 | Bench::Contention32 => Some((Bench::FloorWrite, 1)),
-            Bench::AfterIdle => Some((Bench::Cycle, 1)),
+            Bench::AfterIdle => Some((Bench::BeforeIdle, 1)),
         }
     }
 
@@ -261,12 +270,18 @@ where
                     .await
                     .map_err(failed(bench))?
             }
-            Bench::AfterIdle => {
-                let idle = after_idle.expect("planned only with an idle time");
+            Bench::BeforeIdle => {
                 while contenders.len() < IDLE_NODES {
                     contenders.push(node().await?);
                 }
-                cycles_after_idle(&contenders[..IDLE_NODES], prefix, idle)
+                let round = || cycles_in_turn(&contenders[..IDLE_NODES], prefix);
+                round().await.map_err(failed(bench))?;
+                round().await.map_err(failed(bench))?
+            }
+            Bench::AfterIdle => {
+                let idle = after_idle.expect("planned only with an idle time");
+                tokio::time::sleep(idle).await;
+                cycles_in_turn(&contenders[..IDLE_NODES], prefix)
                     .await
                     .map_err(failed(bench))?
             }
@@ -276,27 +291,18 @@ where
     Ok(measured)
 }
 
-/// How many nodes [`Bench::AfterIdle`] measures after one idle time.
+/// How many nodes [`Bench::BeforeIdle`] and [`Bench::AfterIdle`] measure.
 const IDLE_NODES: usize = 32;
 
-/// One cycle on each of `nodes` (each node's connections warm and its statements prepared for
-/// the name), then `idle` with no call at all, then each node's next cycle, one node after
-/// another so that they do not contend: the latencies of those.
-async fn cycles_after_idle(
+/// One cycle on each of `nodes`, one node after another, so that they do not contend: the
+/// latencies of those.
+async fn cycles_in_turn(
     nodes: &[AnyLockProvider],
     prefix: &str,
-    idle: Duration,
 ) -> Result<Samples, shedlock::LockError> {
-    let cycles: Vec<Cycle> = nodes
-        .iter()
-        .map(|node| Cycle::new(node.clone(), prefix))
-        .collect();
-    for cycle in &cycles {
-        cycle.run().await?;
-    }
-    tokio::time::sleep(idle).await;
-    let mut latencies = Vec::with_capacity(cycles.len());
-    for cycle in &cycles {
+    let mut latencies = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        let cycle = Cycle::new(node.clone(), prefix);
         let started = std::time::Instant::now();
         cycle.run().await?;
         latencies.push(started.elapsed());
@@ -327,19 +333,26 @@ mod tests {
     use super::*;
     use crate::floors::MemoryDriver;
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn every_bench_is_measured_once_in_order_and_set_beside_its_floor() {
+    /// A run on the in-memory store, 20 ms a bench: the benches in the order they started,
+    /// and the figures.
+    async fn run_on_memory(after_idle: Option<Duration>) -> (Vec<Bench>, Figures) {
         let url = format!("memory://{}", run_prefix());
         let mut started = Vec::new();
         let figures = run(
             || async { Ok(crate::connect_node(&url).await) },
             &MemoryDriver::default(),
             Duration::from_millis(20),
-            None,
+            after_idle,
             |bench| started.push(bench),
         )
         .await
         .unwrap();
+        (started, figures)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_bench_is_measured_once_in_order_and_set_beside_its_floor() {
+        let (started, figures) = run_on_memory(None).await;
         assert_eq!(started, Bench::ALL);
         let measured: Vec<Bench> = figures.iter().map(|(bench, _)| bench).collect();
         assert_eq!(measured, Bench::ALL);
@@ -361,25 +374,16 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_cycle_after_idle_time_comes_last_one_per_node_beside_the_warm_cycle() {
-        let url = format!("memory://{}", run_prefix());
-        let mut started = Vec::new();
-        let figures = run(
-            || async { Ok(crate::connect_node(&url).await) },
-            &MemoryDriver::default(),
-            Duration::from_millis(20),
-            Some(Duration::from_millis(50)),
-            |bench| started.push(bench),
-        )
-        .await
-        .unwrap();
+    async fn the_round_after_idle_time_comes_last_beside_the_same_round_without_it() {
+        let (started, figures) = run_on_memory(Some(Duration::from_millis(50))).await;
         let mut planned = Bench::ALL.to_vec();
-        planned.push(Bench::AfterIdle);
+        planned.extend([Bench::BeforeIdle, Bench::AfterIdle]);
         assert_eq!(started, planned);
+        let before_idle = figures.get(Bench::BeforeIdle).unwrap().stats();
         let after_idle = figures.get(Bench::AfterIdle).unwrap().stats();
+        assert_eq!(before_idle.samples, IDLE_NODES, "one cycle per node");
         assert_eq!(after_idle.samples, IDLE_NODES, "one cycle per node");
-        let cycle = figures.get(Bench::Cycle).unwrap().stats().p50;
-        let expected = after_idle.p50.as_secs_f64() / cycle.as_secs_f64();
+        let expected = after_idle.p50.as_secs_f64() / before_idle.p50.as_secs_f64();
         let ratio = figures.ratio_to_floor(Bench::AfterIdle).unwrap();
         assert!((ratio - expected).abs() < 1e-9, "{ratio} != {expected}");
     }

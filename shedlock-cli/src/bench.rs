@@ -24,11 +24,12 @@ its own: a one-row UPDATE, SET, put, setData or updateOne that commits, and SELE
 get), cycle (acquire + release of one name), first_acquire (of a name never seen), refused (the
 name held by another node), contention_8 and contention_32 (that many nodes, each a provider
 with its own connections, try one name at once: the time until the last knows its outcome;
-exactly one must win), and with --after-idle, after_idle (a cycle after that long without a
-call, on each of 32 nodes). RATIO is a bench's p50 over its FLOOR's (the floor writes or reads
-the bench cannot do without: 2 writes for a cycle, 1 read for a refused acquire, 1 write for
-contention; a warm cycle for after_idle): 1.00x means shedlock adds nothing measurable to the
-server's cost, or for after_idle, that idle time costs the next run nothing.
+exactly one must win), and with --after-idle, before_idle and after_idle (32 nodes make one
+cycle each, one after another; then the same after that long without a call). RATIO is a
+bench's p50 over its FLOOR's (the floor writes or reads the bench cannot do without: 2 writes
+for a cycle, 1 read for a refused acquire, 1 write for contention; before_idle for after_idle):
+1.00x means shedlock adds nothing measurable to the server's cost, or for after_idle, that the
+idle time costs the next run nothing.
 
 Every lock the bench takes has a name of its own (bench-<random>-...); the records it leaves
 (SQL rows, MongoDB documents, ZooKeeper nodes) are removed at the end. A SQL database needs
@@ -60,10 +61,10 @@ pub struct BenchArgs {
     /// How long each backend is measured, shared among its seven benches.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_timeout)]
     duration: Duration,
-    /// Also measure after_idle: 32 nodes each make a cycle, wait this long without a call,
-    /// then make the cycle measured, as a job that runs hourly meets its connections. Adds
-    /// this long to each backend's run (10m shows what a connection idle past firewalls' and
-    /// servers' idle limits costs).
+    /// Also measure before_idle and after_idle: 32 nodes make one cycle each, one after
+    /// another, then the same after this long without a call, as a job that runs hourly meets
+    /// its connections. Adds this long to each backend's run (10m shows what a connection idle
+    /// past firewalls' and servers' idle limits costs).
     #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
     after_idle: Option<Duration>,
     /// One JSON document with every figure (latencies in microseconds), instead of the table.
@@ -333,12 +334,12 @@ fn table(benched: &[Benched]) -> String {
     text
 }
 
-/// `write`, `read` or `warm cycle`, for the FLOOR column.
+/// `write`, `read`, or the bench a bench is set beside, for the FLOOR column.
 fn floor_kind(floor: Bench) -> &'static str {
     match floor {
         Bench::FloorRead => "read",
-        Bench::Cycle => "warm cycle",
-        _ => "write",
+        Bench::FloorWrite => "write",
+        other => other.name(),
     }
 }
 
