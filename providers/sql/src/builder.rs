@@ -188,8 +188,8 @@ impl<B: SqlBackend> SqlLockProviderBuilder<B> {
         self
     }
 
-    /// How long a connection the provider opened from a URL may sit idle before a background
-    /// check pings it (default 60 s, at most 120 s; ignored for a given pool). The ping keeps the
+    /// About the longest a connection the provider opened from a URL sits idle before a
+    /// background check pings it (default 60 s, at most 120 s; ignored for a given pool). The ping keeps the
     /// connection alive through firewalls that drop idle flows, and a connection found dead is
     /// replaced there, so a job that runs hourly finds a connection ready instead of opening
     /// one on its own path. A connection idle for four minutes unchecked is never reused.

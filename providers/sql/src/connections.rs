@@ -72,7 +72,7 @@ pub(crate) struct OwnConnections<B: SqlBackend> {
     /// Connections not in use, the most recently used last, so the busiest stay warm and
     /// the others age out.
     idle: Mutex<Vec<(ConnectionOf<B>, Instant)>>,
-    /// How long a connection sits idle before the background check pings it.
+    /// The longest a connection sits idle before the background check pings it, about.
     idle_check_interval: Duration,
     /// Whether the background check runs (it starts with the first statement, which runs on
     /// the application's runtime).
@@ -100,7 +100,9 @@ impl<B: SqlBackend> OwnConnections<B> {
     }
 
     /// Starts the background check of idle connections, once, on the current runtime. It
-    /// holds the connections weakly and ends when the provider is gone.
+    /// holds the connections weakly and ends when the provider is gone. It runs every half
+    /// interval and pings what has been idle for half an interval, so a connection goes about
+    /// one interval between its last use or ping and the next ping.
     fn start_idle_checks(self: &Arc<Self>) {
         if self.idle_checks_started.swap(true, Ordering::Relaxed) {
             return;
@@ -108,7 +110,8 @@ impl<B: SqlBackend> OwnConnections<B> {
         let connections = Arc::downgrade(self);
         let every = self.idle_check_interval / 2;
         tokio::spawn(async move {
-            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            // The first tick is at once, and finds nothing idle yet.
+            let mut ticks = tokio::time::interval(every);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticks.tick().await;
@@ -120,8 +123,8 @@ impl<B: SqlBackend> OwnConnections<B> {
         });
     }
 
-    /// Pings each connection idle for the check interval, oldest first, and keeps it if it
-    /// answers within the operation timeout. One that does not is closed and replaced by a new
+    /// Pings each connection idle for half the check interval, oldest first, and keeps it if
+    /// it answers within the operation timeout. One that does not is closed and replaced by a new
     /// one, so the next statement finds a connection ready; if that fails too (the server is
     /// down), the next statement connects and reports why. A connection under check holds a
     /// slot like one in use, so the checks never open more than `max_connections`; with no
@@ -131,7 +134,7 @@ impl<B: SqlBackend> OwnConnections<B> {
             let Ok(_slot) = self.slots.try_acquire() else {
                 return;
             };
-            let Some(mut connection) = self.take_idle_since(self.idle_check_interval) else {
+            let Some(mut connection) = self.take_idle_since(self.idle_check_interval / 2) else {
                 return;
             };
             let answered = tokio::time::timeout(self.operation_timeout, connection.ping()).await;
