@@ -37,13 +37,22 @@ impl Rng {
         Self(AtomicU64::new(seed | 1))
     }
 
+    /// The next value. One atomic step, so tasks drawing at once each get a value of
+    /// their own: a load and a separate store let a slow task write back an older state,
+    /// and the generator then replayed values, so a retried request met the same throttle
+    /// again (a control's retries ran out, about once a CI run).
     pub fn next(&self) -> u64 {
-        let mut x = self.0.load(Ordering::Relaxed);
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0.store(x, Ordering::Relaxed);
-        x
+        let step = |mut x: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let previous = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |x| Some(step(x)))
+            .expect("the update always answers Some");
+        step(previous)
     }
 
     /// True with probability `per_mille` / 1000.

@@ -307,7 +307,7 @@ impl DynConn {
             match self.exec_once(&mut f).await {
                 Err(DynError::Throttled) if throttled + 1 < self.retry.throttle_attempts => {
                     throttled += 1;
-                    let backoff = 5 * (1 << throttled);
+                    let backoff = (5u64 << throttled).min(500);
                     tokio::time::sleep(Duration::from_millis(backoff)).await;
                 }
                 Err(DynError::Net(_)) if unreachable + 1 < self.retry.connect_attempts => {
@@ -549,7 +549,9 @@ impl DynHarness {
 
     fn retry(&self) -> RetryPolicy {
         RetryPolicy {
-            throttle_attempts: 4,
+            // As the AWS SDK's DynamoDB client: ten attempts, so a throttled request
+            // that fails for good (2 % to the tenth) never happens in a run.
+            throttle_attempts: 10,
             connect_attempts: if self.bug == Some(DynBug::RetriesTooLong) {
                 10
             } else {
