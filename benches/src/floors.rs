@@ -3,22 +3,36 @@
 //! cheapest read-only round trip. A lock operation cannot cost less than its round trips, so
 //! its ratio to these says what the provider adds.
 //!
+//! Under contention the floor is many connections, each writing a row of its own at the same
+//! instant ([`ContendedWrites`]): what the server's serialising of the writes and the machine's
+//! cores cost anyway, so that contending nodes' figure reads as the provider's share.
+//!
 //! The driver is also how a bench prepares names ([`Driver::prepare_names`]): one batched write
 //! of lock records, where writing them one by one through the provider would take 10,000 round
 //! trips.
 
 use std::error::Error;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use shedlock::scheme::{Backend, Scheme};
+use tokio::sync::Barrier;
 
 /// A failure of the backend's own driver.
 pub type DriverError = Box<dyn Error + Send + Sync>;
 
 /// What every backend's driver does for the benches.
-pub trait Driver {
+pub trait Driver: Send + Sync + Sized + 'static {
     /// The cheapest durable write: a write the server acknowledges as committed, as the
-    /// provider's lock writes are.
-    fn write(&self) -> impl Future<Output = Result<(), DriverError>>;
+    /// provider's lock writes are. Each driver writes a row (key, node, document) of its own:
+    /// row 0 for the one a backend's connect makes, the row given to [`another`](Self::another)
+    /// for the others.
+    fn write(&self) -> impl Future<Output = Result<(), DriverError>> + Send;
+
+    /// A driver on a connection of its own to the same server, whose [`write`](Self::write)
+    /// goes to row `row` (made if missing): one of the contenders of [`ContendedWrites`].
+    fn another(&self, row: u32) -> impl Future<Output = Result<Self, DriverError>> + Send;
 
     /// The cheapest read-only round trip.
     fn read(&self) -> impl Future<Output = Result<(), DriverError>>;
@@ -34,8 +48,96 @@ pub trait Driver {
     fn remove_names(&self, prefix: &str) -> impl Future<Output = Result<(), DriverError>>;
 }
 
-/// The key, row or node the floor writes, apart from any lock.
+/// The key, row or node the floor writes, apart from any lock (with its row number after it,
+/// where the backend names rows by key).
 const FLOOR_KEY: &str = "shedlock-bench-floor";
+
+/// The key of row `row` of the floor, on a backend that names rows by key.
+fn floor_key(row: u32) -> String {
+    format!("{FLOOR_KEY}-{row}")
+}
+
+/// A server's URL or connect string, kept to open more connections; it may hold a password, so
+/// its `Debug` shows none of it.
+#[derive(Clone)]
+struct ServerAddress(String);
+
+impl fmt::Debug for ServerAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ServerAddress(..)")
+    }
+}
+
+/// The floor of contending nodes: as many drivers as nodes, each on a connection of its own and
+/// writing a row of its own, all at the same instant. A round's figure is the time from the
+/// first write's start until the last is acknowledged, as a contention round's is until the last
+/// node knows its outcome.
+#[derive(Debug)]
+pub struct ContendedWrites<D> {
+    drivers: Vec<Arc<D>>,
+}
+
+impl<D: Driver> ContendedWrites<D> {
+    /// `count` drivers made from `driver` ([`Driver::another`]), on rows 1 to `count`.
+    pub async fn connect(driver: &D, count: u32) -> Result<Self, DriverError> {
+        let mut drivers = Vec::with_capacity(count as usize);
+        for row in 1..=count {
+            drivers.push(Arc::new(driver.another(row).await?));
+        }
+        Ok(Self { drivers })
+    }
+
+    /// The first `count` of these drivers, as contenders of their own.
+    pub fn first(&self, count: usize) -> Self {
+        Self {
+            drivers: self.drivers[..count].to_vec(),
+        }
+    }
+
+    /// How many drivers write in a round.
+    pub fn len(&self) -> usize {
+        self.drivers.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.drivers.is_empty()
+    }
+
+    /// One round: every driver waits at a barrier, each in a task of its own as a contending
+    /// node does, then writes its row once.
+    pub async fn run(&self) -> Result<Duration, DriverError> {
+        let barrier = Arc::new(Barrier::new(self.drivers.len()));
+        let writes: Vec<_> = self
+            .drivers
+            .iter()
+            .map(|driver| {
+                let (driver, barrier) = (driver.clone(), barrier.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    let start = Instant::now();
+                    let written = driver.write().await;
+                    (start, Instant::now(), written)
+                })
+            })
+            .collect();
+        let (mut first_start, mut last_end) = (None::<Instant>, None::<Instant>);
+        let mut failure = None;
+        for write in writes {
+            let (start, end, written) = write.await.expect("a floor write panicked");
+            first_start = Some(first_start.map_or(start, |first| first.min(start)));
+            last_end = Some(last_end.map_or(end, |last| last.max(end)));
+            if let Err(error) = written {
+                failure = Some(error);
+            }
+        }
+        match (failure, first_start, last_end) {
+            (Some(error), _, _) => Err(error),
+            (None, Some(start), Some(end)) => Ok(end - start),
+            (None, _, _) => Err("a round of contended writes needs at least one driver".into()),
+        }
+    }
+}
 
 /// Who a prepared lock record says held it last.
 const PREPARED_BY: &str = "shedlock-benches";
@@ -47,24 +149,33 @@ pub use memory::MemoryDriver;
 mod memory {
     use std::collections::HashMap;
     use std::hint::black_box;
-    use std::sync::Mutex;
+    use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
 
-    use super::{Driver, DriverError, FLOOR_KEY};
+    use super::{Driver, DriverError, floor_key};
 
     /// The in-process floor: one entry of a `HashMap` under a `Mutex`, written with an expiry
-    /// (what an in-process lock table cannot do with less) and read.
+    /// (what an in-process lock table cannot do with less) and read. The drivers made by
+    /// [`another`](Driver::another) share the map, as nodes of one process share a memory
+    /// store, each writing an entry of its own.
     #[derive(Debug)]
     pub struct MemoryDriver {
-        slots: Mutex<HashMap<String, Instant>>,
+        slots: Arc<Mutex<HashMap<String, Instant>>>,
+        key: String,
+    }
+
+    impl MemoryDriver {
+        /// A driver on `slots`, writing row `row`, made now.
+        fn on(slots: Arc<Mutex<HashMap<String, Instant>>>, row: u32) -> Self {
+            let key = floor_key(row);
+            slots.lock().unwrap().insert(key.clone(), Instant::now());
+            Self { slots, key }
+        }
     }
 
     impl Default for MemoryDriver {
         fn default() -> Self {
-            let slots = HashMap::from([(FLOOR_KEY.to_owned(), Instant::now())]);
-            Self {
-                slots: Mutex::new(slots),
-            }
+            Self::on(Arc::default(), 0)
         }
     }
 
@@ -72,8 +183,12 @@ mod memory {
         async fn write(&self) -> Result<(), DriverError> {
             let until = Instant::now() + Duration::from_secs(60);
             let mut slots = self.slots.lock().unwrap();
-            *slots.get_mut(black_box(FLOOR_KEY)).expect("made at start") = until;
+            *slots.get_mut(black_box(&self.key)).expect("made at start") = until;
             Ok(())
+        }
+
+        async fn another(&self, row: u32) -> Result<Self, DriverError> {
+            Ok(Self::on(self.slots.clone(), row))
         }
 
         async fn read(&self) -> Result<(), DriverError> {
@@ -81,7 +196,7 @@ mod memory {
                 self.slots
                     .lock()
                     .unwrap()
-                    .get(black_box(FLOOR_KEY))
+                    .get(black_box(&self.key))
                     .copied(),
             );
             Ok(())
@@ -109,12 +224,11 @@ mod sql {
     use sqlx::{AssertSqlSafe, Connection, Executor, IntoArguments};
     use tokio::sync::Mutex;
 
-    use super::{Driver, DriverError, PREPARED_BY};
+    use super::{Driver, DriverError, PREPARED_BY, ServerAddress};
 
-    /// The floor table: one row, its counter bumped by each write.
+    /// The floor table: a row per driver, its counter bumped by each of the driver's writes.
     const CREATE_FLOOR_TABLE: &str = "CREATE TABLE IF NOT EXISTS shedlock_bench_floor \
          (id INT NOT NULL PRIMARY KEY, n BIGINT NOT NULL)";
-    const WRITE: &str = "UPDATE shedlock_bench_floor SET n = n + 1 WHERE id = 1";
     const READ: &str = "SELECT 1";
     /// Long past, in a form PostgreSQL's `TIMESTAMP`, MySQL's `TIMESTAMP(3)` and the SQLite
     /// provider's text all read: a prepared lock is free.
@@ -126,6 +240,11 @@ mod sql {
     #[derive(Debug)]
     pub struct SqlDriver<C> {
         connection: Mutex<C>,
+        url: ServerAddress,
+        /// `INSERT` of a floor row that is missing, in the database's dialect.
+        insert_row_if_missing: fn(u32) -> String,
+        /// The `UPDATE` of this driver's row.
+        write: String,
     }
 
     impl<C> SqlDriver<C>
@@ -134,39 +253,48 @@ mod sql {
         for<'c> &'c mut C: Executor<'c, Database = C::Database>,
         <C::Database as sqlx::Database>::Arguments: IntoArguments<C::Database>,
     {
-        /// Connects to `url` and makes the floor table and its row if they are missing.
+        /// Connects to `url` and makes the floor table and row `row` if they are missing.
         async fn connect(
             url: &str,
-            insert_row_if_missing: &'static str,
+            row: u32,
+            insert_row_if_missing: fn(u32) -> String,
         ) -> Result<Self, DriverError> {
             let mut connection = C::connect(url).await?;
             sqlx::query(CREATE_FLOOR_TABLE)
                 .execute(&mut connection)
                 .await?;
-            sqlx::query(insert_row_if_missing)
+            sqlx::query(AssertSqlSafe(insert_row_if_missing(row)))
                 .execute(&mut connection)
                 .await?;
             Ok(Self {
                 connection: Mutex::new(connection),
+                url: ServerAddress(url.to_owned()),
+                insert_row_if_missing,
+                write: format!("UPDATE shedlock_bench_floor SET n = n + 1 WHERE id = {row}"),
             })
         }
 
-        async fn execute(&self, statement: &'static str) -> Result<(), DriverError> {
+        /// Runs `statement`, prepared once per connection as the provider's statements are.
+        async fn execute(&self, statement: &str) -> Result<(), DriverError> {
             let mut connection = self.connection.lock().await;
-            sqlx::query(statement).execute(&mut *connection).await?;
+            sqlx::query(AssertSqlSafe(statement))
+                .execute(&mut *connection)
+                .await?;
             Ok(())
         }
+    }
+
+    /// PostgreSQL's and SQLite's `INSERT` of a missing floor row.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    fn insert_on_conflict_do_nothing(row: u32) -> String {
+        format!("INSERT INTO shedlock_bench_floor VALUES ({row}, 0) ON CONFLICT DO NOTHING")
     }
 
     #[cfg(feature = "postgres")]
     impl SqlDriver<sqlx::PgConnection> {
         /// PostgreSQL's floor.
         pub async fn postgres(url: &str) -> Result<Self, DriverError> {
-            Self::connect(
-                url,
-                "INSERT INTO shedlock_bench_floor VALUES (1, 0) ON CONFLICT DO NOTHING",
-            )
-            .await
+            Self::connect(url, 0, insert_on_conflict_do_nothing).await
         }
     }
 
@@ -174,7 +302,10 @@ mod sql {
     impl SqlDriver<sqlx::MySqlConnection> {
         /// MySQL's or MariaDB's floor.
         pub async fn mysql(url: &str) -> Result<Self, DriverError> {
-            Self::connect(url, "INSERT IGNORE INTO shedlock_bench_floor VALUES (1, 0)").await
+            Self::connect(url, 0, |row| {
+                format!("INSERT IGNORE INTO shedlock_bench_floor VALUES ({row}, 0)")
+            })
+            .await
         }
     }
 
@@ -182,22 +313,22 @@ mod sql {
     impl SqlDriver<sqlx::SqliteConnection> {
         /// SQLite's floor, in the file the provider uses.
         pub async fn sqlite(url: &str) -> Result<Self, DriverError> {
-            Self::connect(
-                url,
-                "INSERT INTO shedlock_bench_floor VALUES (1, 0) ON CONFLICT DO NOTHING",
-            )
-            .await
+            Self::connect(url, 0, insert_on_conflict_do_nothing).await
         }
     }
 
     impl<C> Driver for SqlDriver<C>
     where
-        C: Connection,
+        C: Connection + 'static,
         for<'c> &'c mut C: Executor<'c, Database = C::Database>,
         <C::Database as sqlx::Database>::Arguments: IntoArguments<C::Database>,
     {
         async fn write(&self) -> Result<(), DriverError> {
-            self.execute(WRITE).await
+            self.execute(&self.write).await
+        }
+
+        async fn another(&self, row: u32) -> Result<Self, DriverError> {
+            Self::connect(&self.url.0, row, self.insert_row_if_missing).await
         }
 
         async fn read(&self) -> Result<(), DriverError> {
@@ -294,29 +425,41 @@ pub use self::redis::RedisDriver;
 mod redis {
     use redis::aio::MultiplexedConnection;
 
-    use super::{Driver, DriverError, FLOOR_KEY};
+    use super::{Driver, DriverError, ServerAddress, floor_key};
 
     /// Redis' floor on a multiplexed connection, as the provider's: `SET` and `PING`.
     #[derive(Debug, Clone)]
     pub struct RedisDriver {
         connection: MultiplexedConnection,
+        url: ServerAddress,
+        key: String,
     }
 
     impl RedisDriver {
         /// Connects to `url`.
         pub async fn connect(url: &str) -> Result<Self, DriverError> {
+            Self::on_row(url, 0).await
+        }
+
+        async fn on_row(url: &str, row: u32) -> Result<Self, DriverError> {
             let client = redis::Client::open(url)?;
             Ok(Self {
                 connection: client.get_multiplexed_async_connection().await?,
+                url: ServerAddress(url.to_owned()),
+                key: floor_key(row),
             })
         }
     }
 
     impl Driver for RedisDriver {
+        async fn another(&self, row: u32) -> Result<Self, DriverError> {
+            Self::on_row(&self.url.0, row).await
+        }
+
         async fn write(&self) -> Result<(), DriverError> {
             let mut connection = self.connection.clone();
             redis::cmd("SET")
-                .arg(FLOOR_KEY)
+                .arg(&self.key)
                 .arg("1")
                 .query_async::<()>(&mut connection)
                 .await?;
@@ -348,13 +491,15 @@ pub use etcd::EtcdDriver;
 
 #[cfg(feature = "etcd")]
 mod etcd {
-    use super::{Driver, DriverError, FLOOR_KEY};
+    use super::{Driver, DriverError, floor_key};
 
     /// etcd's floor: a `put` (committed through Raft, as a lock's transaction is) and a `get`
     /// of the same key.
     #[derive(Clone)]
     pub struct EtcdDriver {
         client: etcd_client::Client,
+        endpoints: Vec<String>,
+        key: String,
     }
 
     impl std::fmt::Debug for EtcdDriver {
@@ -368,21 +513,37 @@ mod etcd {
         pub async fn connect<E: AsRef<str>>(
             endpoints: impl IntoIterator<Item = E>,
         ) -> Result<Self, DriverError> {
-            let endpoints: Vec<E> = endpoints.into_iter().collect();
+            let endpoints = endpoints
+                .into_iter()
+                .map(|endpoint| endpoint.as_ref().to_owned())
+                .collect();
+            Self::on_row(endpoints, 0).await
+        }
+
+        async fn on_row(endpoints: Vec<String>, row: u32) -> Result<Self, DriverError> {
             Ok(Self {
-                client: etcd_client::Client::connect(endpoints, None).await?,
+                client: etcd_client::Client::connect(&endpoints, None).await?,
+                endpoints,
+                key: floor_key(row),
             })
         }
     }
 
     impl Driver for EtcdDriver {
         async fn write(&self) -> Result<(), DriverError> {
-            self.client.clone().put(FLOOR_KEY, "1", None).await?;
+            self.client
+                .clone()
+                .put(self.key.as_str(), "1", None)
+                .await?;
             Ok(())
         }
 
+        async fn another(&self, row: u32) -> Result<Self, DriverError> {
+            Self::on_row(self.endpoints.clone(), row).await
+        }
+
         async fn read(&self) -> Result<(), DriverError> {
-            self.client.clone().get(FLOOR_KEY, None).await?;
+            self.client.clone().get(self.key.as_str(), None).await?;
             Ok(())
         }
 
@@ -405,7 +566,7 @@ pub use zookeeper::ZookeeperDriver;
 mod zookeeper {
     use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, Error};
 
-    use super::{Driver, DriverError, FLOOR_KEY};
+    use super::{Driver, DriverError, ServerAddress, floor_key};
 
     /// Where the provider keeps its lock nodes unless told otherwise (ShedLock's Curator root).
     const LOCK_ROOT: &str = "/shedlock";
@@ -417,6 +578,7 @@ mod zookeeper {
     #[derive(Debug, Clone)]
     pub struct ZookeeperDriver {
         client: Client,
+        connect_string: ServerAddress,
         path: String,
     }
 
@@ -424,10 +586,18 @@ mod zookeeper {
         /// Connects to `connect_string` (`host:2181[,host:2181...]`) and makes the floor node
         /// if it is missing.
         pub async fn connect(connect_string: &str) -> Result<Self, DriverError> {
+            Self::on_row(connect_string, 0).await
+        }
+
+        async fn on_row(connect_string: &str, row: u32) -> Result<Self, DriverError> {
             let client = Client::connect(connect_string).await?;
-            let path = format!("/{FLOOR_KEY}");
+            let path = format!("/{}", floor_key(row));
             match client.create(&path, b"", &PERSISTENT).await {
-                Ok(_) | Err(Error::NodeExists) => Ok(Self { client, path }),
+                Ok(_) | Err(Error::NodeExists) => Ok(Self {
+                    client,
+                    connect_string: ServerAddress(connect_string.to_owned()),
+                    path,
+                }),
                 Err(error) => Err(error.into()),
             }
         }
@@ -437,6 +607,10 @@ mod zookeeper {
         async fn write(&self) -> Result<(), DriverError> {
             self.client.set_data(&self.path, b"1", None).await?;
             Ok(())
+        }
+
+        async fn another(&self, row: u32) -> Result<Self, DriverError> {
+            Self::on_row(&self.connect_string.0, row).await
         }
 
         async fn read(&self) -> Result<(), DriverError> {
@@ -495,7 +669,7 @@ mod mongo {
     use mongodb::bson::{DateTime, doc};
     use mongodb::{Client, Database};
 
-    use super::{Driver, DriverError, FLOOR_KEY, PREPARED_BY};
+    use super::{Driver, DriverError, FLOOR_KEY, PREPARED_BY, ServerAddress};
 
     /// The provider's collection unless told otherwise (ShedLock's).
     const LOCK_COLLECTION: &str = "shedLock";
@@ -505,22 +679,33 @@ mod mongo {
     #[derive(Debug, Clone)]
     pub struct MongoDriver {
         database: Database,
+        url: ServerAddress,
+        row: u32,
     }
 
     impl MongoDriver {
         /// Connects to `url`, which names the database the locks are in
         /// (`mongodb://host:27017/<database>`), and makes the floor document if it is missing.
         pub async fn connect(url: &str) -> Result<Self, DriverError> {
+            Self::on_row(url, 0).await
+        }
+
+        /// A client of its own (so a pool of its own), writing document `row`.
+        async fn on_row(url: &str, row: u32) -> Result<Self, DriverError> {
             let client = Client::with_uri_str(url).await?;
             let database = client
                 .default_database()
                 .ok_or("the MongoDB URL names no database: mongodb://host:27017/<database>")?;
             database
                 .collection::<mongodb::bson::Document>(FLOOR_KEY)
-                .update_one(doc! { "_id": 1 }, doc! { "$setOnInsert": { "n": 0_i64 } })
+                .update_one(doc! { "_id": row }, doc! { "$setOnInsert": { "n": 0_i64 } })
                 .upsert(true)
                 .await?;
-            Ok(Self { database })
+            Ok(Self {
+                database,
+                url: ServerAddress(url.to_owned()),
+                row,
+            })
         }
     }
 
@@ -528,9 +713,13 @@ mod mongo {
         async fn write(&self) -> Result<(), DriverError> {
             self.database
                 .collection::<mongodb::bson::Document>(FLOOR_KEY)
-                .update_one(doc! { "_id": 1 }, doc! { "$inc": { "n": 1_i64 } })
+                .update_one(doc! { "_id": self.row }, doc! { "$inc": { "n": 1_i64 } })
                 .await?;
             Ok(())
+        }
+
+        async fn another(&self, row: u32) -> Result<Self, DriverError> {
+            Self::on_row(&self.url.0, row).await
         }
 
         async fn read(&self) -> Result<(), DriverError> {
@@ -681,6 +870,27 @@ macro_rules! on_driver {
 impl Driver for AnyDriver {
     async fn write(&self) -> Result<(), DriverError> {
         on_driver!(self, driver => driver.write().await)
+    }
+
+    async fn another(&self, row: u32) -> Result<Self, DriverError> {
+        Ok(match self {
+            #[cfg(feature = "memory")]
+            AnyDriver::Memory(driver) => AnyDriver::Memory(driver.another(row).await?),
+            #[cfg(feature = "sqlite")]
+            AnyDriver::Sqlite(driver) => AnyDriver::Sqlite(driver.another(row).await?),
+            #[cfg(feature = "postgres")]
+            AnyDriver::Postgres(driver) => AnyDriver::Postgres(driver.another(row).await?),
+            #[cfg(feature = "mysql")]
+            AnyDriver::Mysql(driver) => AnyDriver::Mysql(driver.another(row).await?),
+            #[cfg(feature = "redis")]
+            AnyDriver::Redis(driver) => AnyDriver::Redis(driver.another(row).await?),
+            #[cfg(feature = "etcd")]
+            AnyDriver::Etcd(driver) => AnyDriver::Etcd(Box::new(driver.another(row).await?)),
+            #[cfg(feature = "zookeeper")]
+            AnyDriver::Zookeeper(driver) => AnyDriver::Zookeeper(driver.another(row).await?),
+            #[cfg(feature = "mongo")]
+            AnyDriver::Mongo(driver) => AnyDriver::Mongo(driver.another(row).await?),
+        })
     }
 
     async fn read(&self) -> Result<(), DriverError> {

@@ -9,9 +9,12 @@
 //! | `floor_write` | the driver's cheapest durable write ([`Driver::write`]) |
 //! | `floor_read` | the driver's cheapest read ([`Driver::read`]) |
 //! | `names_10000` | acquire + release of the next of 10,000 prepared names ([`ManyNames`]) |
+//! | `floor_contention_8`, `floor_contention_32` | 8 or 32 connections each making the floor write on a row of its own at once, until the last is acknowledged ([`ContendedWrites`]) |
 //! | `contention_8`, `contention_32` | 8 or 32 nodes trying one name at once, until every node knows its outcome ([`Contention`]) |
 //!
-//! `cycle` over `floor_write` is the provider's cost in round trips of its backend.
+//! `cycle` over `floor_write` is the provider's cost in round trips of its backend;
+//! `contention_32` over `floor_contention_32` is its share of a burst, apart from what the
+//! server and the machine's cores cost 32 writers anyway.
 
 use std::time::Duration;
 
@@ -20,7 +23,7 @@ use criterion::{BenchmarkGroup, Criterion};
 use shedlock::AnyLockProvider;
 use tokio::runtime::Runtime;
 
-use crate::floors::Driver;
+use crate::floors::{ContendedWrites, Driver};
 use crate::scenarios::{Contention, Cycle, FirstAcquire, ManyNames, Refused, run_prefix};
 
 /// How many names `names_10000` goes through.
@@ -129,8 +132,24 @@ pub fn register<N, Fut, D>(
     for _ in 0..most {
         nodes.push(runtime.block_on(node()));
     }
+    let writers = runtime
+        .block_on(ContendedWrites::connect(driver, most as u32))
+        .expect("the floor's contenders connect");
     group.sample_size(CONTENTION_SAMPLES);
     for count in CONTENDERS {
+        let writes = writers.first(count);
+        group.bench_function(format!("floor_contention_{count}"), |b| {
+            b.to_async(runtime).iter_custom(|rounds| {
+                let writes = &writes;
+                async move {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..rounds {
+                        total += writes.run().await.expect("contended floor writes");
+                    }
+                    total
+                }
+            })
+        });
         let contention = Contention::new(nodes[..count].to_vec(), &prefix);
         group.bench_function(format!("contention_{count}"), |b| {
             b.to_async(runtime).iter_custom(|rounds| {

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use shedlock::AnyLockProvider;
 
-use crate::floors::Driver;
+use crate::floors::{ContendedWrites, Driver};
 use crate::measure::{Budget, Samples, measure, measure_reported};
 use crate::scenarios::{Contention, Cycle, FirstAcquire, Refused, run_prefix};
 
@@ -36,8 +36,13 @@ pub enum Bench {
     FirstAcquire,
     /// An acquire refused, another node holding the name ([`Refused`]).
     Refused,
+    /// 8 connections each making the floor write on a row of its own at once, until the last
+    /// is acknowledged ([`ContendedWrites`]): the floor of [`Contention8`](Self::Contention8).
+    FloorContention8,
     /// 8 nodes trying one name at once, until every node knows its outcome ([`Contention`]).
     Contention8,
+    /// The floor of [`Contention32`](Self::Contention32): the same with 32 connections.
+    FloorContention32,
     /// The same with 32 nodes.
     Contention32,
     /// 32 nodes, each a provider with its own connections, make one cycle each, one node after
@@ -53,13 +58,15 @@ pub enum Bench {
 
 impl Bench {
     /// Every bench, in the order [`run`] measures them.
-    pub const ALL: [Bench; 7] = [
+    pub const ALL: [Bench; 9] = [
         Bench::FloorWrite,
         Bench::FloorRead,
         Bench::Cycle,
         Bench::FirstAcquire,
         Bench::Refused,
+        Bench::FloorContention8,
         Bench::Contention8,
+        Bench::FloorContention32,
         Bench::Contention32,
     ];
 
@@ -71,7 +78,9 @@ impl Bench {
             Bench::Cycle => "cycle",
             Bench::FirstAcquire => "first_acquire",
             Bench::Refused => "refused",
+            Bench::FloorContention8 => "floor_contention_8",
             Bench::Contention8 => "contention_8",
+            Bench::FloorContention32 => "floor_contention_32",
             Bench::Contention32 => "contention_32",
             Bench::BeforeIdle => "before_idle",
             Bench::AfterIdle => "after_idle",
@@ -94,16 +103,21 @@ impl Bench {
     ///
     /// A cycle, first acquire included, is two round trips that each commit a write: two floor
     /// writes. A refused acquire writes nothing (the record says the name is held): one floor
-    /// read. Contending nodes each make one attempt at the same time and one of them writes, so
-    /// the last to know its outcome needs one floor write at the least (what the server's
-    /// serialising of the attempts adds on top is the figure's point). The round of cycles
-    /// after idle time is set beside the same round without it: what the idle time costs.
+    /// read. Contending nodes each make one attempt at the same time, so a round is set beside
+    /// as many connections each writing a row of their own at the same time: the server's
+    /// serialising of the writes and the machine's cores cost that much anyway, and the ratio is
+    /// the provider's share. The round of cycles after idle time is set beside the same round
+    /// without it: what the idle time costs.
     pub fn floor(self) -> Option<(Bench, u32)> {
         match self {
-            Bench::FloorWrite | Bench::FloorRead => None,
+            Bench::FloorWrite
+            | Bench::FloorRead
+            | Bench::FloorContention8
+            | Bench::FloorContention32 => None,
             Bench::Cycle | Bench::FirstAcquire | Bench::BeforeIdle => Some((Bench::FloorWrite, 2)),
             Bench::Refused => Some((Bench::FloorRead, 1)),
-            Bench::Contention8 | Bench::Contention32 => Some((Bench::FloorWrite, 1)),
+            Bench::Contention8 => Some((Bench::FloorContention8, 1)),
+            Bench::Contention32 => Some((Bench::FloorContention32, 1)),
             Bench::AfterIdle => Some((Bench::BeforeIdle, 1)),
         }
     }
@@ -111,8 +125,8 @@ impl Bench {
     /// How many nodes the bench contends with, for a contention bench.
     fn contenders(self) -> Option<usize> {
         match self {
-            Bench::Contention8 => Some(8),
-            Bench::Contention32 => Some(32),
+            Bench::Contention8 | Bench::FloorContention8 => Some(8),
+            Bench::Contention32 | Bench::FloorContention32 => Some(32),
             _ => None,
         }
     }
@@ -231,7 +245,8 @@ where
     let first = node().await?;
     let holder = node().await?;
     let mut contenders = vec![first.clone(), holder.clone()];
-    let mut measured = Vec::with_capacity(Bench::ALL.len() + 1);
+    let mut contended_writes = None::<ContendedWrites<D>>;
+    let mut measured = Vec::with_capacity(Bench::ALL.len() + 2);
     for bench in Bench::planned(after_idle) {
         starting(bench);
         let samples = match bench {
@@ -256,6 +271,30 @@ where
                 let samples = timed(each, || refused.run()).await;
                 refused.release().await.map_err(failed(bench))?;
                 samples.map_err(failed(bench))?
+            }
+            Bench::FloorContention8 | Bench::FloorContention32 => {
+                let count = bench.contenders().expect("a contention bench");
+                // The most contenders any bench has, made once; a smaller round takes the
+                // first of them, as contention rounds take the first nodes.
+                if contended_writes.is_none() {
+                    let most = Bench::FloorContention32
+                        .contenders()
+                        .expect("a contention bench");
+                    let connected = ContendedWrites::connect(driver, most as u32)
+                        .await
+                        .map_err(failed(bench))?;
+                    contended_writes = Some(connected);
+                }
+                let writes = contended_writes
+                    .as_ref()
+                    .expect("connected above")
+                    .first(count);
+                measure_reported(Budget::Calls(WARM_UP_ROUNDS), || writes.run())
+                    .await
+                    .map_err(failed(bench))?;
+                measure_reported(Budget::For(each), || writes.run())
+                    .await
+                    .map_err(failed(bench))?
             }
             Bench::Contention8 | Bench::Contention32 => {
                 let count = bench.contenders().expect("a contention bench");
@@ -371,6 +410,18 @@ mod tests {
         let expected = refused.as_secs_f64() / read.as_secs_f64();
         let ratio = figures.ratio_to_floor(Bench::Refused).unwrap();
         assert!((ratio - expected).abs() < 1e-9, "{ratio} != {expected}");
+        for (contention, floor) in [
+            (Bench::Contention8, Bench::FloorContention8),
+            (Bench::Contention32, Bench::FloorContention32),
+        ] {
+            assert_eq!(contention.floor(), Some((floor, 1)));
+            assert_eq!(floor.floor(), None);
+            let floor = figures.get(floor).unwrap().stats().p50;
+            let round = figures.get(contention).unwrap().stats().p50;
+            let expected = round.as_secs_f64() / floor.as_secs_f64();
+            let ratio = figures.ratio_to_floor(contention).unwrap();
+            assert!((ratio - expected).abs() < 1e-9, "{ratio} != {expected}");
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,14 +22,16 @@ const BENCH_EXAMPLES: &str = "\
 Benches, per backend: floor_write and floor_read (the backend's own driver on a connection of
 its own: a one-row UPDATE, SET, put, setData or updateOne that commits, and SELECT 1, PING or a
 get), cycle (acquire + release of one name), first_acquire (of a name never seen), refused (the
-name held by another node), contention_8 and contention_32 (that many nodes, each a provider
-with its own connections, try one name at once: the time until the last knows its outcome;
-exactly one must win), and with --after-idle, before_idle and after_idle (32 nodes make one
-cycle each, one after another; then the same after that long without a call). RATIO is a
-bench's p50 over its FLOOR's (the floor writes or reads the bench cannot do without: 2 writes
-for a cycle, 1 read for a refused acquire, 1 write for contention; before_idle for after_idle):
-1.00x means shedlock adds nothing measurable to the server's cost, or for after_idle, that the
-idle time costs the next run nothing.
+name held by another node), floor_contention_8 and floor_contention_32 (that many
+connections each make the floor write on a row of their own at once: the time until the last is
+acknowledged), contention_8 and contention_32 (that many nodes, each a provider with its own
+connections, try one name at once: the time until the last knows its outcome; exactly one must
+win), and with --after-idle, before_idle and after_idle (32 nodes make one cycle each, one after
+another; then the same after that long without a call). RATIO is a bench's p50 over its FLOOR's
+(what the bench cannot do without: 2 writes for a cycle, 1 read for a refused acquire, as many
+writes at once for contention; before_idle for after_idle): 1.00x means shedlock adds nothing
+measurable to what the server and the machine cost anyway, or for after_idle, that the idle
+time costs the next run nothing.
 
 Every lock the bench takes has a name of its own (bench-<random>-...); the records it leaves
 (SQL rows, MongoDB documents, ZooKeeper nodes) are removed at the end. A SQL database needs
@@ -58,7 +60,7 @@ pub struct BenchArgs {
     /// same way).
     #[arg(long = "url", value_name = "URL")]
     urls: Vec<String>,
-    /// How long each backend is measured, shared among its seven benches.
+    /// How long each backend is measured, shared among its nine benches.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_timeout)]
     duration: Duration,
     /// Also measure before_idle and after_idle: 32 nodes make one cycle each, one after

@@ -16,13 +16,15 @@ use command::{Ran, run, shedlock};
 use serde_json::Value;
 
 /// Every bench, in the order the command measures and prints them.
-const BENCHES: [&str; 7] = [
+const BENCHES: [&str; 9] = [
     "floor_write",
     "floor_read",
     "cycle",
     "first_acquire",
     "refused",
+    "floor_contention_8",
     "contention_8",
+    "floor_contention_32",
     "contention_32",
 ];
 
@@ -116,10 +118,11 @@ fn checked_json(ran: &Ran, backends: &[&str]) -> Value {
             if WITH_A_FLOOR.contains(&name) {
                 assert!(ratio.as_f64().expect("a ratio") > 0.0, "{bench}");
                 let floor = bench["floor"]["bench"].as_str().expect("the floor's name");
-                let expected = if name == "refused" {
-                    "floor_read"
-                } else {
-                    "floor_write"
+                let expected = match name {
+                    "refused" => "floor_read",
+                    "contention_8" => "floor_contention_8",
+                    "contention_32" => "floor_contention_32",
+                    _ => "floor_write",
                 };
                 assert_eq!(floor, expected, "{bench}");
             } else {
@@ -190,7 +193,7 @@ fn json_holds_every_figure_of_every_backend() {
         "bench",
         "--json",
         "--duration",
-        "700ms",
+        "900ms",
         "--chart",
         chart.arg(),
     ]));
