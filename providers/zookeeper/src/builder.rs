@@ -171,6 +171,7 @@ impl ZookeeperLockProviderBuilder {
                 session: tokio::sync::Mutex::new(SessionSlot::default()),
                 clock: Mutex::new(None),
                 root_checked: AtomicBool::new(false),
+                freed_versions: Mutex::default(),
             }),
         })
     }

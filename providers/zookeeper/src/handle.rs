@@ -200,7 +200,18 @@ impl LockHandle for ZookeeperLockHandle {
             .write_in_any_session(Operation::Release, &state, release_until)
             .await?;
         state.end();
-        Ok(matches!(outcome, Owned::Written(_)))
+        match outcome {
+            Owned::Written(written) => {
+                // The write's own stamp passed the lock_until it left: the lock is free from
+                // then on by the server's clock, so this provider's next acquire of the name
+                // may compare-and-set on this version without reading the node first.
+                if written.stat.mtime.saturating_mul(1000) >= written.lock_until {
+                    self.inner.remember_freed(&self.path, written.stat.version);
+                }
+                Ok(true)
+            }
+            Owned::Lost => Ok(false),
+        }
     }
 
     async fn extend(&self, lock_at_most_for: Duration) -> Result<bool, LockError> {

@@ -7,7 +7,10 @@
 //!
 //! - **acquire** reads the node; if it is missing, creates it; if its `lock_until` has passed
 //!   on the server's clock, writes a new `lock_until` if the node is still at the version just
-//!   read (compare-and-set), which is ShedLock's own condition; otherwise answers not acquired;
+//!   read (compare-and-set), which is ShedLock's own condition; otherwise answers not acquired.
+//!   When this provider's own release left the node free (its stamp past the `lock_until` it
+//!   wrote), the next acquire of the name writes on that version at once, with no read: it
+//!   lands only if nobody wrote the node since, and otherwise the node is read as above;
 //! - **release** and **extend** write only if the node is still at the version this
 //!   acquisition's last write produced, so they never touch a lock someone has taken since,
 //!   whoever that is (ShedLock's release writes without any check). Release writes
@@ -17,6 +20,10 @@
 //!   larger transaction id than the one before, across the whole ensemble and across restarts,
 //!   so tokens strictly increase per name. (The node's version would not do: it restarts at 0
 //!   if the node is deleted and created again.)
+//!
+//! Free a lock with `force_unlock` (or the CLI's `unlock`), which writes, never by deleting its
+//! node: a node deleted and made again restarts its version at 0 and can come back to the
+//! version an acquisition, or this provider's last release, compares with.
 //!
 //! Tested against ZooKeeper 3.8 (Debian's package, standalone) with `zookeeper-client` 0.11.
 //!
@@ -94,13 +101,15 @@
 //! |---|---|
 //! | acquire, new name | 2: read (no node), create |
 //! | acquire, free known name | 2: read, compare-and-set write |
+//! | acquire, name this provider released last | 1: compare-and-set write |
 //! | acquire, refused | 1: read |
 //! | release, extend | 1: compare-and-set write |
 //! | connect | the session handshake + 1 root read + 1 root write (+ 1 create per missing level of the root) |
 //! | first operation of a provider built with `connect_lazy` | + the same, once |
 //!
 //! Rarer extras: an acquire that loses a race (the node was created or written between its
-//! read and its write) reads again, one more round trip per lost race; an operation that finds
+//! read and its write, or since this provider's release) reads again, one more round trip per
+//! lost race; an operation that finds
 //! the clock interval wider than its limit first writes the root, up to three times; a
 //! release or extend whose write landed just after the lock expired writes the expired
 //! `lock_until` back (one more) and answers `false`, so a lock that was over is over again one

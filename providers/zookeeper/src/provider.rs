@@ -58,6 +58,12 @@ impl ZookeeperLockProvider {
         Self::builder().connect(connect_string).await
     }
 
+    /// Forgets the lock nodes this provider's own releases left free, as a restarted node
+    /// would: its next acquire of each name reads the node first.
+    pub fn clear_name_cache(&self) {
+        self.inner.forget_freed_versions();
+    }
+
     /// The node of lock `name`, `<root>/<escaped name>`, for operators who want to inspect or
     /// free a lock by hand. Refuses what [`try_lock`](LockProvider::try_lock) refuses.
     pub fn lock_path(&self, name: &str) -> Result<String, LockError> {
@@ -142,63 +148,72 @@ impl ZookeeperLockProvider {
         let mut clock = inner
             .calibrated(client, Operation::Acquire, name, deadline)
             .await?;
+        // A release of this provider left the node free at a version it knows: the
+        // compare-and-set on that version needs no read first. It lands only if nobody wrote
+        // the node since, so the node still holds that release's lock_until, which the
+        // release's own stamp had already passed. If someone wrote since, the node is read.
+        let mut freed_version = inner.take_freed_version(path);
         loop {
-            let read = inner
-                .request(
-                    Operation::Acquire,
-                    name,
-                    deadline,
-                    storage::read(client, path),
-                )
-                .await?;
-            let version = match read {
-                Ok((held, stat)) => {
-                    let Some(current_until) = storage::parse_lock_until(&held) else {
-                        return Err(LockError::backend_message(
-                            ErrorKind::CorruptData,
-                            PROVIDER,
-                            Operation::Acquire,
-                            name,
-                            format!(
-                                "node {path} holds {}, which is not an ISO-8601 instant (ShedLock's \
+            let version = if let Some(version) = freed_version.take() {
+                Some(version)
+            } else {
+                let read = inner
+                    .request(
+                        Operation::Acquire,
+                        name,
+                        deadline,
+                        storage::read(client, path),
+                    )
+                    .await?;
+                match read {
+                    Ok((held, stat)) => {
+                        let Some(current_until) = storage::parse_lock_until(&held) else {
+                            return Err(LockError::backend_message(
+                                ErrorKind::CorruptData,
+                                PROVIDER,
+                                Operation::Acquire,
+                                name,
+                                format!(
+                                    "node {path} holds {}, which is not an ISO-8601 instant (ShedLock's \
                                  lock_until); nothing was written. Java ShedLock treats such a \
                                  node as held for ever: write a lock_until into it or delete it",
-                                storage::describe_data(&held)
-                            ),
-                        ));
-                    };
-                    let refused = || {
-                        Ok(Acquisition::NotAcquired(Some(LockHolder {
-                            locked_by: None,
-                            held_until: Some(system_time(current_until)),
-                        })))
-                    };
-                    // The node's last write was stamped before this read was served, so the
-                    // server's clock reads at least its mtime: a lock released "now" is seen
-                    // free at once, however uncertain this node's own interval is.
-                    let stamped = stat.mtime.saturating_mul(1000);
-                    if clock.earliest(std::time::Instant::now()).max(stamped) < current_until {
-                        return refused();
-                    }
-                    // The estimate says the lock is over, but it rests on this node's
-                    // monotonic clock running at the server's rate, and a take-over is the
-                    // decision that must never come early. Unless the node's own stamp shows
-                    // it over, the server decides: a write to the root, whose stamp the
-                    // server's clock has passed before the take-over is sent.
-                    if stamped < current_until {
-                        let server_now = inner
-                            .stamp(client, Operation::Acquire, name, deadline)
-                            .await?;
-                        if server_now < current_until {
+                                    storage::describe_data(&held)
+                                ),
+                            ));
+                        };
+                        let refused = || {
+                            Ok(Acquisition::NotAcquired(Some(LockHolder {
+                                locked_by: None,
+                                held_until: Some(system_time(current_until)),
+                            })))
+                        };
+                        // The node's last write was stamped before this read was served, so the
+                        // server's clock reads at least its mtime: a lock released "now" is seen
+                        // free at once, however uncertain this node's own interval is.
+                        let stamped = stat.mtime.saturating_mul(1000);
+                        if clock.earliest(std::time::Instant::now()).max(stamped) < current_until {
                             return refused();
                         }
-                        clock = inner.known_clock().unwrap_or(clock);
+                        // The estimate says the lock is over, but it rests on this node's
+                        // monotonic clock running at the server's rate, and a take-over is the
+                        // decision that must never come early. Unless the node's own stamp shows
+                        // it over, the server decides: a write to the root, whose stamp the
+                        // server's clock has passed before the take-over is sent.
+                        if stamped < current_until {
+                            let server_now = inner
+                                .stamp(client, Operation::Acquire, name, deadline)
+                                .await?;
+                            if server_now < current_until {
+                                return refused();
+                            }
+                            clock = inner.known_clock().unwrap_or(clock);
+                        }
+                        Some(stat.version)
                     }
-                    Some(stat.version)
-                }
-                Err(zookeeper_client::Error::NoNode) => None,
-                Err(error) => {
-                    return Err(inner.failure(client, Operation::Acquire, name, error).await);
+                    Err(zookeeper_client::Error::NoNode) => None,
+                    Err(error) => {
+                        return Err(inner.failure(client, Operation::Acquire, name, error).await);
+                    }
                 }
             };
             let until = |clock: &ServerClock, sent: Instant| {
@@ -226,7 +241,8 @@ impl ZookeeperLockProvider {
             };
             let stat = match written {
                 Ok(stat) => stat,
-                // Someone created or wrote the node since it was read: judge it again.
+                // Someone created or wrote the node since it was read (or since this
+                // provider's release left it free): read it and judge it again.
                 Err(
                     zookeeper_client::Error::NodeExists
                     | zookeeper_client::Error::BadVersion

@@ -1,8 +1,9 @@
 //! The provider's shared state ([`Inner`]) and its ZooKeeper session: opened on first use,
 //! over TLS for a `zk+tls://` connect string, and replaced once ZooKeeper ends it.
 
-use std::sync::Mutex;
+use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use shedlock_core::raw::consequence;
@@ -41,6 +42,10 @@ pub(crate) struct Inner {
     /// Whether the root was read once and found empty (or missing), before the first of the
     /// writes that learn the clock there.
     pub(crate) root_checked: AtomicBool,
+    /// Per lock node, the version this provider's own release left there when that release
+    /// made the lock free at once. The next acquire of the name tries its compare-and-set on
+    /// that version instead of reading the node first; it lands only if nobody wrote since.
+    pub(crate) freed_versions: Mutex<HashMap<String, i32>>,
 }
 
 #[derive(Default)]
@@ -55,6 +60,31 @@ pub(crate) struct Session {
 }
 
 impl Inner {
+    /// Remembers that this provider's release left `path` free at `version`.
+    pub(crate) fn remember_freed(&self, path: &str, version: i32) {
+        self.freed_versions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(path.to_owned(), version);
+    }
+
+    /// The version a release of this provider left `path` free at, forgotten as it is
+    /// handed out: one acquire tries it, and whatever happens the node is read next time.
+    pub(crate) fn take_freed_version(&self, path: &str) -> Option<i32> {
+        self.freed_versions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(path)
+    }
+
+    /// Forgets every version remembered by [`remember_freed`](Self::remember_freed).
+    pub(crate) fn forget_freed_versions(&self) {
+        self.freed_versions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
     pub(crate) fn uses_tls(&self) -> bool {
         #[cfg(feature = "tls-rustls")]
         return self.tls.is_some();

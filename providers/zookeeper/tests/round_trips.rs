@@ -293,6 +293,79 @@ async fn every_operation_is_its_minimum_of_requests() {
     cleanup(&wire.root).await;
 }
 
+/// A provider that released a lock itself, leaving it free, takes it again with its
+/// compare-and-set alone; if anyone wrote the node since, that write is refused and the node is
+/// read, one request more, once.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_acquire_after_this_providers_own_release_writes_without_reading() {
+    let wire = Wire::start().await;
+    let node = wire.provider().await;
+    let other = wire.provider().await;
+    let job = config("job", Duration::ZERO);
+
+    let (handle, cost) = wire.measure(node.try_lock(&job)).await;
+    assert_requests(&cost, 2, "acquire of a new name: read (no node) + create");
+    let handle = acquired(handle);
+    let token = handle.fencing_token().unwrap();
+    assert!(handle.unlock().await.unwrap());
+
+    for round in 0..3 {
+        let (handle, cost) = wire.measure(node.try_lock(&job)).await;
+        assert_requests(
+            &cost,
+            1,
+            &format!("round {round}: acquire after its own release: one compare-and-set"),
+        );
+        let handle = acquired(handle);
+        assert!(handle.fencing_token().unwrap() > token);
+        let (refused, cost) = wire.measure(other.try_lock(&job)).await;
+        assert!(
+            matches!(refused.unwrap(), Acquisition::NotAcquired(_)),
+            "round {round}: the lock taken by the fast path is held"
+        );
+        assert_requests(&cost, 1, "the other node's refused acquire: one read");
+        assert!(handle.unlock().await.unwrap());
+    }
+
+    // Another node took and released the lock since: the remembered version is stale, so the
+    // compare-and-set is refused, and the node is read and written.
+    acquired(other.try_lock(&job).await).unlock().await.unwrap();
+    let (handle, cost) = wire.measure(node.try_lock(&job)).await;
+    assert_requests(
+        &cost,
+        3,
+        "stale version: refused compare-and-set + read + compare-and-set",
+    );
+    assert!(acquired(handle).unlock().await.unwrap());
+
+    // Another node holds it: the stale write is refused, the read finds it held; the next
+    // attempt reads only.
+    let held = acquired(other.try_lock(&job).await);
+    let (refused, cost) = wire.measure(node.try_lock(&job)).await;
+    assert!(matches!(refused.unwrap(), Acquisition::NotAcquired(_)));
+    assert_requests(&cost, 2, "held by another: refused compare-and-set + read");
+    let (refused, cost) = wire.measure(node.try_lock(&job)).await;
+    assert!(matches!(refused.unwrap(), Acquisition::NotAcquired(_)));
+    assert_requests(&cost, 1, "the version is forgotten once tried: one read");
+    assert!(held.unlock().await.unwrap());
+
+    // A release within lock_at_least_for leaves the lock held: nothing is remembered.
+    let at_least = config("at-least", Duration::from_secs(5));
+    assert!(acquired(node.try_lock(&at_least).await).unlock().await.unwrap());
+    let (refused, cost) = wire.measure(node.try_lock(&at_least)).await;
+    assert!(matches!(refused.unwrap(), Acquisition::NotAcquired(_)));
+    assert_requests(&cost, 1, "held for lock_at_least_for: one read");
+
+    // clear_name_cache forgets, as a restarted node would.
+    acquired(node.try_lock(&job).await).unlock().await.unwrap();
+    node.clear_name_cache();
+    let (handle, cost) = wire.measure(node.try_lock(&job)).await;
+    assert_requests(&cost, 2, "after clear_name_cache: read + compare-and-set");
+    assert!(acquired(handle).unlock().await.unwrap());
+
+    cleanup(&wire.root).await;
+}
+
 /// The operator's view: a page of any size is two requests (the root's children, then one
 /// multi-read of the page's nodes), inspect one read, force-unlock a read and a
 /// compare-and-set write.
