@@ -34,7 +34,7 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
-    fn new(id: i64, ttl: i64, sent: Instant) -> Self {
+    pub(crate) fn new(id: i64, ttl: i64, sent: Instant) -> Self {
         Self {
             id,
             ttl,
@@ -44,6 +44,21 @@ impl Lease {
 }
 
 impl Inner {
+    /// The freshest spare lease of `ttl`, taken, if it surely lives past any request sent now
+    /// and answered within the operation timeout: its keep-alive may then travel beside the
+    /// transaction that puts a key on it, rather than before, since the transaction finds the
+    /// lease alive whichever of the two etcd applies first.
+    pub(crate) fn young_spare(&self, ttl: i64) -> Option<Lease> {
+        let mut spares = self.spare_leases.lock().ok()?;
+        let kept = spares.get_mut(&ttl)?;
+        let outlasts = Instant::now() + self.operation_timeout + SPARE_MARGIN;
+        if kept.last()?.alive_until > outlasts {
+            kept.pop()
+        } else {
+            None
+        }
+    }
+
     /// A lease of `ttl` seconds for a key to be put on: a spare one restarted by one keep-alive,
     /// else a new grant. Either is one request.
     pub(crate) async fn lease(

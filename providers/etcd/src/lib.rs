@@ -32,7 +32,12 @@
 //! transaction leaves without a key (after a release, a move, or a refused acquire) are kept, a
 //! few per TTL, and the next operation needing that TTL restarts one with a keep-alive instead
 //! of granting a new one: a lock cycle sends no revoke, and keyless leases never pile up (a
-//! spare nobody reuses ends at its TTL, as every lease does).
+//! spare nobody reuses ends at its TTL, as every lease does). When the spare surely outlives
+//! the acquire (more than the operation timeout and a second of its life left), its keep-alive
+//! and the acquire's transaction are sent together, one round trip: the transaction finds the
+//! lease alive whichever etcd applies first. If the keep-alive fails, the lease is revoked with
+//! any key on it and the acquire answers an error; if etcd says the lease had ended, nothing of
+//! ours is left and the acquire grants a new one.
 //!
 //! Leases count whole seconds, so every duration is rounded up to a second, and etcd raises a
 //! lease below its minimum TTL (2 s with default settings) to that minimum and revokes expired

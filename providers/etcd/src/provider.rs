@@ -84,6 +84,52 @@ impl EtcdLockProvider {
     }
 }
 
+impl EtcdLockProvider {
+    /// The acquire transaction on a young spare lease, sent together with the keep-alive that
+    /// restarts the lease: one round trip where the two in turn take two. The lease is alive
+    /// whenever etcd applies the transaction ([`Inner::young_spare`]), so the key is put on it
+    /// or refused exactly as after a keep-alive. A key put on a lease whose keep-alive then
+    /// failed would end with the lease's old life, sooner than `lock_at_most_for` allows from
+    /// now: whatever the transaction found, that lease is revoked (deleting any key on it) and
+    /// the acquire answers the keep-alive's error, so no task runs on it.
+    ///
+    /// `None` when etcd said the lease had ended (revoked by hand, say): whatever the
+    /// transaction did ended with it, nothing of ours is left, and the caller acquires as if
+    /// there had been no spare.
+    async fn acquire_beside_keep_alive(
+        &self,
+        name: &str,
+        key: &str,
+        value: &str,
+        spare: Lease,
+    ) -> Result<Option<(Lease, Result<AcquireOutcome, LockError>)>, LockError> {
+        let inner = &self.inner;
+        let (mut keep_alive_client, mut client) = (inner.client.clone(), inner.client.clone());
+        let sent = Instant::now();
+        let (restarted, outcome) = tokio::join!(
+            inner.call(
+                Operation::Acquire,
+                name,
+                storage::refresh_lease(&mut keep_alive_client, spare.id),
+            ),
+            inner.call(
+                Operation::Acquire,
+                name,
+                storage::acquire(&mut client, key, value, spare.id),
+            ),
+        );
+        match restarted {
+            Ok(true) => Ok(Some((Lease::new(spare.id, spare.ttl, sent), outcome))),
+            Ok(false) => Ok(None),
+            Err(failure) => {
+                // Revoking also deletes a key the transaction put on the lease.
+                inner.revoke_in_background(vec![spare], "its keep-alive failed beside the acquire");
+                Err(failure)
+            }
+        }
+    }
+}
+
 #[async_trait]
 impl LockProvider for EtcdLockProvider {
     async fn try_lock(&self, config: &LockConfiguration) -> Result<Acquisition, LockError> {
@@ -93,14 +139,27 @@ impl LockProvider for EtcdLockProvider {
         let ttl = lease_secs(Operation::Acquire, name, config.lock_at_most_for())?;
         let value = storage::lock_value(&inner.holder);
         let mut client = inner.client.clone();
-        let lease = inner.lease(Operation::Acquire, name, ttl).await?;
-        let outcome = inner
-            .call(
-                Operation::Acquire,
-                name,
-                storage::acquire(&mut client, &key, &value, lease.id),
-            )
-            .await;
+        let beside = match inner.young_spare(ttl) {
+            Some(spare) => {
+                self.acquire_beside_keep_alive(name, &key, &value, spare)
+                    .await?
+            }
+            None => None,
+        };
+        let (lease, outcome) = match beside {
+            Some(sent_together) => sent_together,
+            None => {
+                let lease = inner.lease(Operation::Acquire, name, ttl).await?;
+                let outcome = inner
+                    .call(
+                        Operation::Acquire,
+                        name,
+                        storage::acquire(&mut client, &key, &value, lease.id),
+                    )
+                    .await;
+                (lease, outcome)
+            }
+        };
         let acquired_at = Instant::now();
         match outcome {
             Ok(AcquireOutcome::Acquired { revision }) => {

@@ -42,6 +42,11 @@ struct Cost {
 struct Wire {
     calls: Arc<AtomicU64>,
     resets: Arc<AtomicU64>,
+    /// Bytes etcd has sent the client so far.
+    answered_bytes: Arc<AtomicU64>,
+    /// For each call, in order, [`answered_bytes`](Self::answered_bytes) when it was sent: calls
+    /// sent with the same figure went out before any answer came between them.
+    sent_after: Arc<std::sync::Mutex<Vec<u64>>>,
     proxy: CountingProxy,
     url: String,
 }
@@ -56,17 +61,31 @@ impl Wire {
         let url = format!("http://{}", listener.local_addr().unwrap());
         let calls = Arc::new(AtomicU64::new(0));
         let resets = Arc::new(AtomicU64::new(0));
+        let answered_bytes = Arc::new(AtomicU64::new(0));
+        let sent_after = Arc::new(std::sync::Mutex::new(Vec::new()));
         let (counted, counted_resets) = (calls.clone(), resets.clone());
+        let (answered, counted_sent_after) = (answered_bytes.clone(), sent_after.clone());
         let target = proxy.local_addr();
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let server = TcpStream::connect(target).await.unwrap();
                 let (mut client_read, mut client_write) = client.into_split();
                 let (mut server_read, mut server_write) = server.into_split();
+                let answered_here = answered.clone();
                 tokio::spawn(async move {
-                    let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+                    let mut buffer = vec![0u8; 64 * 1024];
+                    while let Ok(read) = server_read.read(&mut buffer).await {
+                        if read == 0 {
+                            break;
+                        }
+                        answered_here.fetch_add(read as u64, Ordering::SeqCst);
+                        if client_write.write_all(&buffer[..read]).await.is_err() {
+                            break;
+                        }
+                    }
                 });
                 let (counted, counted_resets) = (counted.clone(), counted_resets.clone());
+                let (answered, sent_after) = (answered.clone(), counted_sent_after.clone());
                 tokio::spawn(async move {
                     let mut frames = FrameReader::default();
                     let mut buffer = vec![0u8; 64 * 1024];
@@ -78,6 +97,11 @@ impl Wire {
                         let (headers, resets) = frames.frames_in(&buffer[..read]);
                         counted.fetch_add(headers, Ordering::SeqCst);
                         counted_resets.fetch_add(resets, Ordering::SeqCst);
+                        let answered = answered.load(Ordering::SeqCst);
+                        sent_after
+                            .lock()
+                            .unwrap()
+                            .extend((0..headers).map(|_| answered));
                         if server_write.write_all(&buffer[..read]).await.is_err() {
                             break;
                         }
@@ -88,9 +112,44 @@ impl Wire {
         Self {
             calls,
             resets,
+            answered_bytes,
+            sent_after,
             proxy,
             url,
         }
+    }
+
+    /// Runs `operation` on a quiet wire: its result, what it cost, and how many of its calls
+    /// went out before etcd had answered anything of it (sent together, one round trip).
+    async fn measure_sent_together<T>(
+        &self,
+        operation: impl Future<Output = T>,
+    ) -> (T, Cost, usize) {
+        let before = self.quiet_calls().await;
+        // etcd closes its side of a finished keep-alive call a little after the answer.
+        let answered_before = loop {
+            let answered = self.answered_bytes.load(Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if self.answered_bytes.load(Ordering::SeqCst) == answered {
+                break answered;
+            }
+        };
+        let sent_before = self.sent_after.lock().unwrap().len();
+        let round_trips = self.proxy.round_trips();
+        let result = operation.await;
+        let calls = self.calls() - before;
+        let round_trips = self.proxy.round_trips() - round_trips;
+        let together = self.sent_after.lock().unwrap()[sent_before..]
+            .iter()
+            .filter(|&&answered| answered == answered_before)
+            .count();
+        let background_calls = self.quiet_calls().await - before - calls;
+        let cost = Cost {
+            calls,
+            background_calls,
+            round_trips,
+        };
+        (result, cost, together)
     }
 
     async fn provider(&self, env: &str) -> EtcdLockProvider {
@@ -244,27 +303,35 @@ async fn every_operation_is_its_minimum_of_grpc_calls() {
         "release: one transaction, and no revoke (the lease is kept for reuse)",
     );
 
-    let (handle, cost) = wire
-        .measure(holder.try_lock(&config("job", Duration::ZERO)))
+    let (handle, cost, together) = wire
+        .measure_sent_together(holder.try_lock(&config("job", Duration::ZERO)))
         .await;
     assert_calls(
         cost,
         2,
         "acquire of a new name: the spare lease restarted by a keep-alive + transaction",
     );
+    assert_eq!(
+        together, 2,
+        "a young spare's keep-alive goes with the transaction, one round trip"
+    );
     let handle = acquired(handle);
 
     // The contender warms up on its own name first, so it has a spare lease too.
     let warm_up = acquired(contender.try_lock(&config("other", Duration::ZERO)).await);
     assert!(warm_up.unlock().await.unwrap());
-    let (refused, cost) = wire
-        .measure(contender.try_lock(&config("job", Duration::ZERO)))
+    let (refused, cost, together) = wire
+        .measure_sent_together(contender.try_lock(&config("job", Duration::ZERO)))
         .await;
     assert!(matches!(refused.unwrap(), Acquisition::NotAcquired(_)));
     assert_calls(
         cost,
         2,
         "refused acquire: lease + transaction, and no revoke (the unused lease is kept)",
+    );
+    assert_eq!(
+        together, 2,
+        "the refused acquire's two calls, sent together"
     );
 
     let (extended, cost) = wire.measure(handle.extend(Duration::from_secs(10))).await;
@@ -279,10 +346,35 @@ async fn every_operation_is_its_minimum_of_grpc_calls() {
     assert!(released.unwrap());
     assert_calls(cost, 1, "release: one owner-checked transaction");
 
-    let (handle, cost) = wire
-        .measure(holder.try_lock(&config("job", Duration::ZERO)))
+    let (handle, cost, together) = wire
+        .measure_sent_together(holder.try_lock(&config("job", Duration::ZERO)))
         .await;
     assert_calls(cost, 2, "acquire of a free known name: lease + transaction");
+    assert_eq!(
+        together, 2,
+        "the keep-alive and the transaction, sent together"
+    );
+    assert!(acquired(handle).unlock().await.unwrap());
+
+    // A spare too old to surely outlast a request (less than the operation timeout and a
+    // second of its life left) is restarted first, and the transaction waits for it.
+    let short = LockConfiguration::new("short", Duration::from_secs(5), Duration::ZERO).unwrap();
+    assert!(
+        acquired(holder.try_lock(&short).await)
+            .unlock()
+            .await
+            .unwrap()
+    );
+    let (handle, cost, together) = wire.measure_sent_together(holder.try_lock(&short)).await;
+    assert_calls(
+        cost,
+        2,
+        "acquire on an old spare: keep-alive, then transaction",
+    );
+    assert_eq!(
+        together, 1,
+        "the transaction waited for the keep-alive's answer"
+    );
     assert!(acquired(handle).unlock().await.unwrap());
 
     let at_least = config("kept", Duration::from_secs(5));
@@ -300,6 +392,47 @@ async fn every_operation_is_its_minimum_of_grpc_calls() {
     // acquires at full speed failed one with an unknown outcome when keep-alives were reset.
     wire.quiet_calls().await;
     assert_eq!(wire.resets(), 0, "streams the client reset");
+}
+
+/// A spare lease that ended behind the provider's back (revoked by hand) fails the
+/// transaction sent beside its keep-alive, and etcd's answer that the lease is gone says nothing
+/// of ours is left: the acquire grants a new lease and takes the lock, with no error.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_spare_lease_revoked_by_hand_costs_a_grant_and_no_error() {
+    let wire = Wire::start().await;
+    let env = format!("wire-{}", uuid::Uuid::new_v4().simple());
+    let node = wire.provider(&env).await;
+    let job = config("job", Duration::ZERO);
+    let key = node.lock_key("job").unwrap();
+    let mut etcd = etcd_client::Client::connect([settings::ETCD.value()], None)
+        .await
+        .unwrap();
+    let lease_of = async |etcd: &mut etcd_client::Client| {
+        let found = etcd.get(key.as_str(), None).await.unwrap();
+        found.kvs().first().map(|kv| kv.lease())
+    };
+
+    let handle = acquired(node.try_lock(&job).await);
+    let spare = lease_of(&mut etcd).await.expect("the key is held");
+    assert!(handle.unlock().await.unwrap());
+    assert_eq!(lease_of(&mut etcd).await, None, "released");
+    etcd.lease_revoke(spare).await.unwrap();
+
+    let (handle, cost) = wire.measure_concurrent(node.try_lock(&job)).await;
+    let handle = acquired(handle);
+    assert_eq!(
+        (cost.calls, cost.background_calls),
+        (4, 0),
+        "keep-alive and transaction, both refused for the ended lease; a grant; the transaction"
+    );
+    let held_on = lease_of(&mut etcd).await.expect("held again");
+    assert_ne!(held_on, spare, "on a lease of its own");
+    let ttl = etcd.lease_time_to_live(held_on, None).await.unwrap().ttl();
+    assert!(
+        (8..=10).contains(&ttl),
+        "a whole lock_at_most_for left: {ttl} s"
+    );
+    assert!(handle.unlock().await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -351,7 +351,12 @@ async fn an_acquire_after_this_providers_own_release_writes_without_reading() {
 
     // A release within lock_at_least_for leaves the lock held: nothing is remembered.
     let at_least = config("at-least", Duration::from_secs(5));
-    assert!(acquired(node.try_lock(&at_least).await).unlock().await.unwrap());
+    assert!(
+        acquired(node.try_lock(&at_least).await)
+            .unlock()
+            .await
+            .unwrap()
+    );
     let (refused, cost) = wire.measure(node.try_lock(&at_least)).await;
     assert!(matches!(refused.unwrap(), Acquisition::NotAcquired(_)));
     assert_requests(&cost, 1, "held for lock_at_least_for: one read");
