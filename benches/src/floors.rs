@@ -14,10 +14,11 @@
 use std::error::Error;
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use shedlock::scheme::{Backend, Scheme};
-use tokio::sync::Barrier;
+
+use crate::measure::at_once;
 
 /// A failure of the backend's own driver.
 pub type DriverError = Box<dyn Error + Send + Sync>;
@@ -107,35 +108,16 @@ impl<D: Driver> ContendedWrites<D> {
     /// One round: every driver waits at a barrier, each in a task of its own as a contending
     /// node does, then writes its row once.
     pub async fn run(&self) -> Result<Duration, DriverError> {
-        let barrier = Arc::new(Barrier::new(self.drivers.len()));
-        let writes: Vec<_> = self
-            .drivers
-            .iter()
-            .map(|driver| {
-                let (driver, barrier) = (driver.clone(), barrier.clone());
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    let start = Instant::now();
-                    let written = driver.write().await;
-                    (start, Instant::now(), written)
-                })
-            })
-            .collect();
-        let (mut first_start, mut last_end) = (None::<Instant>, None::<Instant>);
-        let mut failure = None;
-        for write in writes {
-            let (start, end, written) = write.await.expect("a floor write panicked");
-            first_start = Some(first_start.map_or(start, |first| first.min(start)));
-            last_end = Some(last_end.map_or(end, |last| last.max(end)));
-            if let Err(error) = written {
-                failure = Some(error);
-            }
+        if self.drivers.is_empty() {
+            return Err("a round of contended writes needs at least one driver".into());
         }
-        match (failure, first_start, last_end) {
-            (Some(error), _, _) => Err(error),
-            (None, Some(start), Some(end)) => Ok(end - start),
-            (None, _, _) => Err("a round of contended writes needs at least one driver".into()),
-        }
+        let writes = self.drivers.iter().map(|driver| {
+            let driver = driver.clone();
+            async move { driver.write().await }
+        });
+        let (written, took) = at_once(writes).await;
+        written.into_iter().collect::<Result<Vec<()>, _>>()?;
+        Ok(took)
     }
 }
 

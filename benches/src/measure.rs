@@ -1,6 +1,9 @@
 //! Timing an operation again and again, and what its latencies come to.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use tokio::sync::Barrier;
 
 /// How long to keep calling an operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +21,46 @@ impl Budget {
             Budget::Calls(count) => calls < count.max(1),
         }
     }
+}
+
+/// Runs every one of `calls` in a task of its own, all let go by one barrier, as contending
+/// nodes act at the same instant: their outputs, in order, and the time from the first call's
+/// start until the last one's end.
+///
+/// # Panics
+///
+/// If a call panics.
+pub async fn at_once<T, Fut>(calls: impl IntoIterator<Item = Fut>) -> (Vec<T>, Duration)
+where
+    Fut: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let calls: Vec<Fut> = calls.into_iter().collect();
+    let barrier = Arc::new(Barrier::new(calls.len()));
+    let tasks: Vec<_> = calls
+        .into_iter()
+        .map(|call| {
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let start = Instant::now();
+                let output = call.await;
+                (start, Instant::now(), output)
+            })
+        })
+        .collect();
+    let (mut first_start, mut last_end) = (None::<Instant>, None::<Instant>);
+    let mut outputs = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        let (start, end, output) = task.await.expect("a call made at once panicked");
+        first_start = Some(first_start.map_or(start, |first| first.min(start)));
+        last_end = Some(last_end.map_or(end, |last| last.max(end)));
+        outputs.push(output);
+    }
+    let took = last_end
+        .zip(first_start)
+        .map_or(Duration::ZERO, |(end, start)| end - start);
+    (outputs, took)
 }
 
 /// The latencies of calls made one after another.

@@ -10,12 +10,12 @@
 //! and the run's records can be removed after it
 //! ([`Driver::remove_names`](crate::floors::Driver::remove_names)).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use shedlock::{AnyLockProvider, LockConfiguration, LockError, LockHandle, LockProvider};
-use tokio::sync::Barrier;
+
+use crate::measure::at_once;
 
 /// How long a lock may be held: long enough never to expire during a bench.
 const LOCK_AT_MOST_FOR: Duration = Duration::from_secs(600);
@@ -169,26 +169,13 @@ impl Contention {
     ///
     /// Unless exactly one node won.
     pub async fn run(&self) -> Result<Duration, LockError> {
-        let barrier = Arc::new(Barrier::new(self.nodes.len()));
-        let attempts: Vec<_> = self
-            .nodes
-            .iter()
-            .map(|node| {
-                let (node, config, barrier) = (node.clone(), self.config.clone(), barrier.clone());
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    let start = Instant::now();
-                    let outcome = node.try_lock(&config).await;
-                    (start, Instant::now(), outcome)
-                })
-            })
-            .collect();
-        let (mut first_start, mut last_end) = (None::<Instant>, None::<Instant>);
+        let attempts = self.nodes.iter().map(|node| {
+            let (node, config) = (node.clone(), self.config.clone());
+            async move { node.try_lock(&config).await }
+        });
+        let (outcomes, took) = at_once(attempts).await;
         let (mut winners, mut error) = (Vec::new(), None);
-        for attempt in attempts {
-            let (start, end, outcome) = attempt.await.expect("an attempt panicked");
-            first_start = Some(first_start.map_or(start, |first| first.min(start)));
-            last_end = Some(last_end.map_or(end, |last| last.max(end)));
+        for outcome in outcomes {
             match outcome {
                 Ok(acquisition) => winners.extend(acquisition.into_handle()),
                 Err(failed) => error = Some(failed),
@@ -208,9 +195,7 @@ impl Contention {
             self.nodes.len(),
             self.config.name()
         );
-        Ok(last_end
-            .zip(first_start)
-            .map_or(Duration::ZERO, |(end, start)| end - start))
+        Ok(took)
     }
 }
 

@@ -174,9 +174,10 @@ impl ZookeeperLockProvider {
                                 Operation::Acquire,
                                 name,
                                 format!(
-                                    "node {path} holds {}, which is not an ISO-8601 instant (ShedLock's \
-                                 lock_until); nothing was written. Java ShedLock treats such a \
-                                 node as held for ever: write a lock_until into it or delete it",
+                                    "node {path} holds {}, which is not an ISO-8601 instant \
+                                     (ShedLock's lock_until); nothing was written. Java ShedLock \
+                                     treats such a node as held for ever: write a lock_until \
+                                     into it or delete it",
                                     storage::describe_data(&held)
                                 ),
                             ));
