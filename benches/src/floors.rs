@@ -88,13 +88,6 @@ impl<D: Driver> ContendedWrites<D> {
         Ok(Self { drivers })
     }
 
-    /// The first `count` of these drivers, as contenders of their own.
-    pub fn first(&self, count: usize) -> Self {
-        Self {
-            drivers: self.drivers[..count].to_vec(),
-        }
-    }
-
     /// How many drivers write in a round.
     pub fn len(&self) -> usize {
         self.drivers.len()

@@ -127,17 +127,14 @@ pub fn register<N, Fut, D>(
 
     peers(&mut group);
 
-    let most = CONTENDERS.into_iter().max().unwrap_or(0);
-    let mut nodes = Vec::with_capacity(most);
-    for _ in 0..most {
-        nodes.push(runtime.block_on(node()));
-    }
-    let writers = runtime
-        .block_on(ContendedWrites::connect(driver, most as u32))
-        .expect("the floor's contenders connect");
     group.sample_size(CONTENTION_SAMPLES);
+    // Each floor's writers are connected for their bench alone, and closed before the
+    // contending nodes connect: a server may cap the connections of one client address
+    // (ZooKeeper's maxClientCnxns, 60 by default), and 32 nodes and 32 writers would pass it.
     for count in CONTENDERS {
-        let writes = writers.first(count);
+        let writes = runtime
+            .block_on(ContendedWrites::connect(driver, count as u32))
+            .expect("the floor's writers connect");
         group.bench_function(format!("floor_contention_{count}"), |b| {
             b.to_async(runtime).iter_custom(|rounds| {
                 let writes = &writes;
@@ -150,6 +147,13 @@ pub fn register<N, Fut, D>(
                 }
             })
         });
+    }
+    let most = CONTENDERS.into_iter().max().unwrap_or(0);
+    let mut nodes = Vec::with_capacity(most);
+    for _ in 0..most {
+        nodes.push(runtime.block_on(node()));
+    }
+    for count in CONTENDERS {
         let contention = Contention::new(nodes[..count].to_vec(), &prefix);
         group.bench_function(format!("contention_{count}"), |b| {
             b.to_async(runtime).iter_custom(|rounds| {

@@ -23,8 +23,8 @@ const BENCHES: [&str; 9] = [
     "first_acquire",
     "refused",
     "floor_contention_8",
-    "contention_8",
     "floor_contention_32",
+    "contention_8",
     "contention_32",
 ];
 
