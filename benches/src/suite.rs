@@ -279,10 +279,7 @@ where
                 let writes = ContendedWrites::connect(driver, count as u32)
                     .await
                     .map_err(failed(bench))?;
-                measure_reported(Budget::Calls(WARM_UP_ROUNDS), || writes.run())
-                    .await
-                    .map_err(failed(bench))?;
-                measure_reported(Budget::For(each), || writes.run())
+                timed_rounds(each, || writes.run())
                     .await
                     .map_err(failed(bench))?
             }
@@ -292,10 +289,7 @@ where
                     contenders.push(node().await?);
                 }
                 let contention = Contention::new(contenders[..count].to_vec(), prefix);
-                measure_reported(Budget::Calls(WARM_UP_ROUNDS), || contention.run())
-                    .await
-                    .map_err(failed(bench))?;
-                measure_reported(Budget::For(each), || contention.run())
+                timed_rounds(each, || contention.run())
                     .await
                     .map_err(failed(bench))?
             }
@@ -355,6 +349,16 @@ where
 {
     measure(Budget::Calls(WARM_UP_CALLS), &mut operation).await?;
     measure(Budget::For(each), operation).await
+}
+
+/// Warms a round that reports its own figure up, then measures it for `each`.
+async fn timed_rounds<E, F, Fut>(each: Duration, mut round: F) -> Result<Samples, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Duration, E>>,
+{
+    measure_reported(Budget::Calls(WARM_UP_ROUNDS), &mut round).await?;
+    measure_reported(Budget::For(each), round).await
 }
 
 #[cfg(all(test, feature = "memory"))]
