@@ -40,15 +40,16 @@
 //!   ON CONFLICT (name) DO NOTHING
 //!   RETURNING 0::int8                     -- or the new fencing token; no row: not inserted
 //! -- acquire of a name it has seen (the row exists):
-//! WITH current AS MATERIALIZED (SELECT lock_until <= now AS free FROM shedlock WHERE name = $1),
+//! WITH current AS MATERIALIZED (SELECT ctid AS row_id, lock_until <= now AS free,
+//!     locked_by AS holder, lock_until AS held_until FROM shedlock WHERE name = $1),
 //! taken AS (UPDATE shedlock AS lock_row
 //!     SET lock_until = now + make_interval(secs => $3), locked_at = now, locked_by = $2
-//!     WHERE (SELECT free FROM current)
-//!       AND lock_row.name = (SELECT name FROM shedlock
-//!                            WHERE name = $1 AND lock_until <= now FOR UPDATE SKIP LOCKED)
+//!     WHERE lock_row.ctid = (SELECT ctid FROM shedlock
+//!         WHERE ctid = (SELECT row_id FROM current WHERE free) AND lock_until <= now
+//!         FOR UPDATE SKIP LOCKED)
 //!       AND lock_row.lock_until <= now
 //!     RETURNING 0::int8)                  -- or the new fencing token
-//! SELECT (SELECT * FROM taken), EXISTS (SELECT 1 FROM current)
+//! SELECT (SELECT * FROM taken), free, holder, held_until  -- no row: the row is missing
 //! -- release ($3 = lock_at_least_for):
 //! UPDATE shedlock SET lock_until = GREATEST(now, locked_at + make_interval(secs => $3))
 //!   WHERE name = $1 AND locked_by = $2 AND lock_until > now AND lock_until > locked_at
@@ -58,17 +59,19 @@
 //! ```
 //!
 //! An acquire never waits for another transaction:
-//! - on a held lock it neither waits nor writes: the `UPDATE` skips a row whose `lock_until`
-//!   has not passed without locking it. (An `INSERT ... ON CONFLICT DO UPDATE ... WHERE` would
+//! - on a held lock it neither waits nor writes: `current` reads the row once (one index
+//!   probe, as Java ShedLock's plain `UPDATE` makes), finds it held, and the rest of the
+//!   statement has no row to look at. (An `INSERT ... ON CONFLICT DO UPDATE ... WHERE` would
 //!   lock the row even when its `WHERE` is false, so under contention every refused attempt
 //!   would queue behind the others.)
 //! - on an expired lock that another node is taking over at this moment, `SKIP LOCKED` answers
 //!   "not acquired" at once instead of waiting for that node's commit. Whoever holds the row
 //!   lock is changing the lock; if its transaction fails, the lock is free for the next tick.
+//! - a free lock is locked and updated through the `ctid` that read found, with no second
+//!   index probe.
 //!
-//! A held lock costs one index probe: `current` reads the row once, and when it says held the
-//! `UPDATE` is skipped whole. The same read tells a held row from one deleted by hand, which
-//! the next statement inserts again.
+//! The same read tells a held row from one deleted by hand (no row comes back), which the next
+//! statement inserts again.
 //!
 //! # What an operation costs
 //!

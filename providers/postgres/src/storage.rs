@@ -116,33 +116,30 @@ fn prepare_statements(
     );
     let insert = format!("{values} ON CONFLICT ({name}) DO NOTHING RETURNING {returning}");
     // No attempt may wait on another transaction's row lock:
-    // - a plain UPDATE skips a row whose committed version fails its WHERE without locking
-    //   it, so an attempt on a held lock neither waits nor writes (an upsert would lock the
-    //   row, and the lock dirties it, so each refused attempt would commit a WAL flush while
-    //   the others queue behind it);
-    // - an expired row that another node is taking over right now is locked by that node's
-    //   UPDATE until it commits; a plain UPDATE would wait for that commit and then find the
-    //   row held. `FOR UPDATE SKIP LOCKED` answers "not acquired" at once instead: whoever
-    //   holds the row lock is changing the lock, and a node that misses a lock skips the run.
-    // The row is read once first (`current`): a held lock, the common answer under
-    // contention, then costs that one index probe, because the `UPDATE` is skipped whole when
-    // `current` says held; and the same read, from the same snapshot, tells a held row from a
-    // missing one in the same round trip.
-    // A held row's holder and expiry come back too (as microseconds since the epoch, which
-    // reads a UTC TIMESTAMP and a TIMESTAMPTZ alike), so a skipped run can say who holds the
-    // lock at no extra cost.
+    // - a held row, the common answer under contention, is neither locked nor written: the row
+    //   is read once (`current`, one index probe, as Java ShedLock's plain `UPDATE ... WHERE
+    //   lock_until <= now` makes), and when it is held the rest of the statement has no row to
+    //   look at. The same read tells a held row (its holder and expiry come back, as
+    //   microseconds since the epoch, which reads a UTC TIMESTAMP and a TIMESTAMPTZ alike) from
+    //   a missing one (no row at all);
+    // - a free row is locked with `FOR UPDATE SKIP LOCKED` and updated, both through the `ctid`
+    //   that read found, with no second index probe. A row another transaction is changing (a
+    //   node taking it over, an operator) is skipped: "not acquired" at once, where a plain
+    //   `UPDATE` would wait for that commit and then find the row held. Whoever holds the row
+    //   lock is changing the lock, and a node that misses a lock skips the run;
+    // - the lock is taken on the newest version of the row and `lock_until` checked again on
+    //   it, so a row taken over since `current` read it is not taken twice.
     let take_over = format!(
-        "WITH current AS MATERIALIZED (SELECT {until} <= {now} AS free, {by} AS holder, \
-         (EXTRACT(EPOCH FROM {until}) * 1000000)::int8 AS until_micros \
-         FROM {t} WHERE {name} = $1), \
+        "WITH current AS MATERIALIZED (SELECT ctid AS row_id, {until} <= {now} AS free, \
+         {by} AS holder, {until} AS held_until FROM {t} WHERE {name} = $1), \
          taken AS (UPDATE {t} AS lock_row SET {until} = {now} + make_interval(secs => $3), \
          {at} = {now}, {by} = $2{fence_update} \
-         WHERE (SELECT free FROM current) \
-         AND lock_row.{name} = (SELECT {name} FROM {t} WHERE {name} = $1 AND {until} <= {now} \
+         WHERE lock_row.ctid = (SELECT ctid FROM {t} \
+         WHERE ctid = (SELECT row_id FROM current WHERE free) AND {until} <= {now} \
          FOR UPDATE SKIP LOCKED) AND lock_row.{until} <= {now} RETURNING {returning}) \
-         SELECT (SELECT * FROM taken), EXISTS (SELECT 1 FROM current), \
-         (SELECT holder FROM current WHERE NOT free), \
-         (SELECT until_micros FROM current WHERE NOT free)"
+         SELECT (SELECT * FROM taken), free, holder, \
+         CASE WHEN NOT free THEN (EXTRACT(EPOCH FROM held_until) * 1000000)::int8 END \
+         FROM current"
     );
     let release = format!(
         "UPDATE {t} SET {until} = GREATEST({now}, {at} + make_interval(secs => $3)) \
@@ -364,28 +361,33 @@ impl SqlBackend for PostgresBackend {
             .fetch_optional(&mut *connection)
             .await
             .map_err(acquire_error)?;
-        // The insert returns the new fencing token (0 without the column), or no row; the
-        // take-over always returns one row: the token or NULL, whether the row exists, and,
-        // when it is held, by whom and until when. The insert's refusal is followed by a
-        // take-over, which says who holds it.
+        // The insert returns the new fencing token (0 without the column), or no row. The
+        // take-over returns no row for a missing row, else one: the token or NULL, whether the
+        // row was free, and, when it was held, by whom and until when. The insert's refusal is
+        // followed by a take-over, which says who holds it.
         let Some(row) = row else {
-            return Ok(AcquireAnswer::NotAcquired(None));
+            return Ok(match statement {
+                AcquireStatement::Insert => AcquireAnswer::NotAcquired(None),
+                AcquireStatement::TakeOver => AcquireAnswer::Missing,
+            });
         };
         let token: Option<i64> = row.try_get(0).map_err(acquire_error)?;
         Ok(match (token, statement) {
             (Some(token), _) => AcquireAnswer::Acquired(token as u64),
             (None, AcquireStatement::Insert) => AcquireAnswer::NotAcquired(None),
             (None, AcquireStatement::TakeOver) => {
-                if row.try_get::<bool, _>(1).map_err(acquire_error)? {
+                let free: Option<bool> = row.try_get(1).map_err(acquire_error)?;
+                if free == Some(true) {
+                    // Free, but another node is taking it over at this instant: nobody to
+                    // name yet.
+                    AcquireAnswer::NotAcquired(None)
+                } else {
                     let locked_by: Option<String> = row.try_get(2).map_err(acquire_error)?;
                     let until_micros: Option<i64> = row.try_get(3).map_err(acquire_error)?;
-                    // Free but being taken over by another node right now: nobody to name.
                     AcquireAnswer::NotAcquired(locked_by.map(|locked_by| LockHolder {
                         locked_by: Some(locked_by),
                         held_until: until_micros.and_then(instant_from_micros),
                     }))
-                } else {
-                    AcquireAnswer::Missing
                 }
             }
         })

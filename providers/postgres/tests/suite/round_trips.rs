@@ -74,7 +74,8 @@ async fn an_acquire_never_waits_for_another_transaction_holding_the_row() {
     assert_eq!(locked.rows_affected(), 1);
 
     match provider.try_lock(&config).await {
-        Ok(Acquisition::NotAcquired(_)) => {}
+        // The row is free, and whoever is changing it has not committed: nobody to name.
+        Ok(Acquisition::NotAcquired(holder)) => assert!(holder.is_none(), "{holder:?}"),
         Ok(Acquisition::Acquired(_)) => panic!("acquired a row another transaction is changing"),
         Err(error) => panic!("the acquire waited for the other transaction: {error}"),
     }
