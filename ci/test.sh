@@ -67,6 +67,8 @@ export SHEDLOCK_TEST_MONGO_URL=${SHEDLOCK_TEST_MONGO_URL:-mongodb://127.0.0.1:27
 # TLS-only servers (ci/start-backends.sh) and the CA that signed their certificates.
 export SHEDLOCK_TEST_TLS_CA_FILE=${SHEDLOCK_TEST_TLS_CA_FILE:-${SHEDLOCK_CI_STATE_DIR:-/var/tmp/shedlock-ci}/tls/ca.pem}
 export SHEDLOCK_TEST_POSTGRES_TLS_URL=${SHEDLOCK_TEST_POSTGRES_TLS_URL:-postgres://postgres@localhost:5433/test}
+# Redis 6.2, which predates `SET ... NX ... GET` (ci/start-backends.sh).
+export SHEDLOCK_TEST_REDIS_6_URL=${SHEDLOCK_TEST_REDIS_6_URL:-redis://127.0.0.1:6399}
 export SHEDLOCK_TEST_REDIS_TLS_URL=${SHEDLOCK_TEST_REDIS_TLS_URL:-rediss://localhost:6380}
 export SHEDLOCK_TEST_ETCD_TLS_URL=${SHEDLOCK_TEST_ETCD_TLS_URL:-https://localhost:2381}
 export SHEDLOCK_TEST_MYSQL_TLS_URL=${SHEDLOCK_TEST_MYSQL_TLS_URL:-mysql://root@localhost:3307/test}

@@ -82,6 +82,13 @@ pub const REDIS: Setting = Setting {
     example: "redis://127.0.0.1:6379",
 };
 
+/// A Redis 6.2 server: the last release before `SET ... NX ... GET`.
+pub const REDIS_6: Setting = Setting {
+    var: "SHEDLOCK_TEST_REDIS_6_URL",
+    what: "a Redis 6.2 server (before Redis 7.0) without TLS",
+    example: "redis://127.0.0.1:6399",
+};
+
 /// A Redis server that listens for TLS only.
 pub const REDIS_TLS: Setting = Setting {
     var: "SHEDLOCK_TEST_REDIS_TLS_URL",

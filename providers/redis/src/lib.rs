@@ -5,8 +5,12 @@
 //! ShedLock's `ADDED:<ISO-8601 UTC>@<holder>:<uuid>`, unique per acquisition, and whose TTL is
 //! the lock's expiry:
 //!
-//! - **acquire** is one `SET key value NX PX <lock_at_most_for>`, exactly ShedLock's command, so
-//!   a Java node and a Rust node exclude each other on the same key;
+//! - **acquire** is ShedLock's `SET key value NX PX <lock_at_most_for>`, so a Java node and a
+//!   Rust node exclude each other on the same key. It carries `GET`, so a refused attempt learns
+//!   the holder's value, and a `PTTL` is pipelined behind it for the time left: two plain
+//!   commands in one round trip, no script. Redis before 7.0 does not take `GET` beside `NX`
+//!   (it answers an error and writes nothing): a provider's first acquire learns that, and every
+//!   acquire of that provider then runs one Lua script that does the same, still one round trip;
 //! - **release** and **extend** are one Lua script each that first compares the whole value, so
 //!   they only ever touch this acquisition (ShedLock checks nothing unless `safeUpdate` is on);
 //!   release keeps the key for the rest of `lock_at_least_for`, computed from the key's TTL on
