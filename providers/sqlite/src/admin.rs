@@ -196,7 +196,7 @@ fn stored_lock(row: &SqliteRow) -> Result<StoredLock, sqlx::Error> {
 }
 
 /// The instant SQLite date-time text in UTC names.
-fn instant(text: &str) -> Option<SystemTime> {
+pub(crate) fn instant(text: &str) -> Option<SystemTime> {
     let time = NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f").ok()?;
     Some(SystemTime::from(time.and_utc()))
 }

@@ -31,18 +31,25 @@
 //! # The statements
 //!
 //! Every operation is one statement, outside any transaction of the caller, on a connection
-//! the provider opened itself (for a URL) with no health check before or after it; a node's
-//! first attempt on a name whose row it has not seen since it started is two (the insert, then
-//! the take-over below). The take-over is an upsert: SQLite has no row locks (any write
-//! statement takes the database's write lock, matching or not), so a refused attempt costs the
-//! same as with a plain `UPDATE`, and a row deleted by hand comes back in the same statement.
+//! the provider opened itself (for a URL) with no health check before or after it, except the
+//! take-over of a name whose row the node has seen: a read, then, only when the read finds the
+//! lock free (or the row gone), the upsert below. SQLite has no row locks: any write statement
+//! takes the database's write lock, whether it changes anything or not, so nodes refused a held
+//! lock would queue on that lock one after another. The read takes a shared lock only, and it
+//! tells a refused node who holds the lock and until when. The upsert checks `lock_until` again
+//! (another node may have taken the lock since the read), and brings back a row deleted by
+//! hand. A node's first attempt on a name whose row it has not seen since it started is the
+//! insert, then the take-over.
 //! `?4` is the time: the text `'now'` by default, so SQLite's own clock decides ([`TimeSource::Server`]: every
 //! process sharing the file reads the same machine clock, and a node clock passed with
 //! `with_clock` decides nothing); or the node's UTC time with [`TimeSource::Client`].
 //!
 //! ```sql
-//! -- acquire of a name the node has seen (?3 = '+60.000 seconds'); for a name it has not,
-//! -- the same INSERT with ON CONFLICT (name) DO NOTHING:
+//! -- acquire of a name the node has seen: the read (?2 = the time)
+//! SELECT lock_until <= strftime('%Y-%m-%d %H:%M:%f', ?2), locked_by, lock_until
+//!   FROM shedlock WHERE name = ?1
+//! -- then, unless it found the lock held (?3 = '+60.000 seconds'); for a name the node has
+//! -- not seen, the same INSERT with ON CONFLICT (name) DO NOTHING:
 //! INSERT INTO shedlock (name, lock_until, locked_at, locked_by)
 //!   VALUES (?1, strftime('%Y-%m-%d %H:%M:%f', ?4, ?3), strftime('%Y-%m-%d %H:%M:%f', ?4), ?2)
 //!   ON CONFLICT (name) DO UPDATE SET lock_until = excluded.lock_until,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use shedlock_core::{
-    ErrorKind, LockError, Operation, TimeSource,
+    ErrorKind, LockError, LockHolder, Operation, TimeSource,
     raw::{HeldRecord, LockRecord, NodeTime},
 };
 use shedlock_sql::{
@@ -17,7 +17,7 @@ use sqlx::query::Query;
 use sqlx::sqlite::{Sqlite, SqliteArguments, SqliteConnectOptions, SqliteConnection};
 use sqlx::{AssertSqlSafe, Row};
 
-use crate::admin::AdminStatements;
+use crate::admin::{AdminStatements, instant};
 
 const DIALECT: Dialect = Dialect::Sqlite;
 
@@ -96,11 +96,21 @@ fn prepare_statements(table: &LockTable, schema: &TableSchema) -> LockStatements
     }
 }
 
+/// The read before a take-over: whether the lock is free at `?2` (the time, as `?4` of the
+/// statements), and who holds it until when. `?1` name.
+fn current_statement(table: &LockTable) -> Arc<str> {
+    let [t, name, until, _, by, _] = table.quoted_names(DIALECT);
+    format!("SELECT {until} <= strftime({FORMAT}, ?2), {by}, {until} FROM {t} WHERE {name} = ?1")
+        .into()
+}
+
 /// SQLite's side of [`SqliteLockProvider`](crate::SqliteLockProvider): the busy timeout, the
 /// catalog checks, and the statements prepared for one table.
 #[derive(Debug)]
 pub struct SqliteBackend {
     statements: LockStatements<Arc<str>>,
+    /// [`current_statement`].
+    current: Arc<str>,
     admin: AdminStatements,
     time_source: TimeSource,
 }
@@ -121,15 +131,22 @@ impl SqliteBackend {
             duration.as_secs(),
             duration.subsec_millis()
         );
-        let time = match client_time_parameter::<Self>(self.time_source, now, operation, name)? {
-            None => "now".to_owned(),
-            Some(now) => DateTime::<Utc>::from(now).format(CHRONO_FORMAT).to_string(),
-        };
         Ok(sqlx::query(AssertSqlSafe(sql.clone()))
             .bind(name)
             .bind(locked_by)
             .bind(modifier)
-            .bind(time))
+            .bind(self.time(operation, name, now)?))
+    }
+
+    /// The time a statement compares with: `'now'` (SQLite's clock) for server time, the
+    /// node's UTC time for client time.
+    fn time(&self, operation: Operation, name: &str, now: NodeTime) -> Result<String, LockError> {
+        Ok(
+            match client_time_parameter::<Self>(self.time_source, now, operation, name)? {
+                None => "now".to_owned(),
+                Some(now) => DateTime::<Utc>::from(now).format(CHRONO_FORMAT).to_string(),
+            },
+        )
     }
 }
 
@@ -246,6 +263,7 @@ impl SqlBackend for SqliteBackend {
     fn unchecked(table: &LockTable, schema: &TableSchema, time_source: TimeSource) -> Self {
         Self {
             statements: prepare_statements(table, schema),
+            current: current_statement(table),
             admin: AdminStatements::prepare(table, schema, time_source),
             time_source,
         }
@@ -259,6 +277,31 @@ impl SqlBackend for SqliteBackend {
     ) -> Result<AcquireAnswer, LockError> {
         let sql = self.statements.for_acquire(statement);
         let acquire_error = |e| statement_error::<Self>(Operation::Acquire, record.name, e);
+        if statement == AcquireStatement::TakeOver {
+            // Any write statement takes the file's write lock, even one whose WHERE matches
+            // nothing, and the nodes refused it would queue on that lock one after another.
+            // A read takes a shared lock only: a held lock, the common answer, is known without
+            // the write lock, and its holder with it.
+            let current = sqlx::query(AssertSqlSafe(self.current.clone()))
+                .bind(record.name)
+                .bind(self.time(Operation::Acquire, record.name, record.now)?)
+                .fetch_optional(&mut *connection)
+                .await
+                .map_err(acquire_error)?;
+            if let Some(current) = current
+                && current
+                    .try_get::<Option<bool>, _>(0)
+                    .map_err(acquire_error)?
+                    == Some(false)
+            {
+                let locked_by: Option<String> = current.try_get(1).map_err(acquire_error)?;
+                let until: Option<String> = current.try_get(2).map_err(acquire_error)?;
+                return Ok(AcquireAnswer::NotAcquired(Some(LockHolder {
+                    locked_by,
+                    held_until: until.as_deref().and_then(instant),
+                })));
+            }
+        }
         let row = self
             .bind(
                 sql,
@@ -272,14 +315,13 @@ impl SqlBackend for SqliteBackend {
             .await
             .map_err(acquire_error)?;
         // The statement returns the new fencing token (0 without the column); the take-over
-        // inserts a missing row, so no row always means "held".
+        // inserts a missing row, so no row always means "held": taken by another node since
+        // the read, or, for the insert, by anyone.
         match row {
             Some(row) => row
                 .try_get::<i64, _>(0)
                 .map(|token| AcquireAnswer::Acquired(token as u64))
                 .map_err(acquire_error),
-            // RETURNING yields only rows the statement changed, and a refused upsert changes
-            // none; reading the holder would take a second statement on every skipped run.
             None => Ok(AcquireAnswer::NotAcquired(None)),
         }
     }

@@ -404,3 +404,61 @@ impl shared::NewStorage for NewFile {
 async fn sixteen_nodes_create_the_table_at_once_on_a_new_file() {
     shared::sixteen_nodes_create_the_table::<shedlock_sqlite::SqliteBackend>(NewFile).await;
 }
+
+/// A refused attempt on a held lock reads, and never needs the file's write lock: another
+/// connection holding that lock (a writer mid-transaction, or the next winner) does not make it
+/// wait, and the answer names the holder and its expiry. A free lock is still taken once the
+/// writer is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_attempt_reads_without_the_write_lock_and_names_the_holder() {
+    let url = database_url();
+    let holder = node(&url, false).await;
+    let contender = SqliteLockProvider::builder()
+        .holder("other-node")
+        .operation_timeout(Duration::from_secs(2))
+        .connect(&url)
+        .await
+        .unwrap();
+    let config = shared::config("job", MINUTE, Duration::ZERO);
+    let released = lock(&contender, "job", Duration::from_millis(1))
+        .await
+        .unwrap();
+    drop(released);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let held = lock(&holder, "job", MINUTE).await.unwrap();
+    let asked = std::time::SystemTime::now();
+
+    let writer = admin(&url).await;
+    let mut transaction = writer.begin_with("BEGIN IMMEDIATE").await.unwrap();
+    let started = Instant::now();
+    let refused = contender.try_lock(&config).await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "the refused attempt waited for the write lock: {:?}",
+        started.elapsed()
+    );
+    let shedlock_core::Acquisition::NotAcquired(Some(holder_seen)) = refused else {
+        panic!("refused without naming the holder");
+    };
+    assert!(
+        holder_seen
+            .locked_by
+            .as_deref()
+            .is_some_and(|by| by.starts_with("rust-node")),
+        "{holder_seen:?}"
+    );
+    let left = holder_seen
+        .held_until
+        .unwrap()
+        .duration_since(asked)
+        .unwrap();
+    assert!(left > Duration::from_secs(55) && left <= MINUTE, "{left:?}");
+    sqlx::query("SELECT 1")
+        .execute(&mut *transaction)
+        .await
+        .unwrap();
+    transaction.rollback().await.unwrap();
+
+    assert!(held.unlock().await.unwrap());
+    assert!(lock(&contender, "job", MINUTE).await.is_some());
+}
