@@ -9,18 +9,18 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use chrono::{DateTime, NaiveDateTime, Utc};
+use chrono::NaiveDateTime;
 use shedlock_core::{LockError, Operation, TimeSource, raw::NodeTime};
 use shedlock_sql::{
     Dialect, LIKE_ESCAPE, LockSelection, LockTable, SqlAdmin, StoredAcquisition, StoredLock,
-    TableSchema, client_time_parameter, statement_error,
+    TableSchema, statement_error,
 };
 use sqlx::query::Query;
 use sqlx::sqlite::{Sqlite, SqliteArguments, SqliteConnection, SqliteRow};
 use sqlx::{AssertSqlSafe, Row};
 
 use crate::SqliteBackend;
-use crate::storage::{CHRONO_FORMAT, FORMAT};
+use crate::storage::{FORMAT, time_parameter};
 
 const DIALECT: Dialect = Dialect::Sqlite;
 
@@ -86,16 +86,6 @@ impl AdminStatements {
             fencing: schema.fencing,
         }
     }
-
-    /// `'now'` (SQLite's clock) for server time, the node's UTC time for client time.
-    fn time(&self, now: NodeTime, operation: Operation, name: &str) -> Result<String, LockError> {
-        Ok(
-            match client_time_parameter::<SqliteBackend>(self.time_source, now, operation, name)? {
-                None => "now".to_owned(),
-                Some(now) => DateTime::<Utc>::from(now).format(CHRONO_FORMAT).to_string(),
-            },
-        )
-    }
 }
 
 impl SqlAdmin<SqliteBackend> for AdminStatements {
@@ -115,7 +105,7 @@ impl SqlAdmin<SqliteBackend> for AdminStatements {
         now: NodeTime,
     ) -> Result<Vec<StoredLock>, LockError> {
         let (operation, name) = (selection.operation(), selection.name());
-        let time = self.time(now, operation, name)?;
+        let time = time_parameter(self.time_source, now, operation, name)?;
         let query: Query<'_, Sqlite, SqliteArguments> = match selection {
             LockSelection::Named(name) => sqlx::query(AssertSqlSafe(self.inspect.clone()))
                 .bind(name)
@@ -159,7 +149,12 @@ impl SqlAdmin<SqliteBackend> for AdminStatements {
             .bind(name)
             .bind(acquisition.locked_by.as_str())
             .bind(acquisition.locked_at.as_str())
-            .bind(self.time(now, Operation::ForceUnlock, name)?);
+            .bind(time_parameter(
+                self.time_source,
+                now,
+                Operation::ForceUnlock,
+                name,
+            )?);
         let query = if self.fencing {
             query.bind(acquisition.fencing_token)
         } else {

@@ -96,6 +96,22 @@ fn prepare_statements(table: &LockTable, schema: &TableSchema) -> LockStatements
     }
 }
 
+/// The time a statement compares with: `'now'` (SQLite's clock) for server time, the node's UTC
+/// time for client time.
+pub(crate) fn time_parameter(
+    time_source: TimeSource,
+    now: NodeTime,
+    operation: Operation,
+    name: &str,
+) -> Result<String, LockError> {
+    Ok(
+        match client_time_parameter::<SqliteBackend>(time_source, now, operation, name)? {
+            None => "now".to_owned(),
+            Some(now) => DateTime::<Utc>::from(now).format(CHRONO_FORMAT).to_string(),
+        },
+    )
+}
+
 /// The read before a take-over: whether the lock is free at `?2` (the time, as `?4` of the
 /// statements), and who holds it until when. `?1` name.
 fn current_statement(table: &LockTable) -> Arc<str> {
@@ -135,18 +151,7 @@ impl SqliteBackend {
             .bind(name)
             .bind(locked_by)
             .bind(modifier)
-            .bind(self.time(operation, name, now)?))
-    }
-
-    /// The time a statement compares with: `'now'` (SQLite's clock) for server time, the
-    /// node's UTC time for client time.
-    fn time(&self, operation: Operation, name: &str, now: NodeTime) -> Result<String, LockError> {
-        Ok(
-            match client_time_parameter::<Self>(self.time_source, now, operation, name)? {
-                None => "now".to_owned(),
-                Some(now) => DateTime::<Utc>::from(now).format(CHRONO_FORMAT).to_string(),
-            },
-        )
+            .bind(time_parameter(self.time_source, now, operation, name)?))
     }
 }
 
@@ -284,7 +289,12 @@ impl SqlBackend for SqliteBackend {
             // the write lock, and its holder with it.
             let current = sqlx::query(AssertSqlSafe(self.current.clone()))
                 .bind(record.name)
-                .bind(self.time(Operation::Acquire, record.name, record.now)?)
+                .bind(time_parameter(
+                    self.time_source,
+                    record.now,
+                    Operation::Acquire,
+                    record.name,
+                )?)
                 .fetch_optional(&mut *connection)
                 .await
                 .map_err(acquire_error)?;
