@@ -20,7 +20,7 @@ use sqlx::sqlite::{Sqlite, SqliteArguments, SqliteConnection, SqliteRow};
 use sqlx::{AssertSqlSafe, Row};
 
 use crate::SqliteBackend;
-use crate::storage::{FORMAT, time_parameter};
+use crate::storage::{FORMAT, WriteTurns, time_parameter};
 
 const DIALECT: Dialect = Dialect::Sqlite;
 
@@ -39,6 +39,7 @@ pub struct AdminStatements {
     force_unlock: Arc<str>,
     time_source: TimeSource,
     fencing: bool,
+    write_turns: Arc<WriteTurns>,
 }
 
 impl AdminStatements {
@@ -46,6 +47,7 @@ impl AdminStatements {
         table: &LockTable,
         schema: &TableSchema,
         time_source: TimeSource,
+        write_turns: Arc<WriteTurns>,
     ) -> Self {
         let [t, name, until, at, by, fence] = table.quoted_names(DIALECT);
         let fence_value = if schema.fencing {
@@ -84,6 +86,7 @@ impl AdminStatements {
             .into(),
             time_source,
             fencing: schema.fencing,
+            write_turns,
         }
     }
 }
@@ -160,8 +163,9 @@ impl SqlAdmin<SqliteBackend> for AdminStatements {
         } else {
             query
         };
-        let done = query
-            .execute(&mut *connection)
+        let done = self
+            .write_turns
+            .run(query.execute(&mut *connection))
             .await
             .map_err(|e| statement_error::<SqliteBackend>(Operation::ForceUnlock, name, e))?;
         Ok(done.rows_affected() > 0)

@@ -40,6 +40,11 @@
 //! (another node may have taken the lock since the read), and brings back a row deleted by
 //! hand. A node's first attempt on a name whose row it has not seen since it started is the
 //! insert, then the take-over.
+//! A provider's writes (the insert, the upsert, release, extend and force-unlock) take turns,
+//! one at a time in the order they were asked: SQLite's busy handler retries a waiting writer
+//! at growing intervals, so among several connections of one process a call that started
+//! waiting early could be overtaken again and again until its operation timeout ran out. Only
+//! writers of other processes (and other providers) wait in the busy handler.
 //! `?4` is the time: the text `'now'` by default, so SQLite's own clock decides ([`TimeSource::Server`]: every
 //! process sharing the file reads the same machine clock, and a node clock passed with
 //! `with_clock` decides nothing); or the node's UTC time with [`TimeSource::Client`].

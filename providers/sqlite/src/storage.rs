@@ -120,6 +120,27 @@ fn current_statement(table: &LockTable) -> Arc<str> {
         .into()
 }
 
+/// The provider's writes, one at a time in the order they were asked.
+///
+/// SQLite lets one connection write at a time. A connection that finds the file's write lock
+/// taken waits in SQLite's busy handler, which retries at growing intervals (every 100 ms once it
+/// has waited a while): a connection that started waiting later retries sooner and takes the
+/// lock first, so under steady load one call could be overtaken again and again until its
+/// operation timeout ran out. A provider gains nothing from writing on several connections at
+/// once, so its own writes take turns here, first come first served, and only writers of other
+/// processes (or other providers) meet the busy handler. Reads, a refused take-over's included,
+/// do not queue.
+#[derive(Debug, Default)]
+pub(crate) struct WriteTurns(tokio::sync::Mutex<()>);
+
+impl WriteTurns {
+    /// Runs `write` when every write asked before it has finished.
+    pub(crate) async fn run<T>(&self, write: impl Future<Output = T>) -> T {
+        let _turn = self.0.lock().await;
+        write.await
+    }
+}
+
 /// SQLite's side of [`SqliteLockProvider`](crate::SqliteLockProvider): the busy timeout, the
 /// catalog checks, and the statements prepared for one table.
 #[derive(Debug)]
@@ -129,6 +150,8 @@ pub struct SqliteBackend {
     current: Arc<str>,
     admin: AdminStatements,
     time_source: TimeSource,
+    /// Shared with [`AdminStatements`], whose force-unlock writes too.
+    write_turns: Arc<WriteTurns>,
 }
 
 impl SqliteBackend {
@@ -266,11 +289,13 @@ impl SqlBackend for SqliteBackend {
     }
 
     fn unchecked(table: &LockTable, schema: &TableSchema, time_source: TimeSource) -> Self {
+        let write_turns = Arc::new(WriteTurns::default());
         Self {
             statements: prepare_statements(table, schema),
             current: current_statement(table),
-            admin: AdminStatements::prepare(table, schema, time_source),
+            admin: AdminStatements::prepare(table, schema, time_source, write_turns.clone()),
             time_source,
+            write_turns,
         }
     }
 
@@ -312,7 +337,7 @@ impl SqlBackend for SqliteBackend {
                 })));
             }
         }
-        let row = self
+        let write = self
             .bind(
                 sql,
                 Operation::Acquire,
@@ -321,9 +346,8 @@ impl SqlBackend for SqliteBackend {
                 record.lock_at_most_for,
                 record.now,
             )?
-            .fetch_optional(&mut *connection)
-            .await
-            .map_err(acquire_error)?;
+            .fetch_optional(&mut *connection);
+        let row = self.write_turns.run(write).await.map_err(acquire_error)?;
         // The statement returns the new fencing token (0 without the column); the take-over
         // inserts a missing row, so no row always means "held": taken by another node since
         // the read, or, for the insert, by anyone.
@@ -352,9 +376,12 @@ impl SqlBackend for SqliteBackend {
     ) -> Result<bool, LockError> {
         let sql = self.statements.for_held(statement);
         let operation = statement.operation();
-        let done = self
+        let write = self
             .bind(sql, operation, &held.name, &held.locked_by, duration, now)?
-            .execute(&mut *connection)
+            .execute(&mut *connection);
+        let done = self
+            .write_turns
+            .run(write)
             .await
             .map_err(|e| statement_error::<Self>(operation, &held.name, e))?;
         Ok(done.rows_affected() > 0)

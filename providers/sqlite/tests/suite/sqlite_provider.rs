@@ -462,3 +462,46 @@ async fn a_refused_attempt_reads_without_the_write_lock_and_names_the_holder() {
     assert!(held.unlock().await.unwrap());
     assert!(lock(&contender, "job", MINUTE).await.is_some());
 }
+
+/// SQLite lets one connection write at a time, and its busy handler lets a waiting connection
+/// retry only every 100 ms once it has waited a while, so a connection that arrived later and
+/// retries sooner takes the file first: under steady load a node's own calls could overtake one
+/// another until one ran out its operation timeout. A node's writes queue in the order they were
+/// asked: here eight releases wait behind another program's write lock, and are answered in the
+/// order they were made once it commits.
+#[tokio::test]
+async fn a_nodes_writes_wait_their_turn_in_the_order_they_were_asked() {
+    const CALLS: usize = 8;
+    let url = database_url();
+    let node = Arc::new(node(&url, false).await);
+    let mut handles = Vec::new();
+    for index in 0..CALLS {
+        handles.push(lock(&*node, &format!("job-{index}"), MINUTE).await.unwrap());
+    }
+    let writer = admin(&url).await;
+    let transaction = writer.begin_with("BEGIN IMMEDIATE").await.unwrap();
+    let answered = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut releases = Vec::new();
+    for (index, handle) in handles.into_iter().enumerate() {
+        let answered = answered.clone();
+        releases.push(tokio::spawn(async move {
+            let released = handle.unlock().await.unwrap();
+            answered.lock().unwrap().push(index);
+            released
+        }));
+        // Long enough for the call to be waiting before the next is made, and not a multiple
+        // of the busy handler's retry period.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(answered.lock().unwrap().is_empty());
+    transaction.commit().await.unwrap();
+    for release in releases {
+        assert!(release.await.unwrap(), "a release answered false");
+    }
+    assert_eq!(
+        *answered.lock().unwrap(),
+        (0..CALLS).collect::<Vec<_>>(),
+        "the releases were answered out of the order they were made"
+    );
+}
