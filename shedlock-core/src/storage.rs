@@ -5,7 +5,7 @@
 //! [`LockProvider`]: per-acquisition owner identities, the cache of names known to exist,
 //! operation timeouts, and the lock handle.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::pin::pin;
 use std::sync::Arc;
@@ -73,6 +73,13 @@ pub struct LockRecord<'a> {
     pub lock_at_least_for: Duration,
     /// The node's clock at this moment, for a client-time storage only.
     pub now: NodeTime,
+    /// This node's last release of the name left the lock free at once (its
+    /// `lock_at_least_for` had passed, by the node's clock), and no attempt of this node has
+    /// touched the name since. A hint, never a fact: another node may have taken the lock
+    /// since, so a take-over must still check `lock_until`. A storage whose take-over reads the
+    /// record before it writes (to spare refused attempts a write) may write at once when it is
+    /// set, as a node that takes the same lock again and again expects it free.
+    pub freed_by_this_node: bool,
 }
 
 /// A record this node holds, as release and extend need it.
@@ -314,14 +321,16 @@ pub trait LockStorage: Send + Sync + fmt::Debug {
     async fn unlock(&self, held: &HeldRecord, now: NodeTime) -> Result<bool, LockError>;
 }
 
-/// Names known to have a record, so a new acquisition skips the insert. Bounded: the oldest
+/// Names known to have a record, so a new acquisition skips the insert, each with whether this
+/// node's own release left it free ([`LockRecord::freed_by_this_node`]). Bounded: the oldest
 /// name is forgotten first, which only costs one extra insert attempt later.
 ///
-/// The set and the eviction order share each name, so remembering one costs one allocation.
+/// The map and the eviction order share each name, so remembering one costs one allocation.
 #[derive(Debug)]
 struct NameCache {
     capacity: usize,
-    names: HashSet<Arc<str>, foldhash::fast::RandomState>,
+    /// Name, and whether this node's release left it free.
+    names: HashMap<Arc<str>, bool, foldhash::fast::RandomState>,
     order: VecDeque<Arc<str>>,
 }
 
@@ -329,17 +338,17 @@ impl NameCache {
     fn new(capacity: usize) -> Self {
         Self {
             capacity,
-            names: HashSet::default(),
+            names: HashMap::default(),
             order: VecDeque::new(),
         }
     }
 
     fn contains(&self, name: &str) -> bool {
-        self.names.contains(name)
+        self.names.contains_key(name)
     }
 
     fn insert(&mut self, name: &str) {
-        if self.capacity == 0 || self.names.contains(name) {
+        if self.capacity == 0 || self.names.contains_key(name) {
             return;
         }
         while self.names.len() >= self.capacity {
@@ -351,14 +360,28 @@ impl NameCache {
             }
         }
         let name: Arc<str> = Arc::from(name);
-        self.names.insert(name.clone());
+        self.names.insert(name.clone(), false);
         self.order.push_back(name);
     }
 
     fn remove(&mut self, name: &str) {
-        if self.names.remove(name) {
+        if self.names.remove(name).is_some() {
             self.order.retain(|cached| &**cached != name);
         }
+    }
+
+    /// Notes that this node's release left `name` free (a name no longer cached is left out:
+    /// its next attempt inserts first anyway).
+    fn mark_freed(&mut self, name: &str) {
+        if let Some(freed) = self.names.get_mut(name) {
+            *freed = true;
+        }
+    }
+
+    /// Whether this node's release left `name` free, forgotten as it is handed out: one attempt
+    /// acts on it, whatever that attempt finds.
+    fn take_freed(&mut self, name: &str) -> bool {
+        self.names.get_mut(name).is_some_and(std::mem::take)
     }
 
     fn clear(&mut self) {
@@ -382,7 +405,8 @@ pub struct StorageBasedLockProvider {
     storage: Arc<dyn LockStorage>,
     clock: Arc<dyn Clock>,
     holder: String,
-    known_names: Mutex<NameCache>,
+    /// Shared with this node's handles, whose releases mark the names they left free.
+    known_names: Arc<Mutex<NameCache>>,
     operation_timeout: Duration,
 }
 
@@ -413,7 +437,7 @@ impl StorageBasedLockProvider {
             storage,
             clock: Arc::new(SystemClock),
             holder: default_holder(),
-            known_names: Mutex::new(NameCache::new(DEFAULT_NAME_CACHE_CAPACITY)),
+            known_names: Arc::new(Mutex::new(NameCache::new(DEFAULT_NAME_CACHE_CAPACITY))),
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
         }
     }
@@ -436,7 +460,7 @@ impl StorageBasedLockProvider {
 
     /// The bound on the cache of names known to exist (0 disables it).
     pub fn with_name_cache_capacity(mut self, capacity: usize) -> Self {
-        self.known_names = Mutex::new(NameCache::new(capacity));
+        self.known_names = Arc::new(Mutex::new(NameCache::new(capacity)));
         self
     }
 
@@ -457,16 +481,8 @@ impl StorageBasedLockProvider {
         &self.storage
     }
 
-    /// The names known to exist, locked. A panic while another call held them would leave
-    /// the mutex poisoned and, with `unwrap`, fail every later acquisition of this node; the
-    /// cache only saves a round trip, so after a panic it starts over empty instead.
     fn known_names(&self) -> std::sync::MutexGuard<'_, NameCache> {
-        self.known_names.lock().unwrap_or_else(|poisoned| {
-            let mut names = poisoned.into_inner();
-            names.clear();
-            self.known_names.clear_poison();
-            names
-        })
+        lock_names(&self.known_names)
     }
 
     fn is_known(&self, name: &str) -> bool {
@@ -531,6 +547,18 @@ impl StorageBasedLockProvider {
     }
 }
 
+/// The names known to exist, locked. A panic while another call held them would leave the
+/// mutex poisoned and, with `unwrap`, fail every later acquisition of this node; the cache only
+/// saves round trips, so after a panic it starts over empty instead.
+fn lock_names(names: &Mutex<NameCache>) -> std::sync::MutexGuard<'_, NameCache> {
+    names.lock().unwrap_or_else(|poisoned| {
+        let mut cache = poisoned.into_inner();
+        cache.clear();
+        names.clear_poison();
+        cache
+    })
+}
+
 async fn within<T>(
     storage: &dyn LockStorage,
     timeout: Duration,
@@ -575,14 +603,21 @@ impl LockProvider for StorageBasedLockProvider {
             lock_at_most_for: config.lock_at_most_for(),
             lock_at_least_for: config.lock_at_least_for(),
             now,
+            freed_by_this_node: self.known_names().take_freed(name),
         };
         let fencing_token = match self.write_record(&record).await? {
             RecordOutcome::Acquired { fencing_token } => fencing_token,
             RecordOutcome::NotAcquired(holder) => return Ok(Acquisition::NotAcquired(holder)),
             RecordOutcome::Missing => return Ok(Acquisition::NotAcquired(None)),
         };
+        // Without a minimum hold, the release frees the lock at once; with one, from the
+        // moment it has passed by this node's clock (read only then).
+        let least = config.lock_at_least_for();
+        let frees_from = (!least.is_zero()).then(|| self.clock.now() + least);
         Ok(Acquisition::Acquired(Box::new(StorageLock {
             storage: self.storage.clone(),
+            known_names: self.known_names.clone(),
+            frees_from,
             clock: self.clock.clone(),
             operation_timeout: self.operation_timeout,
             time_source,
@@ -610,6 +645,10 @@ impl LockProvider for StorageBasedLockProvider {
 /// The handle of one storage-based acquisition.
 struct StorageLock {
     storage: Arc<dyn LockStorage>,
+    /// The node's name cache, where a release that left the lock free says so.
+    known_names: Arc<Mutex<NameCache>>,
+    /// When, by the node's clock, a release leaves the lock free at once; `None`: always.
+    frees_from: Option<SystemTime>,
     clock: Arc<dyn Clock>,
     operation_timeout: Duration,
     time_source: TimeSource,
@@ -657,6 +696,7 @@ impl LockHandle for StorageLock {
         let Some(mut ongoing) = self.state.ongoing().await else {
             return Ok(false);
         };
+        let frees = self.frees_from.is_none_or(|from| self.clock.now() >= from);
         let answer = within(
             &*self.storage,
             self.operation_timeout,
@@ -665,6 +705,9 @@ impl LockHandle for StorageLock {
             self.storage.unlock(&self.held, self.node_time()),
         )
         .await?;
+        if answer && frees {
+            lock_names(&self.known_names).mark_freed(&self.held.name);
+        }
         // `false` too: the acquisition is not ours any more, so nothing is left to release.
         ongoing.end();
         Ok(answer)
@@ -702,8 +745,12 @@ mod tests {
     struct TimeRecorder {
         time_source: TimeSource,
         seen: Mutex<Vec<(&'static str, NodeTime)>>,
+        /// [`LockRecord::freed_by_this_node`] of each take-over, in order.
+        freed_hints: Mutex<Vec<bool>>,
         /// What `extend` answers: `true` unless a test says the lock was lost.
         extend_answer: std::sync::atomic::AtomicBool,
+        /// What `unlock` answers: `true` unless a test says the lock was lost.
+        unlock_answer: std::sync::atomic::AtomicBool,
     }
 
     impl TimeRecorder {
@@ -711,7 +758,9 @@ mod tests {
             Arc::new(Self {
                 time_source,
                 seen: Mutex::new(Vec::new()),
+                freed_hints: Mutex::new(Vec::new()),
                 extend_answer: std::sync::atomic::AtomicBool::new(true),
+                unlock_answer: std::sync::atomic::AtomicBool::new(true),
             })
         }
 
@@ -743,6 +792,10 @@ mod tests {
 
         async fn update_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
             self.see("update", record.now);
+            self.freed_hints
+                .lock()
+                .unwrap()
+                .push(record.freed_by_this_node);
             Ok(RecordOutcome::Acquired {
                 fencing_token: None,
             })
@@ -761,8 +814,57 @@ mod tests {
         async fn unlock(&self, held: &HeldRecord, now: NodeTime) -> Result<bool, LockError> {
             self.see("unlock: locked_at", held.locked_at);
             self.see("unlock", now);
-            Ok(true)
+            Ok(self.unlock_answer.load(std::sync::atomic::Ordering::SeqCst))
         }
+    }
+
+    /// A node's release that leaves the lock free tells the node's next take-over of the name,
+    /// once: a storage may then skip a read it makes to spare refused attempts a write. No
+    /// release, a release answered false, or one made within `lock_at_least_for` (by the node's
+    /// clock, to the millisecond) says nothing.
+    #[tokio::test]
+    async fn a_release_that_frees_the_lock_tells_the_next_take_over_once() {
+        let storage = TimeRecorder::new(TimeSource::Server);
+        let clock = ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1000));
+        let provider =
+            StorageBasedLockProvider::from_arc(storage.clone()).with_clock(Arc::new(clock.clone()));
+        let minute = Duration::from_secs(60);
+        let at_least = |least| LockConfiguration::new("job", minute, least).unwrap();
+        let held = |acquisition: Acquisition| match acquisition {
+            Acquisition::Acquired(handle) => handle,
+            Acquisition::NotAcquired(_) => panic!("the recorder grants every lock"),
+        };
+        let free = at_least(Duration::ZERO);
+        let ten_seconds = at_least(Duration::from_secs(10));
+
+        // Inserted (a new name), released: the next take-over is told, the one after is not.
+        let first = held(provider.try_lock(&free).await.unwrap());
+        assert!(first.unlock().await.unwrap());
+        let second = held(provider.try_lock(&free).await.unwrap());
+        drop(provider.try_lock(&free).await.unwrap());
+        // Released, but the storage says the acquisition was not ours any more.
+        storage
+            .unlock_answer
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        assert!(!second.unlock().await.unwrap());
+        storage
+            .unlock_answer
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        // Released a millisecond before lock_at_least_for ends, then as it ends.
+        let early = held(provider.try_lock(&ten_seconds).await.unwrap());
+        clock.advance(Duration::from_secs(10) - Duration::from_millis(1));
+        assert!(early.unlock().await.unwrap());
+        let on_time = held(provider.try_lock(&ten_seconds).await.unwrap());
+        clock.advance(Duration::from_secs(10));
+        assert!(on_time.unlock().await.unwrap());
+        drop(provider.try_lock(&free).await.unwrap());
+
+        assert_eq!(
+            *storage.freed_hints.lock().unwrap(),
+            [true, false, false, false, true],
+            "the hint of each take-over: after a release that freed the lock, after none, \
+             after one answered false, after one within lock_at_least_for, after one as it ended"
+        );
     }
 
     /// A panic while the name cache was locked poisons its mutex; the node goes on acquiring

@@ -39,7 +39,10 @@
 //! tells a refused node who holds the lock and until when. The upsert checks `lock_until` again
 //! (another node may have taken the lock since the read), and brings back a row deleted by
 //! hand. A node's first attempt on a name whose row it has not seen since it started is the
-//! insert, then the take-over.
+//! insert, then the take-over. A node that takes a lock again after its own release left it free
+//! (its `lock_at_least_for` had passed) sends the upsert without the read, so a cycle is two
+//! statements; if another node took the lock in between, that attempt is refused by the upsert
+//! (naming nobody, having waited for the write lock), and the next one reads first again.
 //! A provider's writes (the insert, the upsert, release, extend and force-unlock) take turns,
 //! one at a time in the order they were asked: SQLite's busy handler retries a waiting writer
 //! at growing intervals, so among several connections of one process a call that started

@@ -307,11 +307,12 @@ impl SqlBackend for SqliteBackend {
     ) -> Result<AcquireAnswer, LockError> {
         let sql = self.statements.for_acquire(statement);
         let acquire_error = |e| statement_error::<Self>(Operation::Acquire, record.name, e);
-        if statement == AcquireStatement::TakeOver {
+        if statement == AcquireStatement::TakeOver && !record.freed_by_this_node {
             // Any write statement takes the file's write lock, even one whose WHERE matches
             // nothing, and the nodes refused it would queue on that lock one after another.
             // A read takes a shared lock only: a held lock, the common answer, is known without
-            // the write lock, and its holder with it.
+            // the write lock, and its holder with it. A lock this node's own release left free
+            // is expected free still, so the upsert goes at once.
             let current = sqlx::query(AssertSqlSafe(self.current.clone()))
                 .bind(record.name)
                 .bind(time_parameter(

@@ -505,3 +505,40 @@ async fn a_nodes_writes_wait_their_turn_in_the_order_they_were_asked() {
         "the releases were answered out of the order they were made"
     );
 }
+
+/// A node that takes a lock again after its own release left it free sends the upsert without
+/// the read. When another node took the lock in between, that one attempt is refused by the
+/// upsert, which cannot name the holder; the next attempt reads first again and names it.
+#[tokio::test]
+async fn after_its_own_release_freed_the_lock_a_node_writes_without_reading_once() {
+    let url = database_url();
+    let node = node(&url, false).await;
+    let other = SqliteLockProvider::builder()
+        .holder("other-node")
+        .connect(&url)
+        .await
+        .unwrap();
+    let config = shared::config("job", MINUTE, Duration::ZERO);
+    let mine = lock(&node, "job", MINUTE).await.unwrap();
+    assert!(mine.unlock().await.unwrap());
+    let theirs = lock(&other, "job", MINUTE).await.unwrap();
+
+    let unread = node.try_lock(&config).await.unwrap();
+    assert!(
+        matches!(unread, shedlock_core::Acquisition::NotAcquired(None)),
+        "the attempt after the node's own release went to the upsert, which names nobody: \
+         {unread:?}"
+    );
+    let read = node.try_lock(&config).await.unwrap();
+    let shedlock_core::Acquisition::NotAcquired(Some(holder)) = read else {
+        panic!("the next attempt read first and names the holder: {read:?}");
+    };
+    assert!(
+        holder
+            .locked_by
+            .as_deref()
+            .is_some_and(|by| by.starts_with("other-node#")),
+        "{holder:?}"
+    );
+    assert!(theirs.unlock().await.unwrap());
+}
