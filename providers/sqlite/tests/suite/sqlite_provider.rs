@@ -437,16 +437,7 @@ async fn a_refused_attempt_reads_without_the_write_lock_and_names_the_holder() {
         "the refused attempt waited for the write lock: {:?}",
         started.elapsed()
     );
-    let shedlock_core::Acquisition::NotAcquired(Some(holder_seen)) = refused else {
-        panic!("refused without naming the holder");
-    };
-    assert!(
-        holder_seen
-            .locked_by
-            .as_deref()
-            .is_some_and(|by| by.starts_with("rust-node")),
-        "{holder_seen:?}"
-    );
+    let holder_seen = refused_by(refused, "rust-node");
     let left = holder_seen
         .held_until
         .unwrap()
@@ -529,16 +520,21 @@ async fn after_its_own_release_freed_the_lock_a_node_writes_without_reading_once
         "the attempt after the node's own release went to the upsert, which names nobody: \
          {unread:?}"
     );
-    let read = node.try_lock(&config).await.unwrap();
-    let shedlock_core::Acquisition::NotAcquired(Some(holder)) = read else {
-        panic!("the next attempt read first and names the holder: {read:?}");
+    // The next attempt reads first and names the holder.
+    refused_by(node.try_lock(&config).await.unwrap(), "other-node#");
+    assert!(theirs.unlock().await.unwrap());
+}
+
+/// The holder a refusal names, asserting it names one whose `locked_by` starts with `holder`.
+fn refused_by(refused: shedlock_core::Acquisition, holder: &str) -> shedlock_core::LockHolder {
+    let shedlock_core::Acquisition::NotAcquired(Some(seen)) = refused else {
+        panic!("refused without naming the holder: {refused:?}");
     };
     assert!(
-        holder
-            .locked_by
+        seen.locked_by
             .as_deref()
-            .is_some_and(|by| by.starts_with("other-node#")),
-        "{holder:?}"
+            .is_some_and(|by| by.starts_with(holder)),
+        "{seen:?}"
     );
-    assert!(theirs.unlock().await.unwrap());
+    seen
 }
