@@ -5,7 +5,6 @@
 //! [`LockProvider`]: per-acquisition owner identities, the cache of names known to exist,
 //! operation timeouts, and the lock handle.
 
-use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::pin::pin;
 use std::sync::Arc;
@@ -21,7 +20,7 @@ use crate::identity::AcquisitionIds;
 use crate::provider::{
     Acquisition, Capabilities, LockHandle, LockHolder, LockProvider, TimeSource,
 };
-use crate::raw::{HandleState, check_extend};
+use crate::raw::{HandleState, RecentNames, check_extend};
 use shedlock_configuration::LockConfiguration;
 
 /// The node's "now", handed to a storage only when the storage declares client time.
@@ -324,71 +323,7 @@ pub trait LockStorage: Send + Sync + fmt::Debug {
 /// Names known to have a record, so a new acquisition skips the insert, each with whether this
 /// node's own release left it free ([`LockRecord::freed_by_this_node`]). Bounded: the oldest
 /// name is forgotten first, which only costs one extra insert attempt later.
-///
-/// The map and the eviction order share each name, so remembering one costs one allocation.
-#[derive(Debug)]
-struct NameCache {
-    capacity: usize,
-    /// Name, and whether this node's release left it free.
-    names: HashMap<Arc<str>, bool, foldhash::fast::RandomState>,
-    order: VecDeque<Arc<str>>,
-}
-
-impl NameCache {
-    fn new(capacity: usize) -> Self {
-        Self {
-            capacity,
-            names: HashMap::default(),
-            order: VecDeque::new(),
-        }
-    }
-
-    fn contains(&self, name: &str) -> bool {
-        self.names.contains_key(name)
-    }
-
-    fn insert(&mut self, name: &str) {
-        if self.capacity == 0 || self.names.contains_key(name) {
-            return;
-        }
-        while self.names.len() >= self.capacity {
-            match self.order.pop_front() {
-                Some(oldest) => {
-                    self.names.remove(&oldest);
-                }
-                None => break,
-            }
-        }
-        let name: Arc<str> = Arc::from(name);
-        self.names.insert(name.clone(), false);
-        self.order.push_back(name);
-    }
-
-    fn remove(&mut self, name: &str) {
-        if self.names.remove(name).is_some() {
-            self.order.retain(|cached| &**cached != name);
-        }
-    }
-
-    /// Notes that this node's release left `name` free (a name no longer cached is left out:
-    /// its next attempt inserts first anyway).
-    fn mark_freed(&mut self, name: &str) {
-        if let Some(freed) = self.names.get_mut(name) {
-            *freed = true;
-        }
-    }
-
-    /// Whether this node's release left `name` free, forgotten as it is handed out: one attempt
-    /// acts on it, whatever that attempt finds.
-    fn take_freed(&mut self, name: &str) -> bool {
-        self.names.get_mut(name).is_some_and(std::mem::take)
-    }
-
-    fn clear(&mut self) {
-        self.names.clear();
-        self.order.clear();
-    }
-}
+type NameCache = RecentNames<bool>;
 
 /// The default name-cache bound: enough for every scheduled task of a large service.
 pub const DEFAULT_NAME_CACHE_CAPACITY: usize = 10_000;
@@ -485,24 +420,49 @@ impl StorageBasedLockProvider {
         lock_names(&self.known_names)
     }
 
+    #[cfg(test)]
     fn is_known(&self, name: &str) -> bool {
         self.known_names().contains(name)
     }
 
+    /// Whether `name` is known to have a record, and whether this node's own release left it
+    /// free, that hint forgotten as it is handed out: one attempt acts on it, whatever that
+    /// attempt finds. One look at the cache answers both.
+    fn recall(&self, name: &str) -> Recalled {
+        let mut names = self.known_names();
+        match names.get_mut(name) {
+            Some(freed) => Recalled {
+                known: true,
+                freed_by_this_node: std::mem::take(freed),
+            },
+            None => Recalled {
+                known: false,
+                freed_by_this_node: false,
+            },
+        }
+    }
+
     fn remember(&self, name: &str) {
-        self.known_names().insert(name);
+        let mut names = self.known_names();
+        if !names.contains(name) {
+            names.insert(name, false);
+        }
     }
 
     fn forget(&self, name: &str) {
         self.known_names().remove(name);
     }
 
-    /// Writes `record` as the holder: an insert for a name not known to exist, else the
+    /// Writes `record` as the holder: an insert for a name not `known` to exist, else the
     /// conditional update, and an insert again if the update finds the record deleted.
-    async fn write_record(&self, record: &LockRecord<'_>) -> Result<RecordOutcome, LockError> {
+    async fn write_record(
+        &self,
+        record: &LockRecord<'_>,
+        known: bool,
+    ) -> Result<RecordOutcome, LockError> {
         let storage = &*self.storage;
         let (timeout, name) = (self.operation_timeout, record.name);
-        if !storage.update_creates_missing_record() && !self.is_known(name) {
+        if !storage.update_creates_missing_record() && !known {
             let inserted = within(
                 storage,
                 timeout,
@@ -550,6 +510,12 @@ impl StorageBasedLockProvider {
 /// The names known to exist, locked. A panic while another call held them would leave the
 /// mutex poisoned and, with `unwrap`, fail every later acquisition of this node; the cache only
 /// saves round trips, so after a panic it starts over empty instead.
+/// What the name cache says of one name as an acquisition starts.
+struct Recalled {
+    known: bool,
+    freed_by_this_node: bool,
+}
+
 fn lock_names(names: &Mutex<NameCache>) -> std::sync::MutexGuard<'_, NameCache> {
     names.lock().unwrap_or_else(|poisoned| {
         let mut cache = poisoned.into_inner();
@@ -597,15 +563,16 @@ impl LockProvider for StorageBasedLockProvider {
         let time_source = self.storage.capabilities().time_source;
         let locked_by = AcquisitionIds::process().locked_by(&self.holder);
         let now = NodeTime::for_storage(time_source, &*self.clock);
+        let recalled = self.recall(name);
         let record = LockRecord {
             name,
             locked_by: &locked_by,
             lock_at_most_for: config.lock_at_most_for(),
             lock_at_least_for: config.lock_at_least_for(),
             now,
-            freed_by_this_node: self.known_names().take_freed(name),
+            freed_by_this_node: recalled.freed_by_this_node,
         };
-        let fencing_token = match self.write_record(&record).await? {
+        let fencing_token = match self.write_record(&record, recalled.known).await? {
             RecordOutcome::Acquired { fencing_token } => fencing_token,
             RecordOutcome::NotAcquired(holder) => return Ok(Acquisition::NotAcquired(holder)),
             RecordOutcome::Missing => return Ok(Acquisition::NotAcquired(None)),
@@ -706,7 +673,10 @@ impl LockHandle for StorageLock {
         )
         .await?;
         if answer && frees {
-            lock_names(&self.known_names).mark_freed(&self.held.name);
+            // A name no longer cached is left out: its next attempt inserts first anyway.
+            if let Some(freed) = lock_names(&self.known_names).get_mut(&self.held.name) {
+                *freed = true;
+            }
         }
         // `false` too: the acquisition is not ours any more, so nothing is left to release.
         ongoing.end();
@@ -987,30 +957,5 @@ mod tests {
         );
         assert_eq!(at(2).client_time(), Some(start + Duration::from_secs(2)));
         assert_eq!(NodeTime::ServerTime.client_time(), None);
-    }
-
-    #[test]
-    fn name_cache_is_bounded_and_forgets_oldest_first() {
-        let mut cache = NameCache::new(2);
-        cache.insert("a");
-        cache.insert("b");
-        cache.insert("a");
-        cache.insert("c");
-        assert!(!cache.contains("a"));
-        assert!(cache.contains("b"));
-        assert!(cache.contains("c"));
-        cache.remove("b");
-        assert!(!cache.contains("b"));
-        cache.insert("d");
-        assert!(cache.contains("c") && cache.contains("d"));
-        cache.clear();
-        assert!(!cache.contains("c"));
-    }
-
-    #[test]
-    fn zero_capacity_cache_remembers_nothing() {
-        let mut cache = NameCache::new(0);
-        cache.insert("a");
-        assert!(!cache.contains("a"));
     }
 }

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 #[cfg(doc)]
 use shedlock_core::Capabilities;
-use shedlock_core::raw::{check_positive_duration, invalid_setting};
+use shedlock_core::raw::{
+    DEFAULT_NAME_CACHE_CAPACITY, RecentNames, check_positive_duration, invalid_setting,
+};
 use shedlock_core::{ErrorKind, LockError, Operation};
 use tokio::time::Instant;
 
@@ -171,7 +173,7 @@ impl ZookeeperLockProviderBuilder {
                 session: tokio::sync::Mutex::new(SessionSlot::default()),
                 clock: Mutex::new(None),
                 root_checked: AtomicBool::new(false),
-                freed_versions: Mutex::default(),
+                freed_versions: Mutex::new(RecentNames::new(DEFAULT_NAME_CACHE_CAPACITY)),
             }),
         })
     }

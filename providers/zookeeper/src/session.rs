@@ -1,12 +1,11 @@
 //! The provider's shared state ([`Inner`]) and its ZooKeeper session: opened on first use,
 //! over TLS for a `zk+tls://` connect string, and replaced once ZooKeeper ends it.
 
-use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use shedlock_core::raw::consequence;
+use shedlock_core::raw::{RecentNames, consequence};
 use shedlock_core::{ErrorKind, LockError, Operation};
 #[cfg(feature = "tls-rustls")]
 use tokio::time::Instant;
@@ -45,7 +44,9 @@ pub(crate) struct Inner {
     /// Per lock node, the version this provider's own release left there when that release
     /// made the lock free at once. The next acquire of the name tries its compare-and-set on
     /// that version instead of reading the node first; it lands only if nobody wrote since.
-    pub(crate) freed_versions: Mutex<HashMap<String, i32>>,
+    /// `None` once tried. Bounded like the storage providers' name cache: a forgotten node is
+    /// read first, as before.
+    pub(crate) freed_versions: Mutex<RecentNames<Option<i32>>>,
 }
 
 #[derive(Default)]
@@ -65,7 +66,7 @@ impl Inner {
         self.freed_versions
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(path.to_owned(), version);
+            .insert(path, Some(version));
     }
 
     /// The version a release of this provider left `path` free at, forgotten as it is
@@ -74,7 +75,8 @@ impl Inner {
         self.freed_versions
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .remove(path)
+            .get_mut(path)
+            .and_then(Option::take)
     }
 
     /// Forgets every version remembered by [`remember_freed`](Self::remember_freed).

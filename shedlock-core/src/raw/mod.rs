@@ -14,6 +14,8 @@
 //!   the same way, through [`bounded`] and [`consequence`];
 //! - a provider's own handle keeps what its next release or extend needs in a
 //!   [`HandleState`], which answers `false` unasked once the acquisition is over;
+//! - what a provider remembers per lock name to save work later goes in [`RecentNames`],
+//!   bounded, since an application may use a new name for every order or tenant;
 //! - [`ManualClock`] and [`SkewedClock`] are the clocks the conformance kit and a provider's
 //!   own tests set nodes' time with.
 //!
@@ -41,6 +43,7 @@
 
 mod failure;
 mod handle_state;
+mod recent_names;
 mod settings;
 
 /// The attribute a [`LockStorage`] or [`LockProvider`](crate::LockProvider) implementation
@@ -57,6 +60,7 @@ pub use crate::storage::{
 };
 pub use failure::{bounded, consequence, failure_message};
 pub use handle_state::{HandleState, Ongoing, check_extend};
+pub use recent_names::RecentNames;
 pub use settings::{
     KeyNamespace, ProviderSettings, check_positive_duration, invalid_setting,
     unused_tls_root_certificate,
