@@ -85,6 +85,7 @@
 //! isolation with the job's name, run reports, keep-alive per job and a shutdown that releases
 //! locks.
 
+mod cron;
 mod error;
 mod job;
 mod schedule;

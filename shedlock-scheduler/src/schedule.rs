@@ -5,10 +5,9 @@ use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use croner::Cron;
-use croner::parser::{CronParser, Seconds};
 use tokio::time::Instant;
 
+use crate::cron::CronExpression;
 use crate::error::SchedulerError;
 
 /// When a job runs.
@@ -51,7 +50,7 @@ enum Grid {
 #[derive(Clone)]
 enum Kind {
     Cron {
-        cron: Box<Cron>,
+        cron: CronExpression,
         zone: Tz,
     },
     FixedRate {
@@ -70,7 +69,7 @@ impl fmt::Debug for Schedule {
         match &self.kind {
             Kind::Cron { cron, zone } => f
                 .debug_struct("Cron")
-                .field("expression", &cron.pattern.to_string())
+                .field("expression", &cron.as_str())
                 .field("zone", &zone.name())
                 .finish(),
             Kind::FixedRate {
@@ -93,45 +92,45 @@ impl fmt::Debug for Schedule {
 }
 
 impl Schedule {
-    /// The instants `expression` names in `zone`.
+    /// The instants `expression` names in `zone`, read as Spring's `CronExpression` reads it.
     ///
-    /// The expression has six fields, seconds first (`sec min hour day-of-month month
-    /// day-of-week`, as Spring and Quartz write it), and an optional seventh for the year.
-    /// Names (`MON`, `JAN`), ranges, steps, lists, `L`, `W`, `#` and aliases (`@daily`) work as
-    /// in [croner](https://docs.rs/croner). A five-field expression is refused rather than read
-    /// with a guessed seconds field.
+    /// Six fields, seconds first, and an optional seventh for the year (1970 to 2099, as in
+    /// Quartz):
+    ///
+    /// | field | takes | and |
+    /// |---|---|---|
+    /// | second, minute | 0 to 59 | `*` `,` `-` `/` |
+    /// | hour | 0 to 23 | `*` `,` `-` `/` |
+    /// | day-of-month | 1 to 31 | `*` `?` `,` `-` `/`, `L` (last day), `L-3` (third-to-last), `15W` (weekday nearest the 15th), `LW` (last weekday) |
+    /// | month | 1 to 12 or `JAN` to `DEC` | `*` `,` `-` `/` |
+    /// | day-of-week | 0 to 7 (0 and 7 are Sunday) or `SUN` to `SAT` | `*` `?` `,` `-` `/`, `5L` or `FRIL` (last Friday), `MON#1` (first Monday) |
+    ///
+    /// A step may start from a value (`0/15` is every 15 from 0, as `*/15`). Names are
+    /// case-insensitive. The macros `@yearly` (or `@annually`), `@monthly`, `@weekly`,
+    /// `@daily` (or `@midnight`) and `@hourly` stand for their six fields. When both day fields
+    /// are given, a day must match both, as in Spring (POSIX cron runs when either matches).
+    /// `L`, `W` and `#` stand alone in their field, as Spring wants. A five-field expression is
+    /// refused rather than read with a guessed seconds field, and every refusal names the
+    /// field, the value and what the field takes.
     ///
     /// ```
     /// use shedlock_scheduler::{Schedule, Tz};
     /// // 03:00:00 every day, Berlin time, whatever the season.
     /// let nightly = Schedule::cron("0 0 3 * * *", Tz::Europe__Berlin)?;
-    /// // Every 15 seconds.
+    /// // Every 15 seconds, written either way.
     /// let often = Schedule::cron("*/15 * * * * *", Tz::UTC)?;
+    /// let also = Schedule::cron("0/15 * * * * *", Tz::UTC)?;
+    /// // Midnight on the second Friday of each month.
+    /// let monthly = Schedule::cron("0 0 0 ? * FRI#2", Tz::UTC)?;
     /// assert!(Schedule::cron("0 3 * * *", Tz::UTC).is_err());
+    /// let refused = Schedule::cron("0 0 25 * * *", Tz::UTC).unwrap_err();
+    /// assert!(refused.to_string().contains("hour 25 is out of range: the hour field takes 0 to 23"));
     /// # Ok::<(), shedlock_scheduler::SchedulerError>(())
     /// ```
     pub fn cron(expression: &str, zone: Tz) -> Result<Self, SchedulerError> {
-        let fields = expression.split_whitespace().count();
-        if !expression.trim_start().starts_with('@') && fields < 6 {
-            return Err(SchedulerError::InvalidCron {
-                expression: expression.to_owned(),
-                message: format!(
-                    "it has {fields} fields; six are needed, seconds first: \
-                     sec min hour day-of-month month day-of-week (e.g. \"0 */5 * * * *\")"
-                ),
-            });
-        }
-        let cron = CronParser::builder()
-            .seconds(Seconds::Required)
-            .build()
-            .parse(expression)
-            .map_err(|error| SchedulerError::InvalidCron {
-                expression: expression.to_owned(),
-                message: error.to_string(),
-            })?;
         Ok(Self {
             kind: Kind::Cron {
-                cron: Box::new(cron),
+                cron: CronExpression::parse(expression)?,
                 zone,
             },
         })
@@ -325,15 +324,15 @@ impl Cursor {
             }
             (Kind::Cron { cron, zone }, last) => {
                 let after = last.map(|(_, time)| time).unwrap_or(wall_now);
-                let mut next = next_occurrence(cron, zone, after)?;
+                let mut next = cron.next_after(zone, after)?;
                 let mut missed = 0;
                 while next < wall_now {
                     missed += 1;
                     if missed >= MAX_COUNTED_MISSED {
-                        next = next_occurrence(cron, zone, wall_now)?;
+                        next = cron.next_after(zone, wall_now)?;
                         break;
                     }
-                    next = next_occurrence(cron, zone, next)?;
+                    next = cron.next_after(zone, next)?;
                 }
                 let ahead = (next - wall_now).to_std().unwrap_or(Duration::ZERO);
                 (now + ahead, next, missed)
@@ -376,10 +375,4 @@ fn later(at: DateTime<Utc>, by: Duration) -> DateTime<Utc> {
         .ok()
         .and_then(|by| at.checked_add_signed(by))
         .unwrap_or(DateTime::<Utc>::MAX_UTC)
-}
-
-fn next_occurrence(cron: &Cron, zone: &Tz, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
-    cron.find_next_occurrence(&after.with_timezone(zone), false)
-        .ok()
-        .map(|next| next.with_timezone(&Utc))
 }
