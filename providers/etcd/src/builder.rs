@@ -2,6 +2,7 @@
 //! client.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -262,6 +263,7 @@ impl EtcdLockProviderBuilder {
                 time_precision: DEFAULT_TIME_PRECISION,
                 endpoint,
                 spare_leases: Mutex::new(HashMap::new()),
+                spare_keeper_started: AtomicBool::new(false),
             }),
         }
     }

@@ -1,7 +1,8 @@
 //! The leases a lock's key is attached to: granting them, keeping keyless ones as spares for
 //! the next operation of the same TTL, and revoking the rest.
 
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use shedlock_core::{LockError, Operation};
@@ -20,6 +21,14 @@ const SPARES_PER_TTL: usize = 4;
 /// A spare lease is only reused while this much of its life is surely left, so that the
 /// keep-alive reaches etcd before the lease ends.
 const SPARE_MARGIN: Duration = Duration::from_secs(1);
+
+/// Spares of at least this TTL, in seconds, are kept alive in the background (see
+/// [`Inner::refresh_ending_spares`]); one keep-alive per spare about once a TTL, so at most one
+/// a minute.
+const KEPT_ALIVE_FROM_TTL: i64 = 60;
+
+/// How often the background keeper looks for spares about to end.
+const KEEPER_TICK: Duration = Duration::from_secs(10);
 
 /// A lease this provider granted.
 #[derive(Debug, Clone, Copy)]
@@ -108,6 +117,9 @@ impl Inner {
                     kept.retain(|spare| spare.alive_until > soon);
                     !kept.is_empty()
                 });
+                if leases.iter().any(|lease| lease.ttl >= KEPT_ALIVE_FROM_TTL) {
+                    self.start_spare_keeper();
+                }
                 for lease in leases.into_iter().filter(|lease| lease.alive_until > soon) {
                     if !spares.contains_key(&lease.ttl) && spares.len() >= MAX_SPARE_TTLS {
                         surplus.push(lease);
@@ -124,6 +136,81 @@ impl Inner {
             Err(_) => surplus = leases,
         }
         self.revoke_in_background(surplus, "a spare lease of that TTL is kept already");
+    }
+
+    /// Starts the background keeper of spare leases, once, on the current runtime. It holds the
+    /// provider weakly and ends when the provider is gone.
+    fn start_spare_keeper(self: &Arc<Self>) {
+        if self.spare_keeper_started.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.spare_keeper_started.store(false, Ordering::Relaxed);
+            return;
+        };
+        let inner: Weak<Self> = Arc::downgrade(self);
+        runtime.spawn(async move {
+            let mut ticks = tokio::time::interval(KEEPER_TICK);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                let Some(inner) = Weak::upgrade(&inner) else {
+                    return;
+                };
+                inner.refresh_ending_spares().await;
+            }
+        });
+    }
+
+    /// Restarts, by one keep-alive each, the spares of a TTL of at least a minute that would
+    /// otherwise end before the keeper's next look while still young enough to be used.
+    ///
+    /// A spare lives for its TTL, `lock_at_most_for`: a job idle for longer than that (an hourly
+    /// job with a 10-minute `lock_at_most_for`) would find none, and its acquire would grant a
+    /// lease, then send its transaction, two round trips in turn where a young spare's
+    /// keep-alive goes beside the transaction in one. Kept alive here, off the caller's path,
+    /// the spare is young whenever the job comes back. A spare under refresh is out of the
+    /// map, so no acquire uses it meanwhile (that acquire grants a lease instead); one whose
+    /// keep-alive fails or finds it ended is dropped, and ends at its TTL.
+    async fn refresh_ending_spares(self: &Arc<Self>) {
+        let ending_before = Instant::now() + self.operation_timeout + SPARE_MARGIN + KEEPER_TICK;
+        let ending: Vec<Lease> = match self.spare_leases.lock() {
+            Ok(mut spares) => spares
+                .iter_mut()
+                .filter(|(ttl, _)| **ttl >= KEPT_ALIVE_FROM_TTL)
+                .flat_map(|(_, kept)| {
+                    let (ending, young): (Vec<Lease>, Vec<Lease>) = kept
+                        .drain(..)
+                        .partition(|spare| spare.alive_until <= ending_before);
+                    *kept = young;
+                    ending
+                })
+                .collect::<Vec<_>>(),
+            Err(_) => return,
+        };
+        let mut refreshed = Vec::with_capacity(ending.len());
+        for spare in ending {
+            let mut client = self.client.clone();
+            let sent = Instant::now();
+            let outcome = tokio::time::timeout(
+                self.operation_timeout,
+                storage::refresh_lease(&mut client, spare.id),
+            )
+            .await;
+            match outcome {
+                Ok(Ok(true)) => refreshed.push(Lease::new(spare.id, spare.ttl, sent)),
+                Ok(Ok(false)) => debug!(lease = spare.id, "spare lease had ended; dropped"),
+                Ok(Err(error)) => debug!(
+                    lease = spare.id, endpoint = %self.endpoint, %error,
+                    "could not keep a spare lease alive; dropped, it ends at its TTL"
+                ),
+                Err(_) => debug!(
+                    lease = spare.id, endpoint = %self.endpoint,
+                    "keeping a spare lease alive timed out; dropped, it ends at its TTL"
+                ),
+            }
+        }
+        self.recycle(refreshed);
     }
 
     /// Revokes leases in the background: spares beyond what is kept, leases of an acquisition

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -40,6 +41,8 @@ pub(crate) struct Inner {
     /// Leases of ours that carry no key, by granted TTL in seconds, for the next operation that
     /// needs a lease of that TTL: see [`Inner::recycle`].
     pub(crate) spare_leases: Mutex<HashMap<i64, Vec<Lease>>>,
+    /// Whether the background keeper of long spares runs ([`Inner::recycle`] starts it).
+    pub(crate) spare_keeper_started: AtomicBool,
 }
 
 impl fmt::Debug for EtcdLockProvider {

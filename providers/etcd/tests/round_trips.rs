@@ -435,6 +435,45 @@ async fn a_spare_lease_revoked_by_hand_costs_a_grant_and_no_error() {
     assert!(handle.unlock().await.unwrap());
 }
 
+/// A spare lease of a TTL of a minute or more is kept alive in the background, so an acquire
+/// after more idle time than its `lock_at_most_for` (an hourly job's) still finds it young and
+/// sends its keep-alive beside the transaction, one round trip, where a grant and then the
+/// transaction took two.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_spare_lease_outlives_an_idle_time_longer_than_its_ttl() {
+    let wire = Wire::start().await;
+    let env = format!("wire-{}", uuid::Uuid::new_v4().simple());
+    let node = wire.provider(&env).await;
+    let hourly = LockConfiguration::new("hourly", Duration::from_secs(60), Duration::ZERO).unwrap();
+    let key = node.lock_key("hourly").unwrap();
+    let mut etcd = etcd_client::Client::connect([settings::ETCD.value()], None)
+        .await
+        .unwrap();
+    let lease_of = async |etcd: &mut etcd_client::Client| {
+        let found = etcd.get(key.as_str(), None).await.unwrap();
+        found.kvs().first().map(|kv| kv.lease())
+    };
+
+    let handle = acquired(node.try_lock(&hourly).await);
+    let spare = lease_of(&mut etcd).await.expect("the key is held");
+    assert!(handle.unlock().await.unwrap());
+    // Idle past the lease's TTL, after which it would have ended.
+    tokio::time::sleep(Duration::from_secs(62)).await;
+    let left = etcd.lease_time_to_live(spare, None).await.unwrap().ttl();
+    assert!(left > 0, "the spare is alive past its TTL: {left} s left");
+
+    let (handle, cost, together) = wire.measure_sent_together(node.try_lock(&hourly)).await;
+    let handle = acquired(handle);
+    assert_calls(cost, 2, "the spare's keep-alive + the transaction");
+    assert_eq!(together, 2, "sent together, one round trip");
+    assert_eq!(
+        lease_of(&mut etcd).await,
+        Some(spare),
+        "on the spare kept alive"
+    );
+    assert!(handle.unlock().await.unwrap());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn admin_operations_are_one_call_plus_a_ttl_read_per_held_lock() {
     let wire = Wire::start().await;
