@@ -31,8 +31,11 @@
 //! current lease alone would not tell whether the key on it is still ours). Leases that a
 //! transaction leaves without a key (after a release, a move, or a refused acquire) are kept, a
 //! few per TTL, and the next operation needing that TTL restarts one with a keep-alive instead
-//! of granting a new one: a lock cycle sends no revoke, and keyless leases never pile up (a
-//! spare nobody reuses ends at its TTL, as every lease does). When the spare surely outlives
+//! of granting a new one: a lock cycle sends no revoke, and keyless leases never pile up (at
+//! most 32 TTLs keep spares). A spare of a TTL under a minute that nobody reuses ends at its
+//! TTL, as every lease does; one of a minute or more is kept alive in the background by a
+//! keep-alive shortly before it would end (about one call per TTL), so a job idle for longer
+//! than its `lock_at_most_for`, an hourly one, still finds it young. When the spare surely outlives
 //! the acquire (more than the operation timeout and a second of its life left), its keep-alive
 //! and the acquire's transaction are sent together, one round trip: the transaction finds the
 //! lease alive whichever etcd applies first. If the keep-alive fails, the lease is revoked with
