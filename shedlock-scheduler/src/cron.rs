@@ -228,16 +228,12 @@ impl CronExpression {
     }
 }
 
-/// The day number of the last day of `date`'s month.
+/// The day number of the last day of `date`'s month: the largest its month has.
 fn last_day_of_month(date: NaiveDate) -> u32 {
-    let (year, month) = if date.month() == 12 {
-        (date.year() + 1, 1)
-    } else {
-        (date.year(), date.month() + 1)
-    };
-    NaiveDate::from_ymd_opt(year, month, 1)
-        .and_then(|first| first.pred_opt())
-        .map_or(31, |last| last.day())
+    (28..=31)
+        .rev()
+        .find(|day| date.with_day(*day).is_some())
+        .unwrap_or(28)
 }
 
 /// The last second of `date` in `zone` (its earlier reading if the clocks went back then).
@@ -293,7 +289,6 @@ fn special_part(field: Field, part: &str) -> Result<(String, Option<u32>), Strin
         }
         if let Some(before) = upper.strip_prefix("L-") {
             return match before.parse::<u32>() {
-                Ok(0) => Ok(("L".to_owned(), None)),
                 Ok(days) if days <= 30 => Ok(("*".to_owned(), Some(days))),
                 _ => Err(format!(
                     "{label} {part}: the days before the last day (L-n) must be 0 to 30"
@@ -360,8 +355,8 @@ fn plain_part(field: Field, part: &str) -> Result<String, String> {
             )),
         })
         .transpose()?;
-    let range = if base == "*" {
-        None
+    let base = if base == "*" {
+        "*".to_owned()
     } else if let Some((low, high)) = base.split_once('-') {
         let (low, high) = (field.value(low)?, field.value(high)?);
         if low > high {
@@ -370,19 +365,16 @@ fn plain_part(field: Field, part: &str) -> Result<String, String> {
                 field.takes()
             ));
         }
-        Some((low, high))
-    } else {
-        let value = field.value(base)?;
+        format!("{low}-{high}")
+    } else if step.is_some() {
         // Spring's `0/15`: from the value to the field's end.
-        Some((value, if step.is_some() { max } else { value }))
+        format!("{}-{max}", field.value(base)?)
+    } else {
+        field.value(base)?.to_string()
     };
-    Ok(match (range, step) {
-        (None, None) => "*".to_owned(),
-        (None, Some(step)) => format!("*/{step}"),
-        // A step from the field's last value names that value alone.
-        (Some((low, high)), _) if low == high => low.to_string(),
-        (Some((low, high)), None) => format!("{low}-{high}"),
-        (Some((low, high)), Some(step)) => format!("{low}-{high}/{step}"),
+    Ok(match step {
+        Some(step) => format!("{base}/{step}"),
+        None => base,
     })
 }
 
@@ -652,6 +644,49 @@ mod tests {
                     "2026-03-01 00:50:00",
                 ],
             ),
+            // A step from a start where only that value fits, and a range of one value.
+            (
+                "0 50/15 * * * *",
+                [
+                    "2026-03-01 00:50:00",
+                    "2026-03-01 01:50:00",
+                    "2026-03-01 02:50:00",
+                ],
+            ),
+            (
+                "0 0 5-5 * * *",
+                [
+                    "2026-03-01 05:00:00",
+                    "2026-03-02 05:00:00",
+                    "2026-03-03 05:00:00",
+                ],
+            ),
+            // Every second of the third-to-last day (the search skips whole days), and L-0.
+            (
+                "* * * L-3 * *",
+                [
+                    "2026-03-28 00:00:00",
+                    "2026-03-28 00:00:01",
+                    "2026-03-28 00:00:02",
+                ],
+            ),
+            (
+                "0 0 0 L-0 * *",
+                [
+                    "2026-03-31 00:00:00",
+                    "2026-04-30 00:00:00",
+                    "2026-05-31 00:00:00",
+                ],
+            ),
+            // February's last day, in a leap year and not.
+            (
+                "0 0 0 L-1 FEB * 2027-2029",
+                [
+                    "2027-02-27 00:00:00",
+                    "2028-02-28 00:00:00",
+                    "2029-02-27 00:00:00",
+                ],
+            ),
             // Names in any case, Sunday as 7, and a year.
             (
                 "0 0 12 * jan,Mar sun",
@@ -705,6 +740,16 @@ mod tests {
                 .unwrap()
                 .next_after(&Tz::UTC, after),
             Some(Utc.with_ymd_and_hms(2026, 5, 1, 0, 0, 0).unwrap())
+        );
+    }
+
+    /// A schedule shows its expression as it was written.
+    #[test]
+    fn a_schedule_shows_its_expression_as_written() {
+        let schedule = crate::Schedule::cron("0 0/5 * * * mon-fri", Tz::Europe__Berlin).unwrap();
+        assert_eq!(
+            format!("{schedule:?}"),
+            "Cron { expression: \"0 0/5 * * * mon-fri\", zone: \"Europe/Berlin\" }"
         );
     }
 

@@ -120,6 +120,7 @@ mod tests {
         // Known already: its value changes, its place in the order does not.
         names.insert("a", 10);
         assert_eq!((names.len(), names.get_mut("a").copied()), (2, Some(10)));
+        assert!(!names.is_empty());
         names.insert("c", 3);
         assert!(!names.contains("a"), "the first remembered goes first");
         assert!(names.contains("b") && names.contains("c"));
