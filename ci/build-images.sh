@@ -194,13 +194,26 @@ build() {
   fi
   started=$SECONDS
   root="$IMAGES_DIR/rootfs-$backend"
-  rm -rf "$root"
   log "building $image (debootstrap of bookworm with $(packages_of "$backend"))"
   # A download cache per image: the builds run at once, and debootstrap does not share one.
   mkdir -p "$IMAGES_DIR/debs-$backend"
-  debootstrap --variant=minbase --include="$(packages_of "$backend")" --cache-dir="$IMAGES_DIR/debs-$backend" \
-    bookworm "$root" "$(mirror)" >"$IMAGES_DIR/$backend.log" 2>&1 \
-    || { tail -n 30 "$IMAGES_DIR/$backend.log" >&2; die "debootstrap for $image failed (log: $IMAGES_DIR/$backend.log)"; }
+  # With six builds fetching at once, the mirror now and then fails one package's download
+  # ("E: Couldn't download packages: findutils", seen on a fresh machine). The cache keeps what
+  # arrived, so another attempt fetches only what failed; the third failure is the build's.
+  local attempt
+  for attempt in 1 2 3; do
+    rm -rf "$root"
+    if debootstrap --variant=minbase --include="$(packages_of "$backend")" --cache-dir="$IMAGES_DIR/debs-$backend" \
+      bookworm "$root" "$(mirror)" >"$IMAGES_DIR/$backend.log" 2>&1; then
+      break
+    fi
+    if [ "$attempt" -eq 3 ]; then
+      tail -n 30 "$IMAGES_DIR/$backend.log" >&2
+      die "debootstrap for $image failed 3 times (log of the last: $IMAGES_DIR/$backend.log)"
+    fi
+    log "debootstrap for $image failed (attempt $attempt of 3: $(grep -m 1 '^E:' "$IMAGES_DIR/$backend.log" || tail -n 1 "$IMAGES_DIR/$backend.log")); trying again"
+    sleep 5
+  done
   if [ "$backend" = mongo ]; then
     local secantus
     secantus=$(PATH="$HOME/.cargo/bin:$PATH" command -v secantusd-rs) \
