@@ -425,21 +425,11 @@ impl StorageBasedLockProvider {
         self.known_names().contains(name)
     }
 
-    /// Whether `name` is known to have a record, and whether this node's own release left it
-    /// free, that hint forgotten as it is handed out: one attempt acts on it, whatever that
-    /// attempt finds. One look at the cache answers both.
-    fn recall(&self, name: &str) -> Recalled {
-        let mut names = self.known_names();
-        match names.get_mut(name) {
-            Some(freed) => Recalled {
-                known: true,
-                freed_by_this_node: std::mem::take(freed),
-            },
-            None => Recalled {
-                known: false,
-                freed_by_this_node: false,
-            },
-        }
+    /// `None` if `name` is not known to have a record, else whether this node's own release
+    /// left it free, that hint forgotten as it is handed out: one attempt acts on it, whatever
+    /// that attempt finds. One look at the cache answers both.
+    fn recall(&self, name: &str) -> Option<bool> {
+        self.known_names().get_mut(name).map(std::mem::take)
     }
 
     fn remember(&self, name: &str) {
@@ -510,12 +500,6 @@ impl StorageBasedLockProvider {
 /// The names known to exist, locked. A panic while another call held them would leave the
 /// mutex poisoned and, with `unwrap`, fail every later acquisition of this node; the cache only
 /// saves round trips, so after a panic it starts over empty instead.
-/// What the name cache says of one name as an acquisition starts.
-struct Recalled {
-    known: bool,
-    freed_by_this_node: bool,
-}
-
 fn lock_names(names: &Mutex<NameCache>) -> std::sync::MutexGuard<'_, NameCache> {
     names.lock().unwrap_or_else(|poisoned| {
         let mut cache = poisoned.into_inner();
@@ -570,9 +554,9 @@ impl LockProvider for StorageBasedLockProvider {
             lock_at_most_for: config.lock_at_most_for(),
             lock_at_least_for: config.lock_at_least_for(),
             now,
-            freed_by_this_node: recalled.freed_by_this_node,
+            freed_by_this_node: recalled == Some(true),
         };
-        let fencing_token = match self.write_record(&record, recalled.known).await? {
+        let fencing_token = match self.write_record(&record, recalled.is_some()).await? {
             RecordOutcome::Acquired { fencing_token } => fencing_token,
             RecordOutcome::NotAcquired(holder) => return Ok(Acquisition::NotAcquired(holder)),
             RecordOutcome::Missing => return Ok(Acquisition::NotAcquired(None)),
