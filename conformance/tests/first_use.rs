@@ -82,6 +82,10 @@ impl LockProvider for FailsFirstUse {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
+
+    fn provider_name(&self) -> &'static str {
+        self.inner.provider_name()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -159,6 +163,10 @@ impl LockProvider for RepeatsTokens {
 
     fn capabilities(&self) -> Capabilities {
         self.0.capabilities().with_fencing(true)
+    }
+
+    fn provider_name(&self) -> &'static str {
+        self.0.provider_name()
     }
 }
 

@@ -697,6 +697,10 @@ impl LockProvider for MutantNode {
             capabilities
         }
     }
+
+    fn provider_name(&self) -> &'static str {
+        self.inner.provider_name()
+    }
 }
 
 /// Whether `name` matches `pattern` as SQL `LIKE` does (`%` any run, `_` any one character),

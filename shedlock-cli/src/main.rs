@@ -129,18 +129,14 @@ impl Failure {
     }
 }
 
-/// `error` and its sources joined by ": ", skipping a source whose text the message already
-/// holds (some errors quote their cause), on one line whatever the messages contain.
+/// `error` and its sources joined by ": ", each said once ([`shedlock::ErrorChain`]), on one
+/// line whatever the messages contain.
 pub fn one_line(error: &(dyn Error + 'static)) -> String {
-    let mut text = error.to_string();
-    for cause in std::iter::successors(error.source(), |&cause| cause.source()) {
-        let said = cause.to_string();
-        if !said.is_empty() && !text.contains(&said) {
-            text.push_str(": ");
-            text.push_str(&said);
-        }
-    }
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    shedlock::ErrorChain(error)
+        .to_string()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// `text` from a backend (a lock's name, holder or acquisition) as it may be printed, so that

@@ -67,8 +67,9 @@ pub enum ErrorKind {
     /// [`assert_locked`](crate::assert_locked) was called outside any task run under a lock.
     NoActiveLock,
     /// The backend could not be reached (refused connection, unknown host, failed handshake,
-    /// no connection free in time): the request never reached it, so nothing was written.
-    /// Trying again may work.
+    /// no connection free in time): the request never reached it, so nothing was written. A
+    /// read (list, inspect) that got no answer is this kind as well, whatever happened to the
+    /// request: a read writes nothing. Trying again may work.
     Unreachable,
     /// The backend refused the credentials, or the user lacks a permission the operation
     /// needs. Trying again will not help until the credentials or grants change.
@@ -109,11 +110,17 @@ impl ErrorKind {
         }
     }
 
-    /// This kind as it applies to `operation`: a connect concerns no lock, so a connect whose
-    /// outcome is unknown is a server that could not be reached.
+    /// This kind as it applies to `operation`: a connect concerns no lock, and a read (list,
+    /// inspect) writes nothing, so either one whose outcome is unknown is a server that could
+    /// not be reached. Only a write (acquire, extend, release, force-unlock) can leave an
+    /// outcome unknown. [`LockError::kind`] applies this to every error, however its provider
+    /// classified it.
     pub fn during(self, operation: Operation) -> ErrorKind {
         match (operation, self) {
-            (Operation::Connect, ErrorKind::OutcomeUnknown) => ErrorKind::Unreachable,
+            (
+                Operation::Connect | Operation::List | Operation::Inspect,
+                ErrorKind::OutcomeUnknown,
+            ) => ErrorKind::Unreachable,
             (_, kind) => kind,
         }
     }
@@ -259,14 +266,12 @@ impl LockError {
             LockError::InvalidName { .. } | LockError::InvalidRequest { .. } => {
                 ErrorKind::InvalidRequest
             }
-            LockError::Backend { kind, .. } => *kind,
-            // A connect concerns no lock: it got no answer because the server could not be
-            // reached in time.
-            LockError::Timeout {
-                operation: Operation::Connect,
-                ..
-            } => ErrorKind::Unreachable,
-            LockError::Timeout { .. } => ErrorKind::OutcomeUnknown,
+            // However the provider classified it: a connect or a read that got no answer has
+            // no outcome to be unknown (see `ErrorKind::during`).
+            LockError::Backend {
+                kind, operation, ..
+            } => kind.during(*operation),
+            LockError::Timeout { operation, .. } => ErrorKind::OutcomeUnknown.during(*operation),
             LockError::Unsupported { .. } => ErrorKind::Unsupported,
             LockError::NoActiveLock => ErrorKind::NoActiveLock,
         }
@@ -502,14 +507,66 @@ mod tests {
             ErrorKind::CredentialsRefused.during(Operation::Connect),
             ErrorKind::CredentialsRefused
         );
-        assert_eq!(
-            ErrorKind::OutcomeUnknown.during(Operation::Release),
-            ErrorKind::OutcomeUnknown
-        );
+        for write in [
+            Operation::Acquire,
+            Operation::Extend,
+            Operation::Release,
+            Operation::ForceUnlock,
+        ] {
+            assert_eq!(
+                ErrorKind::OutcomeUnknown.during(write),
+                ErrorKind::OutcomeUnknown,
+                "{write}"
+            );
+        }
+        for no_write in [Operation::Connect, Operation::List, Operation::Inspect] {
+            assert_eq!(
+                ErrorKind::OutcomeUnknown.during(no_write),
+                ErrorKind::Unreachable,
+                "{no_write}"
+            );
+            assert_eq!(
+                ErrorKind::CorruptData.during(no_write),
+                ErrorKind::CorruptData,
+                "{no_write}"
+            );
+        }
         assert_eq!(
             ErrorKind::CredentialsRefused.as_str(),
             "credentials refused"
         );
+    }
+
+    #[test]
+    fn a_read_that_got_no_answer_is_unreachable_however_its_provider_classified_it() {
+        let lost = |operation| {
+            LockError::backend(
+                ErrorKind::OutcomeUnknown,
+                "redis",
+                operation,
+                "job",
+                "the connection was lost",
+                std::io::Error::from(std::io::ErrorKind::ConnectionReset),
+            )
+        };
+        assert_eq!(lost(Operation::List).kind(), ErrorKind::Unreachable);
+        assert_eq!(lost(Operation::Inspect).kind(), ErrorKind::Unreachable);
+        assert_eq!(
+            lost(Operation::ForceUnlock).kind(),
+            ErrorKind::OutcomeUnknown
+        );
+        let timeout = |operation| LockError::Timeout {
+            provider: "redis",
+            operation,
+            name: "job".to_owned(),
+            after: Duration::from_secs(5),
+        };
+        assert_eq!(timeout(Operation::Inspect).kind(), ErrorKind::Unreachable);
+        assert_eq!(
+            timeout(Operation::Acquire).kind(),
+            ErrorKind::OutcomeUnknown
+        );
+        assert_eq!(timeout(Operation::Connect).kind(), ErrorKind::Unreachable);
     }
 
     #[test]

@@ -248,12 +248,18 @@ impl LockingTaskExecutor {
             if self.holds(&held, config) {
                 return Ok(TaskOutcome::Executed(task.await));
             }
+            let started = Instant::now();
             let handle = match self.acquire(config).await? {
                 Ok(handle) => handle,
                 Err(holder) => return Ok(TaskOutcome::Skipped(holder)),
             };
             let result = run_caught(held, &self.provider, config, &handle, task).await;
-            finish(&*handle, result).await
+            let expected = if self.unexpired(config, started) {
+                Expected::Unexpired
+            } else {
+                Expected::PastAtMost
+            };
+            finish(&*handle, result, expected, config).await
         };
         record_outcome(&span, run.instrument(span.clone()).await)
     }
@@ -335,10 +341,17 @@ impl LockingTaskExecutor {
             let keeper = keep_alive(config, handle.clone(), started, lost.clone());
             let result = tokio::select! {
                 biased;
-                result = run_caught(held, &self.provider, config, &handle, task(lost)) => result,
+                result = run_caught(held, &self.provider, config, &handle, task(lost.clone())) => result,
                 never = keeper => match never {},
             };
-            finish(&*handle, result).await
+            // The keeper gives up (and cancels `lost`) before the lock's last known expiry, so
+            // while it has not, the lock has not expired by this node's clock.
+            let expected = if lost.is_cancelled() {
+                Expected::LostToKeepAlive
+            } else {
+                Expected::Unexpired
+            };
+            finish(&*handle, result, expected, config).await
         };
         record_outcome(&span, run.instrument(span.clone()).await)
     }
@@ -352,6 +365,14 @@ impl LockingTaskExecutor {
             outcome = Empty,
             fencing_token = Empty,
         )
+    }
+
+    /// Whether, by this node's clock, the lock taken by an acquire sent at `started` cannot
+    /// have expired yet: `lock_at_most_for` has not passed since, with the backend's time
+    /// precision to spare (a backend that stores whole seconds may end the lock up to one early).
+    fn unexpired(&self, config: &LockConfiguration, started: Instant) -> bool {
+        let precision = self.provider.capabilities().time_precision;
+        started.elapsed() + precision < config.lock_at_most_for()
     }
 
     fn holds(&self, held: &[ActiveLock], config: &LockConfiguration) -> bool {
@@ -439,20 +460,52 @@ async fn run_caught<F: Future>(
         .await
 }
 
+/// What this node knows, when it releases, of whether its lock should still be there: what a
+/// release that finds the lock gone says happened.
+#[derive(Clone, Copy)]
+enum Expected {
+    /// By this node's clock the lock cannot have expired yet.
+    Unexpired,
+    /// `lock_at_most_for` has passed since the acquire was sent.
+    PastAtMost,
+    /// Keep-alive already found the lock expired or taken while the task ran.
+    LostToKeepAlive,
+}
+
 /// Releases the lock, then hands back the task's value or continues its panic. A failed release
 /// is logged, not returned: the task has run, and its value must not be lost.
+///
+/// A release that finds the lock gone says why, as far as `expected` tells: a lock that could
+/// not have expired yet was ended early by someone, not outlasted by the task.
 async fn finish<T>(
     handle: &dyn LockHandle,
     result: Result<T, Box<dyn Any + Send>>,
+    expected: Expected,
+    config: &LockConfiguration,
 ) -> Result<TaskOutcome<T>, LockError> {
     if result.is_err() {
         Span::current().record("outcome", "panicked");
     }
     match handle.unlock().await {
         Ok(true) => debug!("released"),
-        Ok(false) => warn!(
-            "lock lost before release: it expired (is lock_at_most_for shorter than the task?) and another node may have run the task"
-        ),
+        Ok(false) => match expected {
+            Expected::Unexpired => warn!(
+                lock_at_most_for = ?config.lock_at_most_for(),
+                "lock lost before release, before lock_at_most_for had passed: it was freed or \
+                 taken early (an operator's force-unlock, its record deleted or overwritten, or \
+                 the backend's clock ahead of this node's), and another node may have run the task"
+            ),
+            Expected::PastAtMost => warn!(
+                lock_at_most_for = ?config.lock_at_most_for(),
+                "lock lost before release: the task outlasted lock_at_most_for, so the lock \
+                 expired and another node may have run the task (make lock_at_most_for longer \
+                 than the task, or run it with keep-alive)"
+            ),
+            Expected::LostToKeepAlive => warn!(
+                "lock lost before release: keep-alive had found it expired or taken while the \
+                 task ran, and another node may have run the task"
+            ),
+        },
         Err(error) => warn!(
             error = %ErrorChain(&error),
             "release failed: the lock stays held until lock_at_most_for"

@@ -48,6 +48,7 @@ pub use error::{BoxError, ErrorKind, LockError, Operation};
 pub use executor::{
     LockingTaskExecutor, TaskOutcome, active_fencing_token, assert_locked, extend_active_lock,
 };
+pub use log_fields::ErrorChain;
 pub use provider::{Acquisition, Capabilities, LockHandle, LockHolder, LockProvider, TimeSource};
 pub use shedlock_configuration::{
     ConfigurationError, DurationParseError, LockConfiguration, parse_duration,

@@ -4,20 +4,56 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// An error followed by each of its causes, `": "`-separated: a log line is often all an
-/// operator has, and [`LockError`](crate::LockError)'s own message leaves its causes to
-/// `source()`.
-pub(crate) struct ErrorChain<'a>(pub(crate) &'a (dyn StdError + 'static));
+/// An error followed by each of its causes, `": "`-separated, each said once: a log line is
+/// often all an operator has, and [`LockError`](crate::LockError)'s own message leaves its
+/// causes to `source()`.
+///
+/// Some client errors quote their cause in their own message as well (sqlx's I/O error ends
+/// with the `io::Error` it holds as its source), so a cause whose text the line already holds is
+/// left out rather than said twice; the causes below it are still written.
+///
+/// ```
+/// use shedlock_core::ErrorChain;
+/// #[derive(Debug)]
+/// struct Quoting(std::io::Error);
+/// impl std::fmt::Display for Quoting {
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+///         write!(f, "error communicating with database: {}", self.0)
+///     }
+/// }
+/// impl std::error::Error for Quoting {
+///     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+///         Some(&self.0)
+///     }
+/// }
+/// let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
+/// assert_eq!(
+///     ErrorChain(&Quoting(refused)).to_string(),
+///     "error communicating with database: Connection refused",
+/// );
+/// ```
+#[derive(Clone, Copy)]
+pub struct ErrorChain<'a>(pub &'a (dyn StdError + 'static));
 
 impl fmt::Display for ErrorChain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)?;
+        let mut line = self.0.to_string();
         let mut cause = self.0.source();
         while let Some(error) = cause {
-            write!(f, ": {error}")?;
+            let said = error.to_string();
+            if !said.is_empty() && !line.contains(&said) {
+                line.push_str(": ");
+                line.push_str(&said);
+            }
             cause = error.source();
         }
-        Ok(())
+        f.write_str(&line)
+    }
+}
+
+impl fmt::Debug for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }
 

@@ -144,10 +144,10 @@ pub trait LockProvider: Send + Sync + fmt::Debug {
     fn capabilities(&self) -> Capabilities;
 
     /// A short name for logs and errors (`"postgres"`), the `provider` field of the
-    /// executor's span. Defaults to the type's path; providers name their backend.
-    fn provider_name(&self) -> &'static str {
-        std::any::type_name::<Self>()
-    }
+    /// executor's span: the backend's name, the same for every provider of it. Required, with
+    /// no default: the type's path (`my_crate::provider::Wrapper<...>`) is no name an operator
+    /// can search the logs of a fleet by, and a wrapper names the backend it wraps.
+    fn provider_name(&self) -> &'static str;
 }
 
 #[async_trait]

@@ -437,6 +437,10 @@ impl LockProvider for UnreachableBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(TimeSource::Server).with_extend(true)
     }
+
+    fn provider_name(&self) -> &'static str {
+        "unreachable"
+    }
 }
 
 #[tokio::test]

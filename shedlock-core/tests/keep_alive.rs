@@ -487,6 +487,9 @@ mod real_time {
             fn capabilities(&self) -> Capabilities {
                 self.0.capabilities().with_extend(false)
             }
+            fn provider_name(&self) -> &'static str {
+                self.0.provider_name()
+            }
         }
         bounded(async {
             let store = MemoryLockStore::new();

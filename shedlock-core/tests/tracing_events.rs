@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use shedlock_core::{
-    Acquisition, Capabilities, ErrorKind, LockConfiguration, LockError, LockProvider,
+    Acquisition, Capabilities, ErrorKind, LockAdmin, LockConfiguration, LockError, LockProvider,
     LockingTaskExecutor, Operation, TaskOutcome, TimeSource,
     raw::{ManualClock, async_trait},
 };
@@ -360,7 +360,7 @@ async fn keep_alive_reports_extends_then_the_loss() {
             "extended",
             "extended",
             "lock lost: keep-alive found it expired or taken",
-            "lock lost before release: it expired (is lock_at_most_for shorter than the task?) and another node may have run the task",
+            "lock lost before release: keep-alive had found it expired or taken while the task ran, and another node may have run the task",
         ]
     );
     let lost = capture.event("lock lost: keep-alive");
@@ -448,23 +448,8 @@ impl LockProvider for FencingCounter {
     }
 }
 
-/// Forwards to the memory provider without naming itself.
-#[derive(Debug)]
-struct Unnamed(shedlock_memory::MemoryLockProvider);
-
-#[async_trait]
-impl LockProvider for Unnamed {
-    async fn try_lock(&self, config: &LockConfiguration) -> Result<Acquisition, LockError> {
-        self.0.try_lock(config).await
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.0.capabilities()
-    }
-}
-
 #[tokio::test(flavor = "current_thread")]
-async fn the_provider_field_names_a_shared_provider_and_defaults_to_the_type() {
+async fn the_provider_field_names_the_backend_of_a_shared_provider() {
     let capture = Capture::default();
     let _guard = capture.install();
     let config = LockConfiguration::new("job", Duration::from_secs(60), Duration::ZERO).unwrap();
@@ -477,18 +462,74 @@ async fn the_provider_field_names_a_shared_provider_and_defaults_to_the_type() {
         .unwrap()
         .executed()
         .unwrap();
-    let unnamed = LockingTaskExecutor::new(Unnamed(MemoryLockStore::new().node()));
-    unnamed
-        .execute(&config, async {})
-        .await
-        .unwrap()
-        .executed()
-        .unwrap();
-    let mut providers: Vec<_> = capture
+    let providers: Vec<_> = capture
         .runs()
         .iter()
         .map(|run| field(run, "provider").to_owned())
         .collect();
-    providers.sort();
-    assert_eq!(providers, ["memory", "tracing_events::Unnamed"]);
+    assert_eq!(providers, ["memory"]);
+}
+
+/// The warning of a release that finds the lock gone, for a task run with a lock of
+/// `lock_at_most_for` that sleeps `task_takes` while `meanwhile` runs on the store.
+async fn release_warning(
+    lock_at_most_for: Duration,
+    task_takes: Duration,
+    meanwhile: impl AsyncFnOnce(&MemoryLockStore),
+) -> CapturedEvent {
+    let capture = Capture::default();
+    let _guard = capture.install();
+    let store = MemoryLockStore::new();
+    let executor = LockingTaskExecutor::new(store.node());
+    let config = LockConfiguration::new("nightly", lock_at_most_for, Duration::ZERO).unwrap();
+    let outcome = executor
+        .execute(&config, async {
+            meanwhile(&store).await;
+            tokio::time::sleep(task_takes).await;
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcome, TaskOutcome::Executed(()));
+    let warning = capture.event("lock lost before release");
+    assert_eq!(warning.level, Level::WARN);
+    warning
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_release_after_an_operators_force_unlock_says_the_lock_was_freed_early() {
+    let warning = release_warning(Duration::from_secs(60), Duration::ZERO, async |store| {
+        let operator = store.node();
+        let held = operator.inspect_lock("nightly").await.unwrap().unwrap();
+        assert!(
+            operator
+                .force_unlock("nightly", &held.acquisition)
+                .await
+                .unwrap()
+        );
+    })
+    .await;
+    assert_eq!(
+        warning.message(),
+        "lock lost before release, before lock_at_most_for had passed: it was freed or taken \
+         early (an operator's force-unlock, its record deleted or overwritten, or the backend's \
+         clock ahead of this node's), and another node may have run the task"
+    );
+    assert_eq!(field(&warning.fields, "lock_at_most_for"), "60s");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_release_after_the_task_outlasted_its_lock_says_it_expired() {
+    let warning = release_warning(
+        Duration::from_millis(50),
+        Duration::from_millis(120),
+        async |_| {},
+    )
+    .await;
+    assert_eq!(
+        warning.message(),
+        "lock lost before release: the task outlasted lock_at_most_for, so the lock expired and \
+         another node may have run the task (make lock_at_most_for longer than the task, or run \
+         it with keep-alive)"
+    );
+    assert_eq!(field(&warning.fields, "lock_at_most_for"), "50ms");
 }

@@ -8,13 +8,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::FutureExt;
+use shedlock_core::raw::Rfc3339;
 use shedlock_core::{
-    CancellationToken, Clock, ErrorKind, LockConfiguration, LockError, LockHolder, LockProvider,
-    LockingTaskExecutor, SystemClock, TaskOutcome,
+    CancellationToken, Clock, ErrorChain, ErrorKind, LockConfiguration, LockError, LockHolder,
+    LockProvider, LockingTaskExecutor, SystemClock, TaskOutcome,
 };
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tracing::{debug, error, info, warn};
+use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::error::SchedulerError;
 use crate::job::{Job, JobFn, LockName, RunContext};
@@ -488,10 +489,20 @@ async fn run_once(shared: &Shared, job: &ScheduledJob, tick: Tick) -> RunReport 
     let config = match shared.configuration(job, &lock_name) {
         Ok(config) => config,
         Err(error) => {
+            error!(
+                job = %job.name,
+                lock = lock_name,
+                tick = %tick_field(&tick),
+                %error,
+                "job not run: its lock is invalid"
+            );
             report.outcome = RunOutcome::InvalidLock { error };
             return report;
         }
     };
+    // The executor's events (acquired, skipped, refused, released) name the job and the tick
+    // through this span, so a run is logged once, by whoever knows what happened.
+    let span = info_span!("job", job = %job.name, tick = %tick_field(&tick));
     let context = RunContext {
         job: job.name.clone(),
         lock_name,
@@ -519,6 +530,7 @@ async fn run_once(shared: &Shared, job: &ScheduledJob, tick: Tick) -> RunReport 
                 .await
         }
     };
+    let attempt = attempt.instrument(span);
     // At the shutdown limit the whole attempt is dropped, its lock handle with it: the lock is
     // not released, because work the job handed elsewhere (`spawn_blocking`, a spawned task)
     // may still be running, and another node must not start the job beside it. It frees itself
@@ -545,7 +557,7 @@ async fn run_once(shared: &Shared, job: &ScheduledJob, tick: Tick) -> RunReport 
         },
         Ok(Err(error)) => RunOutcome::LockFailed {
             kind: error.kind(),
-            error: with_causes(&error),
+            error: ErrorChain(&error).to_string(),
         },
         Ok(Ok(TaskOutcome::Skipped(holder))) => RunOutcome::Skipped { holder },
         Ok(Ok(TaskOutcome::Executed((result, lost)))) => {
@@ -557,19 +569,6 @@ async fn run_once(shared: &Shared, job: &ScheduledJob, tick: Tick) -> RunReport 
         }
     };
     report
-}
-
-/// The error and each of its causes, `": "`-separated: a report is read on its own, and a
-/// [`LockError`] leaves its causes to `source()`.
-fn with_causes(error: &LockError) -> String {
-    let mut text = error.to_string();
-    let mut cause = std::error::Error::source(error);
-    while let Some(error) = cause {
-        text.push_str(": ");
-        text.push_str(&error.to_string());
-        cause = error.source();
-    }
-    text
 }
 
 impl Shared {
@@ -607,64 +606,56 @@ impl Shared {
     }
 }
 
+/// Logs what the executor did not: a refused or failed acquisition and a skip are the
+/// executor's own events, logged once, inside the run's `job` span (which names the job and the
+/// tick), so they are not repeated here.
 fn log(report: &RunReport) {
     let job = report.job.as_str();
     let lock = report.lock_name.as_deref().unwrap_or("");
-    let tick = report.tick.number;
+    let tick = tick_field(&report.tick);
     if report.lock_lost {
         warn!(
             job,
             lock,
-            tick,
+            %tick,
             "keep-alive lost the lock while the job ran: another node may have run it too"
         );
     }
     match &report.outcome {
-        RunOutcome::Executed => info!(job, lock, tick, "job ran"),
-        RunOutcome::Failed { error } => warn!(job, lock, tick, %error, "job returned an error"),
-        RunOutcome::Skipped { holder } => debug!(
-            job,
-            lock,
-            tick,
-            // Left out, not "unknown", when the backend did not say: the executor's own skip
-            // event, in the same run, carries the holder and until when in any case.
-            holder = holder
-                .as_ref()
-                .and_then(|holder| holder.locked_by.as_deref()),
-            "job skipped: its lock is held elsewhere"
-        ),
-        RunOutcome::LockFailed { kind, error } => warn!(
-            job,
-            lock,
-            tick,
-            %kind,
-            %error,
-            "job not run: taking its lock failed, so another node may hold it"
-        ),
-        RunOutcome::InvalidLock { error } => {
-            error!(job, lock, tick, %error, "job not run: its lock is invalid")
-        }
+        RunOutcome::Executed => info!(job, lock, %tick, "job ran"),
+        RunOutcome::Failed { error } => warn!(job, lock, %tick, %error, "job returned an error"),
+        // Logged where they arose: by the executor, or by `run_once` for a lock the scheduler
+        // refused before calling it.
+        RunOutcome::Skipped { .. }
+        | RunOutcome::LockFailed { .. }
+        | RunOutcome::InvalidLock { .. } => {}
         RunOutcome::Panicked { message } => error!(
             job,
             lock,
-            tick,
+            %tick,
             panic = %message,
             "job panicked; its lock was released and the scheduler goes on"
         ),
         RunOutcome::Stopped => warn!(
             job,
             lock,
-            tick,
+            %tick,
             "job stopped at the shutdown limit; its lock stays held until lock_at_most_for \
              passes, in case work it handed elsewhere still runs"
         ),
         RunOutcome::Missed { ticks } => warn!(
             job,
-            tick,
+            %tick,
             missed = ticks,
             "the previous run outlasted its schedule: ticks were missed"
         ),
     }
+}
+
+/// A tick as logs name it: its wall-clock time, which names the same tick on every node (a
+/// cron instant or the fleet grid's), where its number counts from when this node added the job.
+fn tick_field(tick: &Tick) -> Rfc3339 {
+    Rfc3339::millis(tick.time.into())
 }
 
 fn panic_message(panic: &(dyn Any + Send)) -> String {

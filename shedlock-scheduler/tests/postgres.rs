@@ -208,3 +208,90 @@ async fn a_run_whose_lock_outcome_is_unknown_does_not_run() {
             .is_empty()
     );
 }
+
+/// Everything a `tracing_subscriber::fmt` subscriber writes, as an operator's log shows it.
+#[derive(Clone, Default)]
+struct Written(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Written {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Written {
+    type Writer = Written;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_tick_whose_backend_is_down_is_logged_once_naming_the_job_the_tick_and_each_cause_once() {
+    let written = Written::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(written.clone())
+        .with_ansi(false)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    // Nothing listens on port 1: every connection is refused.
+    let provider = PostgresLockProvider::builder()
+        .connect_lazy("postgres://postgres@127.0.0.1:1/test")
+        .await
+        .unwrap();
+    let (sender, mut reports) = mpsc::unbounded_channel();
+    let defaults = LockDefaults::new(Duration::from_secs(5), Duration::ZERO).unwrap();
+    let mut scheduler = Scheduler::builder(provider, defaults)
+        .on_run(move |report| {
+            let _ = sender.send(report.clone());
+        })
+        .build();
+    scheduler
+        .add(Job::new(
+            "nightly-report",
+            Schedule::cron("*/1 * * * * *", chrono_tz::UTC).unwrap(),
+            |_| async {},
+        ))
+        .unwrap();
+    let report = timeout(Duration::from_secs(10), reports.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    scheduler.shutdown(Duration::from_secs(1)).await;
+    assert!(
+        matches!(report.outcome, RunOutcome::LockFailed { .. }),
+        "{report:?}"
+    );
+    let logged = String::from_utf8(written.0.lock().unwrap().clone()).unwrap();
+    let warnings: Vec<&str> = logged.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one event for one failed tick:\n{logged}"
+    );
+    let warning = warnings[0];
+    // The tick by its cron instant, the same on every replica, not a per-node counter.
+    let tick = format!(
+        "tick={}",
+        report
+            .tick
+            .time
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    );
+    for part in [
+        "job{job=nightly-report ",
+        &tick,
+        "provider=\"postgres\"",
+        "lock=\"nightly-report\"",
+        "not run: unreachable",
+    ] {
+        assert!(warning.contains(part), "{part:?} missing from: {warning}");
+    }
+    // The error and each cause, said once each.
+    let refused = warning.matches("Connection refused").count();
+    assert_eq!(refused, 1, "a cause said {refused} times: {warning}");
+}

@@ -1067,6 +1067,10 @@ impl LockProvider for Restricted {
             None => capabilities,
         }
     }
+
+    fn provider_name(&self) -> &'static str {
+        self.inner.provider_name()
+    }
 }
 
 #[tokio::test]

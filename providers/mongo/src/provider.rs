@@ -132,4 +132,8 @@ impl LockProvider for MongoLockProvider {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
+
+    fn provider_name(&self) -> &'static str {
+        self.inner.provider_name()
+    }
 }

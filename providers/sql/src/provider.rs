@@ -144,4 +144,8 @@ impl<B: SqlBackend> LockProvider for SqlLockProvider<B> {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
+
+    fn provider_name(&self) -> &'static str {
+        B::PROVIDER
+    }
 }
