@@ -147,6 +147,14 @@ impl fmt::Display for ErrorKind {
     }
 }
 
+/// What an operation that got no answer leaves behind, in the words of its error.
+fn unanswered(operation: Operation) -> &'static str {
+    match ErrorKind::OutcomeUnknown.during(operation) {
+        ErrorKind::OutcomeUnknown => "its outcome is unknown",
+        _ => "it changed nothing",
+    }
+}
+
 /// Why a lock operation did not give an answer.
 ///
 /// "Someone else holds the lock" is not an error: it is
@@ -212,10 +220,12 @@ pub enum LockError {
         #[source]
         source: Option<BoxError>,
     },
-    /// The backend gave no answer in time; whether the operation took effect is unknown.
+    /// The backend gave no answer in time; whether a write (acquire, extend, release,
+    /// force-unlock) took effect is unknown. A connect or a read changed nothing.
     #[error(
-        "{provider}: {} got no answer within {after:?}; its outcome is unknown",
-        Attempt(*operation, name)
+        "{provider}: {} got no answer within {after:?}; {}",
+        Attempt(*operation, name),
+        unanswered(*operation)
     )]
     Timeout {
         /// The provider that talked to the backend.
@@ -563,6 +573,14 @@ mod tests {
         };
         assert_eq!(timeout(Operation::Inspect).kind(), ErrorKind::Unreachable);
         assert_eq!(
+            timeout(Operation::List).to_string(),
+            "redis: list of lock \"job\" got no answer within 5s; it changed nothing"
+        );
+        assert_eq!(
+            timeout(Operation::ForceUnlock).to_string(),
+            "redis: force-unlock of lock \"job\" got no answer within 5s; its outcome is unknown"
+        );
+        assert_eq!(
             timeout(Operation::Acquire).kind(),
             ErrorKind::OutcomeUnknown
         );
@@ -592,7 +610,7 @@ mod tests {
         };
         assert_eq!(
             timeout.to_string(),
-            "redis: connect got no answer within 5s; its outcome is unknown"
+            "redis: connect got no answer within 5s; it changed nothing"
         );
         let on_a_lock = LockError::backend_message(
             ErrorKind::CorruptData,

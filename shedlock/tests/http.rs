@@ -655,6 +655,15 @@ mod postgres {
 
     scenarios!(database());
 
+    #[tokio::test]
+    async fn a_backend_that_went_away_is_503() {
+        bounded(super::a_backend_that_went_away_is_503(
+            settings::POSTGRES.value(),
+            503,
+        ))
+        .await;
+    }
+
     /// PostgreSQL text holds no NUL, so a listing's prefix or cursor with one is refused before
     /// anything is sent: the request's fault, not the backend's.
     #[tokio::test]
@@ -725,9 +734,61 @@ impl Backend for OnServer {
     }
 }
 
+/// The `host:port` a one-server URL names (after the scheme and any user, before the path).
+fn server_of(url: &str) -> &str {
+    let (_, rest) = url.split_once("://").expect("a URL with a scheme");
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    rest.split(['/', '?']).next().unwrap()
+}
+
+/// A backend that went away under a running HTTP view (its connections cut, its port closed)
+/// is 503, as the docs promise for a backend that cannot be reached, on the request that meets
+/// a connection cut under it: a read writes nothing, so no outcome is unknown. The requests
+/// after it answer `later`: 503 where the client tries a new connection and is refused, 504
+/// where it waits for the server to come back (ZooKeeper's queues requests while it
+/// reconnects, so they get no answer in time).
+async fn a_backend_that_went_away_is_503(url: String, later: u16) {
+    let upstream = server_of(&url).to_owned();
+    let proxy = shedlock_conformance::CountingProxy::start(&upstream)
+        .await
+        .unwrap();
+    let mut through = url.replacen(&upstream, &proxy.local_addr().to_string(), 1);
+    if through.starts_with("mongodb://") {
+        // Else the driver reaches the server at the address the server gives for itself,
+        // around the proxy.
+        through.push_str(if through.contains('?') { "&" } else { "?" });
+        through.push_str("directConnection=true");
+    }
+    let node = OnServer {
+        url: through,
+        malformed_cursor: None,
+    }
+    .node()
+    .await;
+    let server = serve(LockRoutes::new(Arc::new(node))).await;
+    let name = unique("gone");
+    let answer = server.get(&format!("/locks/{name}")).await;
+    assert_eq!(answer.status, 404, "while the backend is up: {answer:?}");
+    proxy.cut_open_connections();
+    drop(proxy);
+    let answer = server.get(&format!("/locks/{name}")).await;
+    assert_eq!(answer.status, 503, "on the cut connection: {answer:?}");
+    for target in ["/locks".to_owned(), format!("/locks/{name}")] {
+        let answer = server.get(&target).await;
+        assert_eq!(answer.status, later, "{target}: {answer:?}");
+        assert!(
+            !answer.error().contains("outcome is unknown"),
+            "{target}: {answer:?}"
+        );
+    }
+}
+
 /// The client's mistakes on a backend reached by URL.
 macro_rules! mistakes_on {
     ($feature:literal, $module:ident, $url:expr, $cursor:expr) => {
+        mistakes_on!($feature, $module, $url, $cursor, 503);
+    };
+    ($feature:literal, $module:ident, $url:expr, $cursor:expr, $later:expr) => {
         #[cfg(feature = $feature)]
         mod $module {
             use super::*;
@@ -742,6 +803,11 @@ macro_rules! mistakes_on {
                     backend,
                 ))
                 .await;
+            }
+
+            #[tokio::test]
+            async fn a_backend_that_went_away_is_503() {
+                bounded(super::a_backend_that_went_away_is_503($url, $later)).await;
             }
         }
     };
@@ -777,5 +843,6 @@ mistakes_on!(
     "zookeeper",
     zookeeper,
     format!("zk://{}", settings::ZOOKEEPER.value()),
-    Some("bad%zzescape")
+    Some("bad%zzescape"),
+    504
 );
