@@ -153,32 +153,57 @@ impl RedisLockProviderBuilder {
         let scheme = check_url_scheme(url)?;
         self.check_tls_settings(&endpoint, scheme)?;
         self.check_replica_wait(scheme)?;
-        let connection = match scheme.topology {
+        let (connection, server) = match scheme.topology {
             Topology::Server => {
                 let (client, config) = self.client(url, &endpoint, scheme.tls)?;
+                let server = client.get_connection_info().addr().clone();
                 let manager = ConnectionManager::new_with_config(client, config);
-                RedisConnection::from(self.bounded_connect(&endpoint, scheme, manager).await?)
+                let connected = self
+                    .bounded_connect(&endpoint, scheme, Some(&server), manager)
+                    .await?;
+                (RedisConnection::from(connected), Some(server))
             }
             Topology::Cluster => {
                 let (client, config) = self.cluster_client(url, &endpoint, scheme.tls)?;
                 let cluster = client.get_async_connection_with_config(config);
-                RedisConnection::from(self.bounded_connect(&endpoint, scheme, cluster).await?)
+                let connected = self
+                    .bounded_connect(&endpoint, scheme, None, cluster)
+                    .await?;
+                (RedisConnection::from(connected), None)
             }
             Topology::Sentinel => {
                 let master = self.sentinel_connection(url, &endpoint, scheme.tls)?;
-                self.bounded_connect(&endpoint, scheme, master.connect())
+                self.bounded_connect(&endpoint, scheme, None, master.connect())
                     .await?;
-                RedisConnection::sentinel(master)
+                (RedisConnection::sentinel(master), None)
             }
         };
-        // One PING: a server that wants a password accepts a connection without one and
-        // refuses every command after, which is best said now, as refused credentials, than as
-        // an unknown outcome at every acquire.
+        // One command, so that what every acquire would meet is said now: a server that wants
+        // a password accepts a connection without one and refuses every command after
+        // (refused credentials, not an unknown outcome at every acquire); and a single server
+        // must be a master, as a replica refuses every write (ROLE says which it is).
         let mut probe = connection.clone();
-        self.bounded_connect(&endpoint, scheme, async move {
-            redis::cmd("PING").query_async::<String>(&mut probe).await
-        })
-        .await?;
+        if server.is_some() {
+            let role = self
+                .bounded_connect(&endpoint, scheme, server.as_ref(), async move {
+                    match redis::cmd("ROLE")
+                        .query_async::<redis::Value>(&mut probe)
+                        .await
+                    {
+                        // A user whose ACL leaves ROLE out (it is an admin command), or a
+                        // server without it: what it is stays unknown, and is not refused.
+                        Err(error) if role_withheld(&error) => Ok(redis::Value::Nil),
+                        answered => answered,
+                    }
+                })
+                .await?;
+            check_role(&endpoint, &role)?;
+        } else {
+            self.bounded_connect(&endpoint, scheme, None, async move {
+                redis::cmd("PING").query_async::<String>(&mut probe).await
+            })
+            .await?;
+        }
         Ok(self.finish(connection, endpoint))
     }
 
@@ -338,3 +363,44 @@ impl RedisLockProviderBuilder {
 pub(crate) const FENCING_BRACES_RULE: &str = "with fencing on it must not contain '{' or '}': \
      Redis Cluster reads them as a hash tag, and the fencing counter {<lock key>}:fencing must \
      hash to the lock key's own slot";
+
+/// Whether ROLE was refused to this user (`NOPERM`) or is unknown to the server: the server
+/// answered, so it is reachable and took the credentials.
+fn role_withheld(error: &redis::RedisError) -> bool {
+    error.code() == Some("NOPERM") || error.to_string().contains("unknown command")
+}
+
+/// Refuses a `redis://` server whose ROLE says it cannot hold locks: a replica refuses every
+/// write (`READONLY`), and a sentinel holds no keys. Anything else (a master, or a role withheld)
+/// is taken.
+fn check_role(endpoint: &str, role: &redis::Value) -> Result<(), LockError> {
+    let redis::Value::Array(fields) = role else {
+        return Ok(());
+    };
+    let text = |at: usize| match fields.get(at) {
+        Some(redis::Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
+        Some(redis::Value::SimpleString(text)) => text.clone(),
+        Some(redis::Value::Int(number)) => number.to_string(),
+        _ => String::new(),
+    };
+    let refusal = match text(0).as_str() {
+        "slave" | "replica" => format!(
+            "Redis at {endpoint} is a replica of {}:{}, and a replica takes no writes: give the \
+             master's address, or a redis+sentinel:// URL to follow the master across failovers",
+            text(1),
+            text(2)
+        ),
+        "sentinel" => format!(
+            "Redis at {endpoint} is a sentinel, which holds no keys: use a \
+             redis+sentinel://<host>:26379/<master name> URL to reach the master it watches"
+        ),
+        _ => return Ok(()),
+    };
+    Err(LockError::backend_message(
+        ErrorKind::Configuration,
+        PROVIDER,
+        Operation::Connect,
+        "",
+        refusal,
+    ))
+}

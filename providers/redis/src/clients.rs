@@ -7,6 +7,10 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
 use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
 use redis::{AsyncConnectionConfig, ConnectionAddr};
 use shedlock_core::{ErrorKind, LockError, Operation};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::PROVIDER;
@@ -19,66 +23,115 @@ use crate::topology::{self, Topology};
 impl RedisLockProviderBuilder {
     /// Waits for `connecting` within the operation timeout, turning its failure into an error
     /// that names the redacted URL and what to check.
+    ///
+    /// `server`: the one server a `redis://` URL names, spoken to in plain RESP once when the
+    /// connect fails without a reason of its own (no answer in time, a dropped connection, an
+    /// answer the client could not read), to say what answers there instead: a server of
+    /// another kind, or a Redis without TLS where the URL asked for TLS.
     pub(crate) async fn bounded_connect<T>(
         &self,
         endpoint: &str,
         scheme: UrlScheme,
+        server: Option<&ConnectionAddr>,
         connecting: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, LockError> {
         let target = connect_target(scheme.topology);
         let started = Instant::now();
-        tokio::time::timeout(self.settings.operation_timeout(), connecting)
-            .await
-            .map_err(|_| {
-                LockError::backend_message(
-                    ErrorKind::Unreachable,
-                    PROVIDER,
-                    Operation::Connect,
-                    "",
-                    format!(
-                        "{target} at {endpoint} did not answer within {:?}: is it running and \
-                         reachable?",
-                        self.settings.operation_timeout()
-                    ),
-                )
-            })?
-            .map_err(|error| {
-                let hint = if refused_credentials(&error) {
-                    "it refused the credentials: check the user name and password in the URL"
-                } else if scheme.tls && error.to_string().contains("certificate") {
-                    "its TLS certificate was not accepted (for a certificate a private CA signed, \
-                     give that CA to RedisLockProviderBuilder::tls_root_certificate)"
-                } else if error.to_string().contains("DB index is out of range") {
-                    "the server has no database of the number the URL's path gives (it has 0 up \
-                     to its `databases` setting minus one, 16 by default)"
-                } else if error.kind() == redis::ErrorKind::MasterNameNotFoundBySentinel {
-                    "the sentinels name no reachable master of that name: check the master name \
-                     (the URL's path) against SENTINEL MASTERS"
-                } else if scheme.topology == Topology::Sentinel
-                    && error.kind() == redis::ErrorKind::InvalidClientConfig
-                {
-                    // The redis crate's words for a listed host whose ROLE is not sentinel.
-                    "a listed host answered but is not a sentinel: check the ports (a \
-                     sentinel's is 26379 unless set)"
-                } else if scheme.topology == Topology::Cluster
-                    && error.to_string().contains("cluster support disabled")
-                {
-                    "the server is not in cluster mode: use a redis:// URL for a single server"
-                } else {
-                    "is it running and reachable?"
-                };
-                LockError::backend(
-                    kind_of(&error, Operation::Connect, false),
-                    PROVIDER,
-                    Operation::Connect,
-                    "",
-                    format!(
-                        "could not connect to {target} at {endpoint} (gave up after {:?}): {hint}",
-                        started.elapsed()
-                    ),
-                    error,
-                )
-            })
+        let deadline = started + self.settings.operation_timeout();
+        let mut connecting = std::pin::pin!(connecting);
+        // A TLS handshake with a plain Redis never ends (Redis waits for the end of a command
+        // that never comes), so one that is slow to finish has the server asked in plain RESP
+        // meanwhile: a plain answer ends the wait at once, where it would time out.
+        let probing = scheme.tls && server.is_some();
+        let first = tokio::select! {
+            answered = tokio::time::timeout_at(deadline, &mut connecting) => Some(answered),
+            () = tokio::time::sleep(PROBE_AFTER), if probing => None,
+        };
+        let answered = match first {
+            Some(answered) => answered,
+            None => {
+                if let Some(hint) = what_answers(server, scheme.tls).await {
+                    return Err(self.misconfigured(target, endpoint, started, hint));
+                }
+                tokio::time::timeout_at(deadline, connecting).await
+            }
+        };
+        let Ok(answered) = answered else {
+            return Err(LockError::backend_message(
+                ErrorKind::Unreachable,
+                PROVIDER,
+                Operation::Connect,
+                "",
+                format!(
+                    "{target} at {endpoint} did not answer within {:?}: is it running and \
+                     reachable?",
+                    self.settings.operation_timeout()
+                ),
+            ));
+        };
+        let error = match answered {
+            Ok(value) => return Ok(value),
+            Err(error) => error,
+        };
+        let text = error.to_string();
+        let hint = if refused_credentials(&error) {
+            "it refused the credentials: check the user name and password in the URL"
+        } else if scheme.tls && text.contains("certificate") {
+            "its TLS certificate was not accepted (for a certificate a private CA signed, give \
+             that CA to RedisLockProviderBuilder::tls_root_certificate)"
+        } else if text.contains("DB index is out of range") {
+            "the server has no database of the number the URL's path gives (it has 0 up to its \
+             `databases` setting minus one, 16 by default)"
+        } else if error.kind() == redis::ErrorKind::MasterNameNotFoundBySentinel {
+            "the sentinels name no reachable master of that name: check the master name (the \
+             URL's path) against SENTINEL MASTERS"
+        } else if scheme.topology == Topology::Sentinel
+            && error.kind() == redis::ErrorKind::InvalidClientConfig
+        {
+            // The redis crate's words for a listed host whose ROLE is not sentinel.
+            "a listed host answered but is not a sentinel: check the ports (a sentinel's is \
+             26379 unless set)"
+        } else if scheme.topology == Topology::Cluster && text.contains("cluster support disabled")
+        {
+            "the server is not in cluster mode: use a redis:// URL for a single server"
+        } else if error.is_connection_refusal() {
+            "is it running and reachable?"
+        } else if let Some(hint) = what_answers(server, scheme.tls).await {
+            return Err(self.misconfigured(target, endpoint, started, hint));
+        } else {
+            "is it running and reachable?"
+        };
+        Err(LockError::backend(
+            kind_of(&error, Operation::Connect, false),
+            PROVIDER,
+            Operation::Connect,
+            "",
+            format!(
+                "could not connect to {target} at {endpoint} (gave up after {:?}): {hint}",
+                started.elapsed()
+            ),
+            error,
+        ))
+    }
+
+    /// A connect that found a setting wrong, `hint` saying which.
+    fn misconfigured(
+        &self,
+        target: &str,
+        endpoint: &str,
+        started: Instant,
+        hint: &str,
+    ) -> LockError {
+        LockError::backend_message(
+            ErrorKind::Configuration,
+            PROVIDER,
+            Operation::Connect,
+            "",
+            format!(
+                "could not connect to {target} at {endpoint} (gave up after {:?}): {hint}",
+                started.elapsed()
+            ),
+        )
     }
 
     pub(crate) fn client(
@@ -217,6 +270,58 @@ impl RedisLockProviderBuilder {
             .set_response_timeout(Some(self.settings.operation_timeout()))
             .set_connection_timeout(Some(self.settings.operation_timeout()));
         Ok(SentinelConnection::new(client, config, parsed.db))
+    }
+}
+
+/// How long a TLS connect to one server may take before the server is asked, in plain RESP,
+/// whether it is a Redis without TLS: far longer than a handshake takes on a network that
+/// works.
+const PROBE_AFTER: Duration = Duration::from_millis(500);
+
+/// How long [`what_answers`] waits for a server's first words, on top of a connect that has
+/// already failed: a server that says nothing in this time is left unexplained.
+const PROBE_LIMIT: Duration = Duration::from_secs(1);
+
+/// What answers at `server` when spoken to in plain RESP (`PING`), as the hint of a connect
+/// that failed without a reason of its own: `None` when that tells nothing more.
+///
+/// - A URL that asked for TLS (`tls`), answered in plain RESP: a Redis without TLS. Its TLS
+///   handshake fails without a word (Redis reads the handshake as a command that never ends),
+///   so the connect would otherwise only have timed out.
+/// - A plain URL whose server answers other than RESP, or closes the connection: another kind
+///   of server (PostgreSQL closes on an unknown startup packet, MySQL greets first), or a
+///   Redis that takes TLS only.
+async fn what_answers(server: Option<&ConnectionAddr>, tls: bool) -> Option<&'static str> {
+    let (host, port) = match server? {
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            (host.as_str(), *port)
+        }
+        _ => return None,
+    };
+    let first_byte = async {
+        let mut stream = TcpStream::connect((host, port)).await.ok()?;
+        let mut byte = [0_u8; 1];
+        // A server that closes at once may refuse the write: then it read nothing it took.
+        let said = match stream.write_all(b"PING\r\n").await {
+            Ok(()) => stream.read(&mut byte).await.unwrap_or(0),
+            Err(_) => 0,
+        };
+        Some((said == 1).then_some(byte[0]))
+    };
+    let answer = tokio::time::timeout(PROBE_LIMIT, first_byte).await.ok()??;
+    // RESP's answers to PING: `+PONG`, or an error (`-NOAUTH ...`).
+    let speaks_resp = matches!(answer, Some(b'+' | b'-'));
+    match (tls, speaks_resp) {
+        (true, true) => Some(
+            "it answers in plain Redis, without TLS: use a redis:// URL for it (rediss:// asks \
+             for TLS), or turn TLS on in the server",
+        ),
+        (false, false) => Some(
+            "something accepts connections there but does not answer as Redis does: check the \
+             port (is it another server's, as PostgreSQL's 5432?), or use rediss:// if this \
+             Redis takes TLS only",
+        ),
+        _ => None,
     }
 }
 

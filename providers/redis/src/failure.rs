@@ -37,6 +37,9 @@ where
         };
         let cause = if refused_credentials(&error) {
             "refused the credentials (check the user name and password in the URL)"
+        } else if read_only(&error) {
+            "refused the write: it is a read-only replica now (give the master's address, or a \
+             redis+sentinel:// URL to follow the master across failovers)"
         } else if error.is_io_error() || error.is_connection_refusal() {
             "is unreachable"
         } else {
@@ -88,7 +91,8 @@ pub(crate) fn kind_of(error: &redis::RedisError, operation: Operation, resends: 
         // The URL's database past the server's `databases`, a cluster URL for a single server.
         || text.contains("DB index is out of range")
         || text.contains("cluster support disabled");
-    if misconfigured && !unresolved {
+    // A replica refused the write: nothing was written, and every write there will be.
+    if (misconfigured && !unresolved) || read_only(error) {
         return ErrorKind::Configuration;
     }
     // Every command here acts on a lock key or its fencing counter, so a key of another type
@@ -114,6 +118,12 @@ pub(crate) fn kind_of(error: &redis::RedisError, operation: Operation, resends: 
     } else {
         ErrorKind::OutcomeUnknown
     }
+}
+
+/// Whether a replica refused a write (`READONLY`, as the reply's code or inside a script's
+/// error).
+pub(crate) fn read_only(error: &redis::RedisError) -> bool {
+    error.code() == Some("READONLY") || error.to_string().contains("READONLY")
 }
 
 /// Whether Redis refused the URL's credentials (or asked for some): a wrong password is not

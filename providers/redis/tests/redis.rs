@@ -1071,3 +1071,98 @@ async fn sixteen_nodes_start_at_once_on_a_new_env() {
         verdict.unwrap_or_else(|failure| panic!("round {round} (fencing {fencing}): {failure}"));
     }
 }
+
+/// `host:port` of a one-server URL.
+fn server_of(url: &str) -> String {
+    let (_, rest) = url.split_once("://").unwrap();
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    rest.split(['/', '?']).next().unwrap().to_owned()
+}
+
+/// A `rediss://` URL for a Redis without TLS is said to be one, at once: its TLS handshake
+/// never ends (Redis takes the handshake for a command and waits for the rest), so it used to
+/// be "did not answer within 5s: is it running and reachable?", after the whole timeout.
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tls_url_for_a_plain_redis_says_so_at_once() {
+    let plain = server_of(&settings::REDIS.value());
+    let started = Instant::now();
+    let error = RedisLockProvider::builder()
+        .operation_timeout(Duration::from_secs(5))
+        .connect(&format!("rediss://{plain}"))
+        .await
+        .unwrap_err();
+    assert_answered_within(started, Duration::from_secs(2));
+    let text = error.to_string();
+    assert!(
+        text.contains(&format!("could not connect to Redis at rediss://{plain}"))
+            && text.contains(
+                "it answers in plain Redis, without TLS: use a redis:// URL for it (rediss:// \
+                 asks for TLS), or turn TLS on in the server"
+            ),
+        "{text}"
+    );
+    assert_eq!(error.kind(), ErrorKind::Configuration, "{text}");
+}
+
+/// A `redis://` URL at a server of another kind (the PostgreSQL and MySQL servers the tests
+/// use) says something else answers there, not "is it running and reachable?": it is running,
+/// and reachable.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_url_at_a_server_of_another_kind_says_so() {
+    for other in [settings::POSTGRES.value(), settings::MYSQL.value()] {
+        let other = server_of(&other);
+        let error = RedisLockProvider::builder()
+            .operation_timeout(Duration::from_secs(2))
+            .connect(&format!("redis://{other}"))
+            .await
+            .unwrap_err();
+        let text = error.to_string();
+        assert!(
+            text.contains(
+                "something accepts connections there but does not answer as Redis does: check \
+                 the port"
+            ),
+            "{other}: {text}"
+        );
+        assert!(!text.contains("reachable"), "{other}: {text}");
+        assert_eq!(error.kind(), ErrorKind::Configuration, "{other}: {text}");
+    }
+}
+
+/// A user whose ACL leaves out ROLE (an admin command), which connect asks to tell a replica
+/// from a master, still connects and locks: what the server is stays unknown, not refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_user_denied_role_still_connects_and_locks() {
+    let user = format!("no-role-{}", unique_env());
+    let mut admin = raw().await;
+    redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(&user)
+        .arg(["on", &format!(">{SECRET}"), "~*", "+@all", "-role"].as_slice())
+        .query_async::<()>(&mut admin)
+        .await
+        .unwrap();
+    let url = settings::REDIS
+        .value()
+        .replacen("redis://", &format!("redis://{user}:{SECRET}@"), 1);
+    let connected = builder(&unique_env()).connect(&url).await;
+    let locked = async {
+        let provider = connected?;
+        let config = LockConfiguration::new("no-role", Duration::from_secs(30), Duration::ZERO)?;
+        let handle = provider.try_lock(&config).await?.into_handle();
+        Ok::<_, LockError>(match handle {
+            Some(handle) => handle.unlock().await?,
+            None => false,
+        })
+    }
+    .await;
+    // Deleting the user closes its connections: only once the lock was taken and released.
+    redis::cmd("ACL")
+        .arg("DELUSER")
+        .arg(&user)
+        .query_async::<()>(&mut admin)
+        .await
+        .unwrap();
+    assert!(locked.unwrap(), "taken and released");
+}

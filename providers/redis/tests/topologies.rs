@@ -456,3 +456,63 @@ async fn a_url_of_the_wrong_topology_says_what_the_server_is_not() {
         assert_eq!(error.kind(), ErrorKind::Configuration, "{url}: {error}");
     }
 }
+
+/// A `redis://` URL at a replica, or at a sentinel, is refused at connect, naming what it is and
+/// what to give instead: a replica refuses every write, so it used to be accepted and then fail
+/// every tick.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_or_a_sentinel_is_refused_at_connect() {
+    let url = settings::REDIS_SENTINEL.value();
+    let master = topologies::current_master(&url).await.unwrap();
+    let mut admin = master_admin(&url).await.unwrap();
+    // ["master", offset, [[ip, port, offset], ...]]
+    let (_, _, replicas): (String, i64, Vec<(String, String, String)>) =
+        redis::cmd("ROLE").query_async(&mut admin).await.unwrap();
+    let (ip, port, _) = replicas
+        .first()
+        .expect("the sentinels' master has a replica");
+    let replica = format!("redis://{ip}:{port}");
+    let error = builder().connect(&replica).await.unwrap_err();
+    let text = error.to_string();
+    assert!(
+        text.contains(&format!(
+            "Redis at {replica} is a replica of {master}, and a replica takes no writes: give \
+             the master's address, or a redis+sentinel:// URL to follow the master across \
+             failovers"
+        )),
+        "{text}"
+    );
+    assert_eq!(error.kind(), ErrorKind::Configuration, "{text}");
+
+    let sentinel = format!("redis://{}", topologies::hosts(&url)[0]);
+    let error = builder().connect(&sentinel).await.unwrap_err();
+    let text = error.to_string();
+    assert!(
+        text.contains(&format!(
+            "Redis at {sentinel} is a sentinel, which holds no keys"
+        )),
+        "{text}"
+    );
+    assert_eq!(error.kind(), ErrorKind::Configuration, "{text}");
+
+    builder()
+        .connect(&format!("redis://{master}"))
+        .await
+        .expect("the master itself is taken");
+
+    // A master demoted under a connection the application gave: every write is refused
+    // (READONLY), which is said as such, and known to have written nothing.
+    let on_replica = redis::Client::open(replica.as_str())
+        .unwrap()
+        .get_connection_manager()
+        .await
+        .unwrap();
+    let provider = builder().build(on_replica).unwrap();
+    let error = provider.try_lock(&config("on-replica")).await.unwrap_err();
+    let text = error.to_string();
+    assert!(
+        text.contains("refused the write: it is a read-only replica now"),
+        "{text}"
+    );
+    assert_eq!(error.kind(), ErrorKind::Configuration, "{text}");
+}
