@@ -257,9 +257,36 @@ async fn new_sqlite_file(timeout: Duration) -> Result<Shared, Failure> {
         url,
         shown: format!("{file} (a new SQLite file)"),
         afterwards: Some(format!(
-            "the lock stays in that file; see it with: shedlock list --url {file}"
+            "the lock stays in that file; see it with: {} list --url {file}",
+            this_command()
         )),
     })
+}
+
+/// This program as the user's shell runs it: `shedlock` where that name on the PATH is this
+/// very program (installed), else its full path, as after `cargo run`, which leaves it in
+/// `target/` and off the PATH.
+#[cfg(feature = "sqlite")]
+fn this_command() -> String {
+    let Ok(this) = std::env::current_exe().and_then(std::fs::canonicalize) else {
+        return "shedlock".to_owned();
+    };
+    let on_path = std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path)
+            .filter_map(|dir| std::fs::canonicalize(dir.join("shedlock")).ok())
+            .next()
+            .is_some_and(|found| found == this)
+    });
+    let path = this.display().to_string();
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+".contains(c);
+    if on_path {
+        "shedlock".to_owned()
+    } else if path.chars().all(plain) {
+        path
+    } else {
+        // Quoted for a POSIX shell, so a space in the path cannot split the command.
+        format!("'{}'", path.replace('\'', r"'\''"))
+    }
 }
 
 #[cfg(not(feature = "sqlite"))]

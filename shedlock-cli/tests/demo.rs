@@ -69,19 +69,25 @@ fn node_rows(stdout: &str) -> Vec<(String, usize, usize, usize)> {
 fn the_default_demo_runs_each_of_20_ticks_on_exactly_one_of_3_nodes() {
     let ran = run(&mut shedlock(&["demo"]));
     let shown = ran.shown();
-    // Where the demo kept its lock, said in its last line; removed whatever the outcome.
-    let file = ran
+    // Where the demo kept its lock, and the command to see it, said in its last line: run as
+    // the user's shell would run it (this test's PATH does not hold target/, as after `cargo
+    // run`), the command must work. The file is removed whatever the outcome.
+    let command = ran
         .stdout
         .lines()
-        .find_map(|line| line.split_once("shedlock list --url sqlite://"))
-        .map(|(_, path)| std::path::PathBuf::from(path.trim()))
+        .find_map(|line| line.split_once("see it with: "))
+        .map(|(_, command)| command.trim().to_owned())
+        .unwrap_or_else(|| panic!("the demo says how to see its lock:\n{shown}"));
+    let file = command
+        .split_once(" list --url sqlite://")
+        .map(|(_, path)| std::path::PathBuf::from(path))
         .unwrap_or_else(|| panic!("the demo names its SQLite file:\n{shown}"));
-    let listed = run(&mut shedlock(&[
-        "list",
-        "--url",
-        &format!("sqlite://{}", file.display()),
-    ]));
+    let listed = run(std::process::Command::new("sh").args(["-c", &command]));
     std::fs::remove_dir_all(file.parent().unwrap()).unwrap();
+    assert!(
+        std::path::Path::new(command.split_once(' ').unwrap().0).is_absolute(),
+        "not installed, so named by its path: {command}"
+    );
 
     assert_eq!(ran.code, Some(0), "{shown}");
     assert!(ran.stderr.is_empty(), "nothing on stderr:\n{shown}");

@@ -75,6 +75,8 @@
 //! with its own identity. `memory://` (an empty name) is one store like any other. It suits one
 //! binary running several schedulers, and tests; a fleet of processes needs a shared backend.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod any;
 mod connect;
 #[cfg(feature = "http")]
@@ -89,6 +91,7 @@ pub use shedlock_core::*;
 /// Scheduled jobs (`shedlock-scheduler`): cron, fixed rate and fixed delay, each run under its
 /// lock. Hand [`Scheduler::new`](scheduler::Scheduler::new) the provider [`connect`] returns.
 #[cfg(feature = "scheduler")]
+#[doc(inline)]
 pub use shedlock_scheduler as scheduler;
 
 /// Runs each call of an async fn under a lock (ShedLock's method mode), with the executor as a
@@ -98,32 +101,40 @@ pub use shedlock_macros::scheduler_lock;
 
 /// The in-process provider (`shedlock-memory`).
 #[cfg(feature = "memory")]
+#[doc(inline)]
 pub use shedlock_memory as memory;
 
 /// The SQLite provider (`shedlock-sqlite`).
 #[cfg(feature = "sqlite")]
+#[doc(inline)]
 pub use shedlock_sqlite as sqlite;
 
 /// The PostgreSQL provider (`shedlock-postgres`).
 #[cfg(feature = "postgres")]
+#[doc(inline)]
 pub use shedlock_postgres as postgres;
 
 /// The MySQL and MariaDB provider (`shedlock-mysql`).
 #[cfg(feature = "mysql")]
+#[doc(inline)]
 pub use shedlock_mysql as mysql;
 
 /// The Redis provider (`shedlock-redis`).
 #[cfg(feature = "redis")]
+#[doc(inline)]
 pub use shedlock_redis as redis;
 
 /// The etcd provider (`shedlock-etcd`).
 #[cfg(feature = "etcd")]
+#[doc(inline)]
 pub use shedlock_etcd as etcd;
 
 /// The MongoDB provider (`shedlock-mongo`).
 #[cfg(feature = "mongo")]
+#[doc(inline)]
 pub use shedlock_mongo as mongo;
 
 /// The ZooKeeper provider (`shedlock-zookeeper`).
 #[cfg(feature = "zookeeper")]
+#[doc(inline)]
 pub use shedlock_zookeeper as zookeeper;

@@ -109,6 +109,8 @@
 //! or from [`EtcdLockProviderBuilder::credentials`]. The provider keeps only a redacted copy of
 //! the URL for its `Debug` output, error messages and log lines.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod admin;
 mod builder;
 mod credentials;

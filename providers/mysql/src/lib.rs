@@ -194,6 +194,8 @@
 //! [`LockError::InvalidName`]: shedlock_core::LockError::InvalidName
 //! [`TimeSource::Client`]: shedlock_core::TimeSource::Client
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod admin;
 mod catalog;
 mod statements;

@@ -195,6 +195,8 @@
 //! [`LockError::InvalidName`]: shedlock_core::LockError::InvalidName
 //! [`TimeSource::Client`]: shedlock_core::TimeSource::Client
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod admin;
 mod storage;
 

@@ -148,6 +148,8 @@
 //! Connection URLs may contain a password. The provider keeps only a redacted copy
 //! (`redis://user:***@host`) for its `Debug` output, error messages and log lines.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod admin;
 mod builder;
 mod clients;

@@ -27,6 +27,8 @@
 //! This crate depends on sqlx without any database driver: each provider crate brings its
 //! own driver, reads its own catalog and hands the result here.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod admin;
 mod backend;
 mod builder;

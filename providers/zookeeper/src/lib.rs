@@ -230,6 +230,8 @@
 //! with the open ACL, as Curator's defaults do. The provider keeps the connect string with the
 //! password masked for its `Debug` output, error messages and logs.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod admin;
 mod builder;
 mod calibration;
