@@ -129,6 +129,8 @@ pub struct AnyLockProviderBuilder {
     create_table: bool,
     tls_root_certificate: Option<Vec<u8>>,
     tls_client_certificate: Option<ClientCertificate>,
+    #[cfg_attr(not(some_backend), allow(dead_code))]
+    holder: Option<String>,
 }
 
 /// A certificate chain and its private key (PEM), for a server that asks the client for one.
@@ -151,6 +153,7 @@ impl fmt::Debug for AnyLockProviderBuilder {
         f.debug_struct("AnyLockProviderBuilder")
             .field("operation_timeout", &self.operation_timeout)
             .field("create_table", &self.create_table)
+            .field("holder", &self.holder)
             .field("tls_root_certificate", &self.tls_root_certificate.is_some())
             // Never the key: whether one was given is all Debug shows.
             .field(
@@ -168,6 +171,7 @@ macro_rules! sql_provider {
     ($settings:expr, $provider:ty, $url:expr, $connect:expr) => {{
         let settings = $settings;
         let builder = builder_with_timeout!(settings, $provider);
+        let builder = with_holder!(builder, settings.holder);
         let builder = if settings.create_table {
             builder.create_table_if_missing()
         } else {
@@ -188,6 +192,18 @@ macro_rules! builder_with_timeout {
             None => builder,
         }
     }};
+}
+
+/// `$builder` with the facade builder's holder, when it has one: the setting every provider's
+/// builder whose locks name their holder takes.
+#[cfg(any(sql_backend, feature = "redis", feature = "etcd", feature = "mongo"))]
+macro_rules! with_holder {
+    ($builder:expr, $holder:expr) => {
+        match $holder {
+            Some(holder) => $builder.holder(holder),
+            None => $builder,
+        }
+    };
 }
 
 /// `$builder` with the facade builder's TLS root certificate, when it has one, for the
@@ -255,6 +271,39 @@ impl AnyLockProviderBuilder {
     /// ```
     pub fn create_table_if_missing(mut self) -> Self {
         self.create_table = true;
+        self
+    }
+
+    /// Who this node is, written into each lock it takes (the host name unless set), as each
+    /// provider's own `holder` setting: what `shedlock list`, the HTTP view and a refused
+    /// acquire show as the holder, so replicas on one host (or pods that share a host name) can
+    /// be told apart. Ownership does not depend on it: every acquisition also writes an id of
+    /// its own. A ZooKeeper lock node holds no holder (ShedLock's layout), so with a `zk://`
+    /// URL it is an error rather than silently dropped.
+    ///
+    /// ```
+    /// # #[cfg(feature = "memory")]
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use shedlock::{Acquisition, AnyLockProvider, LockConfiguration, LockProvider};
+    ///
+    /// let replica = AnyLockProvider::builder()
+    ///     .holder("billing-7f9c")
+    ///     .connect("memory://holder-docs")
+    ///     .await?;
+    /// let config = LockConfiguration::new("invoices", Duration::from_secs(60), Duration::ZERO)?;
+    /// let _held = replica.try_lock(&config).await?.into_handle();
+    /// let other = shedlock::connect("memory://holder-docs").await?;
+    /// let Acquisition::NotAcquired(Some(holder)) = other.try_lock(&config).await? else {
+    ///     panic!("the replica holds the lock, and the store says who");
+    /// };
+    /// assert!(holder.locked_by.is_some_and(|holder| holder.starts_with("billing-7f9c#")));
+    /// # Ok(()) }
+    /// # #[cfg(not(feature = "memory"))] fn main() {}
+    /// ```
+    pub fn holder(mut self, holder: impl Into<String>) -> Self {
+        self.holder = Some(holder.into());
         self
     }
 
@@ -358,6 +407,15 @@ impl AnyLockProviderBuilder {
                     .to_owned(),
             });
         }
+        if self.holder.is_some() && backend == Backend::Zookeeper {
+            return Err(ConnectError::InvalidUrl {
+                scheme: scheme.to_owned(),
+                rule: "a holder set on the builder has nowhere to go: a ZooKeeper lock node holds \
+                       its lock_until only (ShedLock's layout), so no holder is ever shown for \
+                       it; leave the holder out for this URL"
+                    .to_owned(),
+            });
+        }
         if self.tls_root_certificate.is_some()
             && !matches!(backend, Backend::Redis | Backend::Etcd | Backend::Zookeeper)
         {
@@ -407,7 +465,14 @@ impl AnyLockProviderBuilder {
             Backend::Memory => {
                 // The in-process store has nothing to connect, now or later.
                 let _ = connect;
-                Ok(named_memory_store(scheme, url)?.node().into())
+                let store = named_memory_store(scheme, url)?;
+                Ok(match self.holder {
+                    Some(holder) => {
+                        store.node_with(&holder, std::sync::Arc::new(shedlock_core::SystemClock))
+                    }
+                    None => store.node(),
+                }
+                .into())
             }
             #[cfg(feature = "sqlite")]
             Backend::Sqlite => {
@@ -422,18 +487,21 @@ impl AnyLockProviderBuilder {
             #[cfg(feature = "redis")]
             Backend::Redis => {
                 let builder = builder_with_timeout!(self, shedlock_redis::RedisLockProvider);
+                let builder = with_holder!(builder, self.holder);
                 let builder = with_tls_root!(builder, self.tls_root_certificate, scheme);
                 finish!(builder, url, connect)
             }
             #[cfg(feature = "etcd")]
             Backend::Etcd => {
                 let builder = builder_with_timeout!(self, shedlock_etcd::EtcdLockProvider);
+                let builder = with_holder!(builder, self.holder);
                 let builder = with_tls_root!(builder, self.tls_root_certificate, scheme);
                 finish!(builder, &etcd_endpoints(scheme, url), connect)
             }
             #[cfg(feature = "mongo")]
             Backend::Mongo => {
                 let builder = builder_with_timeout!(self, shedlock_mongo::MongoLockProvider);
+                let builder = with_holder!(builder, self.holder);
                 finish!(builder, url, connect)
             }
             #[cfg(feature = "zookeeper")]

@@ -15,7 +15,9 @@ mod support;
 use shedlock_test_support::settings;
 use std::time::Duration;
 
-use shedlock::{AnyLockProvider, ConnectError, LockConfiguration, LockError, LockProvider};
+use shedlock::{
+    AnyLockProvider, ConnectError, LockAdmin, LockConfiguration, LockError, LockProvider,
+};
 use support::{bounded, unique, with_scheme};
 
 /// A password no message or `Debug` output may contain.
@@ -317,6 +319,46 @@ fn lazy_cases() -> Vec<(&'static str, String)> {
             format!("zk://{}", settings::ZOOKEEPER.value()),
         ),
     ]
+}
+
+/// The builder's holder is what every backend that stores one shows for the lock (an
+/// operator's listing, a refused acquire), so replicas on one host name tell apart; ZooKeeper,
+/// which stores none, refuses it rather than dropping it.
+#[tokio::test]
+async fn the_holder_set_on_the_builder_is_the_holder_every_backend_shows() {
+    bounded(async {
+        let memory = cfg!(feature = "memory").then(|| format!("memory://{}", unique("holder")));
+        let cases = lazy_cases().into_iter().map(|(_, real)| real).chain(memory);
+        for url in cases {
+            let holder = unique("replica");
+            let outcome = AnyLockProvider::builder()
+                .holder(&holder)
+                .create_table_if_missing()
+                .connect(&url)
+                .await;
+            if url.starts_with("zk://") {
+                let error = outcome.unwrap_err();
+                assert!(
+                    matches!(error, ConnectError::InvalidUrl { .. })
+                        && error
+                            .to_string()
+                            .contains("a holder set on the builder has nowhere to go"),
+                    "{url}: {error:?}"
+                );
+                continue;
+            }
+            let node = outcome.unwrap_or_else(|error| panic!("{url}: {error}"));
+            let name = unique("holder");
+            let config =
+                LockConfiguration::new(&name, Duration::from_secs(30), Duration::ZERO).unwrap();
+            let handle = node.try_lock(&config).await.unwrap().into_handle().unwrap();
+            let info = node.inspect_lock(&name).await.unwrap().unwrap();
+            let shown = info.locked_by.clone().unwrap_or_default();
+            assert!(shown.starts_with(&holder), "{url}: {info:?}");
+            assert!(handle.unlock().await.unwrap(), "{url}");
+        }
+    })
+    .await;
 }
 
 /// `connect_lazy` makes each backend's provider without contacting it: where nothing answers
