@@ -151,6 +151,18 @@ async fn three_replicas_run_each_tick_exactly_once_and_survive_panics() {
     drop_table(&table).await;
 }
 
+/// A scheduler on `provider` (locks held at most 5 s), and the reports of its runs.
+fn reporting(provider: PostgresLockProvider) -> (Scheduler, mpsc::UnboundedReceiver<RunReport>) {
+    let (sender, reports) = mpsc::unbounded_channel();
+    let defaults = LockDefaults::new(Duration::from_secs(5), Duration::ZERO).unwrap();
+    let scheduler = Scheduler::builder(provider, defaults)
+        .on_run(move |report| {
+            let _ = sender.send(report.clone());
+        })
+        .build();
+    (scheduler, reports)
+}
+
 async fn drop_table(table: &str) {
     let pool = sqlx::PgPool::connect(&settings::POSTGRES.value())
         .await
@@ -167,13 +179,7 @@ async fn a_run_whose_lock_outcome_is_unknown_does_not_run() {
     let provider = provider(&table, "replica").await;
     // The table disappears under the provider: every acquire now fails.
     drop_table(&table).await;
-    let (sender, mut reports) = mpsc::unbounded_channel();
-    let defaults = LockDefaults::new(Duration::from_secs(5), Duration::ZERO).unwrap();
-    let mut scheduler = Scheduler::builder(provider, defaults)
-        .on_run(move |report| {
-            let _ = sender.send(report.clone());
-        })
-        .build();
+    let (mut scheduler, mut reports) = reporting(provider);
     let ran = Arc::new(Mutex::new(false));
     let flag = ran.clone();
     scheduler
@@ -243,13 +249,7 @@ async fn a_tick_whose_backend_is_down_is_logged_once_naming_the_job_the_tick_and
         .connect_lazy("postgres://postgres@127.0.0.1:1/test")
         .await
         .unwrap();
-    let (sender, mut reports) = mpsc::unbounded_channel();
-    let defaults = LockDefaults::new(Duration::from_secs(5), Duration::ZERO).unwrap();
-    let mut scheduler = Scheduler::builder(provider, defaults)
-        .on_run(move |report| {
-            let _ = sender.send(report.clone());
-        })
-        .build();
+    let (mut scheduler, mut reports) = reporting(provider);
     scheduler
         .add(Job::new(
             "nightly-report",

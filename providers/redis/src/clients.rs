@@ -51,7 +51,7 @@ impl RedisLockProviderBuilder {
             Some(answered) => answered,
             None => {
                 if let Some(hint) = what_answers(server, scheme.tls).await {
-                    return Err(self.misconfigured(target, endpoint, started, hint));
+                    return Err(misconfigured(target, endpoint, started, hint));
                 }
                 tokio::time::timeout_at(deadline, connecting).await
             }
@@ -94,10 +94,10 @@ impl RedisLockProviderBuilder {
         } else if scheme.topology == Topology::Cluster && text.contains("cluster support disabled")
         {
             "the server is not in cluster mode: use a redis:// URL for a single server"
-        } else if error.is_connection_refusal() {
-            "is it running and reachable?"
-        } else if let Some(hint) = what_answers(server, scheme.tls).await {
-            return Err(self.misconfigured(target, endpoint, started, hint));
+        } else if !error.is_connection_refusal()
+            && let Some(hint) = what_answers(server, scheme.tls).await
+        {
+            return Err(misconfigured(target, endpoint, started, hint));
         } else {
             "is it running and reachable?"
         };
@@ -106,32 +106,9 @@ impl RedisLockProviderBuilder {
             PROVIDER,
             Operation::Connect,
             "",
-            format!(
-                "could not connect to {target} at {endpoint} (gave up after {:?}): {hint}",
-                started.elapsed()
-            ),
+            connect_failed(target, endpoint, started, hint),
             error,
         ))
-    }
-
-    /// A connect that found a setting wrong, `hint` saying which.
-    fn misconfigured(
-        &self,
-        target: &str,
-        endpoint: &str,
-        started: Instant,
-        hint: &str,
-    ) -> LockError {
-        LockError::backend_message(
-            ErrorKind::Configuration,
-            PROVIDER,
-            Operation::Connect,
-            "",
-            format!(
-                "could not connect to {target} at {endpoint} (gave up after {:?}): {hint}",
-                started.elapsed()
-            ),
-        )
     }
 
     pub(crate) fn client(
@@ -323,6 +300,25 @@ async fn what_answers(server: Option<&ConnectionAddr>, tls: bool) -> Option<&'st
         ),
         _ => None,
     }
+}
+
+/// A connect to `target` that gave up, `hint` saying what to check.
+fn connect_failed(target: &str, endpoint: &str, started: Instant, hint: &str) -> String {
+    format!(
+        "could not connect to {target} at {endpoint} (gave up after {:?}): {hint}",
+        started.elapsed()
+    )
+}
+
+/// A connect that found a setting wrong, `hint` saying which.
+fn misconfigured(target: &str, endpoint: &str, started: Instant, hint: &str) -> LockError {
+    LockError::backend_message(
+        ErrorKind::Configuration,
+        PROVIDER,
+        Operation::Connect,
+        "",
+        connect_failed(target, endpoint, started, hint),
+    )
 }
 
 /// What a URL of `topology` reaches, as the subject of a connection error.
