@@ -244,6 +244,10 @@ async fn a_tick_whose_backend_is_down_is_logged_once_naming_the_job_the_tick_and
         .with_ansi(false)
         .finish();
     let _default = tracing::subscriber::set_default(subscriber);
+    // A second dispatcher while this one is the thread's default: with one alone, tracing
+    // caches for good the answer of whichever thread first reaches a log statement, and the
+    // tests beside this one run with none, answering "never".
+    let _beside = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
     // Nothing listens on port 1: every connection is refused.
     let provider = PostgresLockProvider::builder()
         .connect_lazy("postgres://postgres@127.0.0.1:1/test")
