@@ -51,12 +51,6 @@ impl fmt::Display for ErrorChain<'_> {
     }
 }
 
-impl fmt::Debug for ErrorChain<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
 /// An instant as RFC 3339 UTC, written exactly for any instant a `SystemTime` can hold, with
 /// three or six digits of the second (`2023-11-14T22:13:20.005Z`): the form backends print
 /// their own times in, for log events, JSON and operators' tables, instead of `SystemTime`'s
