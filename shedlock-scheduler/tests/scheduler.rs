@@ -866,26 +866,94 @@ async fn per_node_rates_run_up_to_once_per_period_per_node() {
     assert_eq!(runs, expected);
 }
 
+/// Everything a `tracing_subscriber::fmt` subscriber writes, as an operator's log shows it.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+/// The scheduler's own events (here a job's error) name the job, its lock and the tick by its
+/// wall-clock time, the same on every replica.
+#[test]
+fn the_schedulers_own_events_name_the_job_and_the_tick_by_its_time() {
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(captured.clone())
+        .with_ansi(false)
+        .finish();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let report = tracing::subscriber::with_default(subscriber, || {
+        // With one dispatcher alone, a test beside this one could make tracing skip the
+        // events for good.
+        let _beside = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+        runtime.block_on(async {
+            let (sender, mut reports) = mpsc::unbounded_channel();
+            let mut scheduler = Scheduler::builder(MemoryLockProvider::new(), defaults(60_000, 0))
+                .on_run(move |report| {
+                    let _ = sender.send(report.clone());
+                })
+                .build();
+            scheduler
+                .add(Job::new(
+                    "failing",
+                    Schedule::fixed_rate(Duration::from_millis(20)),
+                    |_| async { Err::<(), _>("disk full") },
+                ))
+                .unwrap();
+            let report = timeout(Duration::from_secs(5), reports.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            scheduler.shutdown(Duration::from_secs(1)).await;
+            report
+        })
+    });
+    let logged = captured.text();
+    let line = logged
+        .lines()
+        .find(|line| line.contains("job returned an error"))
+        .unwrap_or_else(|| panic!("no event for the job's error in:\n{logged}"));
+    let tick = report
+        .tick
+        .time
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    for part in [
+        " WARN ",
+        "job=\"failing\"",
+        "lock=\"failing\"",
+        &format!("tick={tick}"),
+        "error=disk full",
+    ] {
+        assert!(line.contains(part), "{part:?} missing from: {line}");
+    }
+}
+
 #[test]
 fn a_lock_held_at_least_a_period_is_warned_about_when_the_job_is_added() {
-    use tracing_subscriber::fmt::MakeWriter;
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Captured {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    impl<'a> MakeWriter<'a> for Captured {
-        type Writer = Captured;
-        fn make_writer(&'a self) -> Self::Writer {
-            self.clone()
-        }
-    }
     let captured = Captured::default();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(captured.clone())
@@ -915,7 +983,7 @@ fn a_lock_held_at_least_a_period_is_warned_about_when_the_job_is_added() {
             ))
             .unwrap();
     });
-    let logged = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let logged = captured.text();
     let warnings: Vec<&str> = logged
         .lines()
         .filter(|line| line.contains("lock_at_least_for is not shorter than the period"))
