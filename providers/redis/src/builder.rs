@@ -379,7 +379,6 @@ fn check_role(endpoint: &str, role: &redis::Value) -> Result<(), LockError> {
     };
     let text = |at: usize| match fields.get(at) {
         Some(redis::Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
-        Some(redis::Value::SimpleString(text)) => text.clone(),
         Some(redis::Value::Int(number)) => number.to_string(),
         _ => String::new(),
     };

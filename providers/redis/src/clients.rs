@@ -38,22 +38,19 @@ impl RedisLockProviderBuilder {
         let target = connect_target(scheme.topology);
         let started = Instant::now();
         let deadline = started + self.settings.operation_timeout();
-        let mut connecting = std::pin::pin!(connecting);
         // A TLS handshake with a plain Redis never ends (Redis waits for the end of a command
-        // that never comes), so one that is slow to finish has the server asked in plain RESP
-        // meanwhile: a plain answer ends the wait at once, where it would time out.
-        let probing = scheme.tls && server.is_some();
-        let first = tokio::select! {
-            answered = tokio::time::timeout_at(deadline, &mut connecting) => Some(answered),
-            () = tokio::time::sleep(PROBE_AFTER), if probing => None,
+        // that never comes), so a connect to one server that is slow to finish has the server
+        // asked in plain RESP meanwhile, beside it: what answers may end the wait at once,
+        // where it would time out. A Redis that is merely slow answers the probe as Redis, and
+        // the connect goes on.
+        let probe = async {
+            tokio::time::sleep(PROBE_AFTER).await;
+            what_answers(server, scheme.tls).await
         };
-        let answered = match first {
-            Some(answered) => answered,
-            None => {
-                if let Some(hint) = what_answers(server, scheme.tls).await {
-                    return Err(misconfigured(target, endpoint, started, hint));
-                }
-                tokio::time::timeout_at(deadline, connecting).await
+        let answered = tokio::select! {
+            answered = tokio::time::timeout_at(deadline, connecting) => answered,
+            Some(hint) = probe, if server.is_some() => {
+                return Err(misconfigured(target, endpoint, started, hint));
             }
         };
         let Ok(answered) = answered else {
@@ -94,9 +91,7 @@ impl RedisLockProviderBuilder {
         } else if scheme.topology == Topology::Cluster && text.contains("cluster support disabled")
         {
             "the server is not in cluster mode: use a redis:// URL for a single server"
-        } else if !error.is_connection_refusal()
-            && let Some(hint) = what_answers(server, scheme.tls).await
-        {
+        } else if let Some(hint) = what_answers(server, scheme.tls).await {
             return Err(misconfigured(target, endpoint, started, hint));
         } else {
             "is it running and reachable?"
@@ -250,9 +245,9 @@ impl RedisLockProviderBuilder {
     }
 }
 
-/// How long a TLS connect to one server may take before the server is asked, in plain RESP,
-/// whether it is a Redis without TLS: far longer than a handshake takes on a network that
-/// works.
+/// How long a connect to one server may take before the server is asked, in plain RESP, what
+/// it is (a Redis without TLS, for a TLS URL): far longer than a connect takes on a network
+/// that works.
 const PROBE_AFTER: Duration = Duration::from_millis(500);
 
 /// How long [`what_answers`] waits for a server's first words, on top of a connect that has
