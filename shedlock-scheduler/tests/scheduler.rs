@@ -887,16 +887,9 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
     }
 }
 
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
-    }
-}
-
-/// The scheduler's own events (here a job's error) name the job, its lock and the tick by its
-/// wall-clock time, the same on every replica.
-#[test]
-fn the_schedulers_own_events_name_the_job_and_the_tick_by_its_time() {
+/// What `body` returns and what it logged, run with a `fmt` subscriber as the thread's default
+/// and a current-thread runtime (so the scheduler's tasks log on this thread too).
+fn logged<T>(body: impl FnOnce(&tokio::runtime::Runtime) -> T) -> (T, String) {
     let captured = Captured::default();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(captured.clone())
@@ -906,10 +899,21 @@ fn the_schedulers_own_events_name_the_job_and_the_tick_by_its_time() {
         .enable_all()
         .build()
         .unwrap();
-    let report = tracing::subscriber::with_default(subscriber, || {
-        // With one dispatcher alone, a test beside this one could make tracing skip the
-        // events for good.
+    let value = tracing::subscriber::with_default(subscriber, || {
+        // With one dispatcher alone, a test beside this one (with none) could make tracing
+        // skip these events for good.
         let _beside = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+        body(&runtime)
+    });
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    (value, text)
+}
+
+/// The scheduler's own events (here a job's error) name the job, its lock and the tick by its
+/// wall-clock time, the same on every replica.
+#[test]
+fn the_schedulers_own_events_name_the_job_and_the_tick_by_its_time() {
+    let (report, logged) = logged(|runtime| {
         runtime.block_on(async {
             let (sender, mut reports) = mpsc::unbounded_channel();
             let mut scheduler = Scheduler::builder(MemoryLockProvider::new(), defaults(60_000, 0))
@@ -932,7 +936,6 @@ fn the_schedulers_own_events_name_the_job_and_the_tick_by_its_time() {
             report
         })
     });
-    let logged = captured.text();
     let line = logged
         .lines()
         .find(|line| line.contains("job returned an error"))
@@ -954,17 +957,8 @@ fn the_schedulers_own_events_name_the_job_and_the_tick_by_its_time() {
 
 #[test]
 fn a_lock_held_at_least_a_period_is_warned_about_when_the_job_is_added() {
-    let captured = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(captured.clone())
-        .with_ansi(false)
-        .finish();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let _runtime = runtime.enter();
-    tracing::subscriber::with_default(subscriber, || {
+    let ((), logged) = logged(|runtime| {
+        let _runtime = runtime.enter();
         let mut scheduler = Scheduler::new(MemoryLockProvider::new(), defaults(60_000, 10_000));
         for (job, period) in [("halved", 10), ("fine", 11)] {
             scheduler
@@ -983,7 +977,6 @@ fn a_lock_held_at_least_a_period_is_warned_about_when_the_job_is_added() {
             ))
             .unwrap();
     });
-    let logged = captured.text();
     let warnings: Vec<&str> = logged
         .lines()
         .filter(|line| line.contains("lock_at_least_for is not shorter than the period"))
