@@ -450,13 +450,26 @@ mod tests {
 
     #[test]
     fn backend_errors_are_gateway_errors_and_a_refused_name_is_the_requests_fault() {
+        // A force-unlock: the one write the view makes, so every kind can arise.
         let backend = |kind| {
             LockError::backend(
                 kind,
                 "postgres",
-                Operation::List,
-                "",
+                Operation::ForceUnlock,
+                "x",
                 "the server said no",
+                "boom",
+            )
+        };
+        // A read that got no answer wrote nothing: the backend could not be reached, whatever
+        // the provider called it.
+        let read = |operation| {
+            LockError::backend(
+                ErrorKind::OutcomeUnknown,
+                "postgres",
+                operation,
+                "",
+                "the connection was lost",
                 "boom",
             )
         };
@@ -475,6 +488,8 @@ mod tests {
                 StatusCode::BAD_REQUEST,
             ),
             (backend(ErrorKind::OutcomeUnknown), StatusCode::BAD_GATEWAY),
+            (read(Operation::List), StatusCode::SERVICE_UNAVAILABLE),
+            (read(Operation::Inspect), StatusCode::SERVICE_UNAVAILABLE),
             (
                 backend(ErrorKind::CredentialsRefused),
                 StatusCode::BAD_GATEWAY,
