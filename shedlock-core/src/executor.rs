@@ -254,12 +254,8 @@ impl LockingTaskExecutor {
                 Err(holder) => return Ok(TaskOutcome::Skipped(holder)),
             };
             let result = run_caught(held, &self.provider, config, &handle, task).await;
-            let expected = if self.unexpired(config, started) {
-                Expected::Unexpired
-            } else {
-                Expected::PastAtMost
-            };
-            finish(&*handle, result, expected, config).await
+            let expected = Expected::AcquireSent(started);
+            finish(&*self.provider, &*handle, result, expected, config).await
         };
         record_outcome(&span, run.instrument(span.clone()).await)
     }
@@ -351,7 +347,7 @@ impl LockingTaskExecutor {
             } else {
                 Expected::Unexpired
             };
-            finish(&*handle, result, expected, config).await
+            finish(&*self.provider, &*handle, result, expected, config).await
         };
         record_outcome(&span, run.instrument(span.clone()).await)
     }
@@ -365,14 +361,6 @@ impl LockingTaskExecutor {
             outcome = Empty,
             fencing_token = Empty,
         )
-    }
-
-    /// Whether, by this node's clock, the lock taken by an acquire sent at `started` cannot
-    /// have expired yet: `lock_at_most_for` has not passed since, with the backend's time
-    /// precision to spare (a backend that stores whole seconds may end the lock up to one early).
-    fn unexpired(&self, config: &LockConfiguration, started: Instant) -> bool {
-        let precision = self.provider.capabilities().time_precision;
-        started.elapsed() + precision < config.lock_at_most_for()
     }
 
     fn holds(&self, held: &[ActiveLock], config: &LockConfiguration) -> bool {
@@ -466,10 +454,31 @@ async fn run_caught<F: Future>(
 enum Expected {
     /// By this node's clock the lock cannot have expired yet.
     Unexpired,
-    /// `lock_at_most_for` has passed since the acquire was sent.
-    PastAtMost,
+    /// The acquire was sent at this instant, so whether the lock can have expired is judged
+    /// from it, only when a release finds it gone (no work on a release that succeeds).
+    AcquireSent(Instant),
     /// Keep-alive already found the lock expired or taken while the task ran.
     LostToKeepAlive,
+}
+
+impl Expected {
+    /// `AcquireSent` judged now: unexpired while `lock_at_most_for` has not passed since, with
+    /// the backend's time precision to spare (a backend that stores whole seconds may end the
+    /// lock up to one early). Judged when the release's answer came, later than it was sent,
+    /// so a lock called unexpired surely was.
+    fn judged(self, provider: &dyn LockProvider, config: &LockConfiguration) -> Expected {
+        match self {
+            Expected::AcquireSent(started) => {
+                let precision = provider.capabilities().time_precision;
+                if started.elapsed() + precision < config.lock_at_most_for() {
+                    Expected::Unexpired
+                } else {
+                    Expected::AcquireSent(started)
+                }
+            }
+            known => known,
+        }
+    }
 }
 
 /// Releases the lock, then hands back the task's value or continues its panic. A failed release
@@ -478,6 +487,7 @@ enum Expected {
 /// A release that finds the lock gone says why, as far as `expected` tells: a lock that could
 /// not have expired yet was ended early by someone, not outlasted by the task.
 async fn finish<T>(
+    provider: &dyn LockProvider,
     handle: &dyn LockHandle,
     result: Result<T, Box<dyn Any + Send>>,
     expected: Expected,
@@ -488,14 +498,14 @@ async fn finish<T>(
     }
     match handle.unlock().await {
         Ok(true) => debug!("released"),
-        Ok(false) => match expected {
+        Ok(false) => match expected.judged(provider, config) {
             Expected::Unexpired => warn!(
                 lock_at_most_for = ?config.lock_at_most_for(),
                 "lock lost before release, before lock_at_most_for had passed: it was freed or \
                  taken early (an operator's force-unlock, its record deleted or overwritten, or \
                  the backend's clock ahead of this node's), and another node may have run the task"
             ),
-            Expected::PastAtMost => warn!(
+            Expected::AcquireSent(_) => warn!(
                 lock_at_most_for = ?config.lock_at_most_for(),
                 "lock lost before release: the task outlasted lock_at_most_for, so the lock \
                  expired and another node may have run the task (make lock_at_most_for longer \

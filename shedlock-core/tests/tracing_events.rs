@@ -533,3 +533,51 @@ async fn a_release_after_the_task_outlasted_its_lock_says_it_expired() {
     );
     assert_eq!(field(&warning.fields, "lock_at_most_for"), "50ms");
 }
+
+/// The memory provider, declaring whole seconds of time precision.
+#[derive(Debug)]
+struct WholeSeconds(shedlock_memory::MemoryLockProvider);
+
+#[async_trait]
+impl LockProvider for WholeSeconds {
+    async fn try_lock(&self, config: &LockConfiguration) -> Result<Acquisition, LockError> {
+        self.0.try_lock(config).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.0
+            .capabilities()
+            .with_time_precision(Duration::from_secs(1))
+    }
+
+    fn provider_name(&self) -> &'static str {
+        "whole-seconds"
+    }
+}
+
+/// A backend that stores whole seconds may end a lock up to one second early, so a release
+/// that finds the lock gone 1.2 s into a 2 s lock does not claim it was ended early.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn the_backends_time_precision_is_spared_before_a_lock_is_called_ended_early() {
+    let capture = Capture::default();
+    let _guard = capture.install();
+    let store = MemoryLockStore::new();
+    let executor = LockingTaskExecutor::new(WholeSeconds(store.node()));
+    let config = LockConfiguration::new("coarse", Duration::from_secs(2), Duration::ZERO).unwrap();
+    let outcome = executor
+        .execute(&config, async {
+            tokio::time::sleep(Duration::from_millis(1200)).await;
+            assert!(store.remove_record("coarse"));
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcome, TaskOutcome::Executed(()));
+    assert!(
+        capture
+            .event("lock lost before release")
+            .message()
+            .starts_with("lock lost before release: the task outlasted lock_at_most_for"),
+        "{:#?}",
+        capture.events()
+    );
+}

@@ -37,7 +37,7 @@ where
         };
         let cause = if refused_credentials(&error) {
             "refused the credentials (check the user name and password in the URL)"
-        } else if read_only(&error) {
+        } else if has_code(&error, "READONLY") {
             "refused the write: it is a read-only replica now (give the master's address, or a \
              redis+sentinel:// URL to follow the master across failovers)"
         } else if error.is_io_error() || error.is_connection_refusal() {
@@ -74,9 +74,7 @@ pub(crate) fn may_resend<C: 'static>(connection: &C) -> bool {
 pub(crate) fn kind_of(error: &redis::RedisError, operation: Operation, resends: bool) -> ErrorKind {
     use redis::ErrorKind as Client;
     let text = error.to_string();
-    // A server error code, as the reply's code or inside a script's error (Redis before 7
-    // words a script's failed call as `ERR Error running script ...: WRONGTYPE ...`).
-    let code = |code: &str| error.code() == Some(code) || text.contains(code);
+    let code = |code: &str| has_code(error, code);
     if refused_credentials(error) || code("NOPERM") {
         return ErrorKind::CredentialsRefused;
     }
@@ -92,7 +90,7 @@ pub(crate) fn kind_of(error: &redis::RedisError, operation: Operation, resends: 
         || text.contains("DB index is out of range")
         || text.contains("cluster support disabled");
     // A replica refused the write: nothing was written, and every write there will be.
-    if (misconfigured && !unresolved) || read_only(error) {
+    if (misconfigured && !unresolved) || code("READONLY") {
         return ErrorKind::Configuration;
     }
     // Every command here acts on a lock key or its fencing counter, so a key of another type
@@ -120,10 +118,11 @@ pub(crate) fn kind_of(error: &redis::RedisError, operation: Operation, resends: 
     }
 }
 
-/// Whether a replica refused a write (`READONLY`, as the reply's code or inside a script's
-/// error).
-pub(crate) fn read_only(error: &redis::RedisError) -> bool {
-    error.code() == Some("READONLY") || error.to_string().contains("READONLY")
+/// Whether the server answered with error `code`, as the reply's code or inside a script's
+/// error (Redis before 7 words a script's failed call as `ERR Error running script ...:
+/// WRONGTYPE ...`).
+fn has_code(error: &redis::RedisError, code: &str) -> bool {
+    error.code() == Some(code) || error.to_string().contains(code)
 }
 
 /// Whether Redis refused the URL's credentials (or asked for some): a wrong password is not
