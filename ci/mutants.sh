@@ -29,23 +29,26 @@ OUT=${SHEDLOCK_MUTANTS_OUT:-/var/tmp/shedlock-mutants}
 mkdir -p "$OUT"
 
 # area: the files (within .cargo/mutants.toml's), the package they are in, the packages whose
-# tests run, and which of their tests (the kit under server and client time, in UTC, on SQLite
+# tests run, cargo-mutants' own options for it (shedlock-core's with its `metrics` feature, so
+# the metrics test runs and a mutant of what it records is noticed), and which of their tests (the kit under server and client time, in UTC, on SQLite
 # and PostgreSQL: its non-UTC runs add nothing the shared code decides; and their `suite`
 # targets: the provider and admin tests, and PostgreSQL's wire round-trip counts, which notice
 # a connection that is not reused)
 areas=(
-  "shedlock-configuration/src|shedlock-configuration|shedlock-configuration|"
-  "shedlock-core/src|shedlock-core|shedlock-core|"
-  "providers/sql/src|shedlock-sql|shedlock-sql shedlock-sqlite shedlock-postgres|--lib --test suite --test conformance"
-  "conformance/src/checks/model.rs|shedlock-conformance|shedlock-conformance|"
-  "conformance/src/faults/ledger.rs|shedlock-conformance|shedlock-conformance|--lib"
-  "conformance/src/first_use.rs|shedlock-conformance|shedlock-conformance|--lib --test first_use"
+  "shedlock-configuration/src|shedlock-configuration|shedlock-configuration||"
+  "shedlock-core/src|shedlock-core|shedlock-core|--features metrics|"
+  "providers/sql/src|shedlock-sql|shedlock-sql shedlock-sqlite shedlock-postgres||--lib --test suite --test conformance"
+  "conformance/src/checks/model.rs|shedlock-conformance|shedlock-conformance||"
+  "conformance/src/faults/ledger.rs|shedlock-conformance|shedlock-conformance||--lib"
+  "conformance/src/first_use.rs|shedlock-conformance|shedlock-conformance||--lib --test first_use"
 )
 
 status=0
 for area in "${areas[@]}"; do
-  IFS='|' read -r files package packages tests <<<"$area"
+  IFS='|' read -r files package packages options tests <<<"$area"
   args=(--no-shuffle --jobs 2 --package "$package" --output "$OUT/$package")
+  # shellcheck disable=SC2206 # $options is a list of words
+  args+=($options)
   # An area of one file mutates only that file, not the rest of its package's examined files.
   [[ $files == *.rs ]] && args+=(--file "$files")
   if [[ -n $tests ]]; then

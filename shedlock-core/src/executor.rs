@@ -15,6 +15,7 @@ use tracing::{Instrument, Span, debug, info_span, warn};
 
 use crate::error::LockError;
 use crate::log_fields::{ErrorChain, Rfc3339};
+use crate::metrics::{self, Attempt, Held};
 use crate::provider::{Acquisition, LockHandle, LockHolder, LockProvider};
 use shedlock_configuration::LockConfiguration;
 
@@ -253,9 +254,18 @@ impl LockingTaskExecutor {
                 Ok(handle) => handle,
                 Err(holder) => return Ok(TaskOutcome::Skipped(holder)),
             };
+            let acquired = Instant::now();
             let result = run_caught(held, &self.provider, config, &handle, task).await;
             let expected = Expected::AcquireSent(started);
-            finish(&*self.provider, &*handle, result, expected, config).await
+            finish(
+                &*self.provider,
+                &*handle,
+                result,
+                expected,
+                config,
+                acquired,
+            )
+            .await
         };
         record_outcome(&span, run.instrument(span.clone()).await)
     }
@@ -326,6 +336,7 @@ impl LockingTaskExecutor {
                     name: config.name().to_owned(),
                 };
                 warn!(error = %ErrorChain(&error), "not run: keep-alive needs extend");
+                metrics::refused(config.name(), error.kind());
                 return Err(error);
             }
             let started = Instant::now();
@@ -333,6 +344,7 @@ impl LockingTaskExecutor {
                 Ok(handle) => handle,
                 Err(holder) => return Ok(TaskOutcome::Skipped(holder)),
             };
+            let acquired = Instant::now();
             let lost = CancellationToken::new();
             let keeper = keep_alive(config, handle.clone(), started, lost.clone());
             let result = tokio::select! {
@@ -347,7 +359,15 @@ impl LockingTaskExecutor {
             } else {
                 Expected::Unexpired
             };
-            finish(&*self.provider, &*handle, result, expected, config).await
+            finish(
+                &*self.provider,
+                &*handle,
+                result,
+                expected,
+                config,
+                acquired,
+            )
+            .await
         };
         record_outcome(&span, run.instrument(span.clone()).await)
     }
@@ -374,7 +394,15 @@ impl LockingTaskExecutor {
         &self,
         config: &LockConfiguration,
     ) -> Result<Result<Arc<dyn LockHandle>, Option<LockHolder>>, LockError> {
-        match self.provider.try_lock(config).await {
+        let sent = Instant::now();
+        let answer = self.provider.try_lock(config).await;
+        let attempt = match &answer {
+            Ok(Acquisition::Acquired(_)) => Attempt::Acquired,
+            Ok(Acquisition::NotAcquired(_)) => Attempt::Skipped,
+            Err(error) => Attempt::Failed(error.kind()),
+        };
+        metrics::attempted(config.name(), attempt, sent.elapsed());
+        match answer {
             Ok(Acquisition::Acquired(handle)) => {
                 let fencing_token = handle.fencing_token();
                 if let Some(token) = fencing_token {
@@ -486,17 +514,31 @@ impl Expected {
 ///
 /// A release that finds the lock gone says why, as far as `expected` tells: a lock that could
 /// not have expired yet was ended early by someone, not outlasted by the task.
+///
+/// Called as soon as the task ended: the run lasted from `acquired` until now.
 async fn finish<T>(
     provider: &dyn LockProvider,
     handle: &dyn LockHandle,
     result: Result<T, Box<dyn Any + Send>>,
     expected: Expected,
     config: &LockConfiguration,
+    acquired: Instant,
 ) -> Result<TaskOutcome<T>, LockError> {
+    let ran = acquired.elapsed();
     if result.is_err() {
         Span::current().record("outcome", "panicked");
     }
-    match handle.unlock().await {
+    let released = handle.unlock().await;
+    metrics::released(
+        config.name(),
+        &Held {
+            ran,
+            held: acquired.elapsed(),
+            lost: matches!(released, Ok(false)) || matches!(expected, Expected::LostToKeepAlive),
+            release_failed: released.as_ref().err().map(LockError::kind),
+        },
+    );
+    match released {
         Ok(true) => debug!("released"),
         Ok(false) => match expected.judged(provider, config) {
             Expected::Unexpired => warn!(

@@ -26,6 +26,8 @@
 //! [`raw::LockStorage`] and gets the algorithm from [`raw::StorageBasedLockProvider`]; others
 //! implement [`LockProvider`] directly.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod admin;
 mod clock;
 mod credentials;
@@ -33,6 +35,7 @@ mod error;
 mod executor;
 mod identity;
 mod log_fields;
+pub mod metrics;
 mod provider;
 pub mod raw;
 pub mod scheme;

@@ -54,7 +54,9 @@
 //!
 //! Each tick is logged with `tracing` (fields `job`, `lock`, `tick`: `info` when it ran, `debug`
 //! when skipped, `warn` or `error` otherwise) and handed to the
-//! [`on_run`](SchedulerBuilder::on_run) observer as a [`RunReport`].
+//! [`on_run`](SchedulerBuilder::on_run) observer as a [`RunReport`]. With the `metrics` feature,
+//! each tick is also counted by job and outcome (`shedlock_job_runs_total`), and the ticks
+//! missed (`shedlock_job_missed_ticks_total`); `shedlock_core::metrics` lists every name.
 //!
 //! # Lock names
 //!

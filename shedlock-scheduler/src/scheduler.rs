@@ -600,6 +600,7 @@ impl Shared {
 
     fn report(&self, report: RunReport) {
         log(&report);
+        record(&report);
         if let Some(observer) = &self.observer {
             observer(&report);
         }
@@ -650,6 +651,31 @@ fn log(report: &RunReport) {
             "the previous run outlasted its schedule: ticks were missed"
         ),
     }
+}
+
+/// Counts the tick by its outcome, or the ticks it missed (names in `shedlock_core::metrics`).
+fn record(report: &RunReport) {
+    #[cfg(feature = "metrics")]
+    {
+        use shedlock_core::metrics::{JOB_MISSED_TICKS, JOB_RUNS};
+        let job = report.job.clone();
+        let outcome = match &report.outcome {
+            RunOutcome::Missed { ticks } => {
+                metrics::counter!(JOB_MISSED_TICKS, "job" => job).increment(*ticks);
+                return;
+            }
+            RunOutcome::Executed => "executed",
+            RunOutcome::Failed { .. } => "failed",
+            RunOutcome::Skipped { .. } => "skipped",
+            RunOutcome::LockFailed { .. } => "lock_failed",
+            RunOutcome::InvalidLock { .. } => "invalid_lock",
+            RunOutcome::Panicked { .. } => "panicked",
+            RunOutcome::Stopped => "stopped",
+        };
+        metrics::counter!(JOB_RUNS, "job" => job, "outcome" => outcome).increment(1);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = report;
 }
 
 /// A tick as logs name it: its wall-clock time, which names the same tick on every node (a

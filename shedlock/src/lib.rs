@@ -29,6 +29,9 @@
 //! expression, at a fixed rate or with a fixed delay, each run under its lock, on the provider
 //! [`connect`] returned.
 //!
+//! With the `metrics` feature, every run and every scheduled tick is counted and timed through
+//! the `metrics` facade, for the recorder the application installs: [`metrics`] lists the names.
+//!
 //! # URLs and features
 //!
 //! | scheme | provider (module) | feature |

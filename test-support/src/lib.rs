@@ -7,12 +7,15 @@
 //!   (always built).
 //! - `sql` (the `sql` feature): the SQL providers' shared tests and the conformance kit's
 //!   harness for any of them.
+//! - `metrics_capture` (the `metrics` feature): what the `metrics` facade recorded, read back.
 //! - `kv` (the `kv` feature): the key-value providers' (etcd, Redis, MongoDB, ZooKeeper) shared
 //!   test steps and conformance harness pieces.
 
 #[cfg(feature = "kv")]
 pub mod kv;
 pub mod log_capture;
+#[cfg(feature = "metrics")]
+pub mod metrics_capture;
 pub mod settings;
 #[cfg(feature = "sql")]
 pub mod sql;
