@@ -14,7 +14,9 @@ use shedlock_core::{
     LockingTaskExecutor, SystemClock, TaskOutcome,
 };
 use shedlock_memory::MemoryLockStore;
-use shedlock_test_support::metrics_capture::{counter, counters_with, histogram, install};
+use shedlock_test_support::metrics_capture::{
+    counter, counters_with, description, histogram, install,
+};
 
 fn config(name: &str) -> LockConfiguration {
     LockConfiguration::new(name, Duration::from_secs(60), Duration::ZERO).unwrap()
@@ -149,4 +151,23 @@ async fn keep_alive_on_a_provider_that_cannot_extend_is_a_failure_without_an_att
     );
     // Nothing was sent, so no attempt was timed.
     assert!(histogram(ACQUIRE_SECONDS, &[("lock", lock), ("outcome", "failed")]).is_empty());
+}
+
+#[tokio::test]
+async fn describe_gives_each_metric_its_help_text() {
+    install();
+    shedlock_core::metrics::describe();
+    let executor = LockingTaskExecutor::new(MemoryLockStore::new().node());
+    let outcome = executor
+        .execute(&config("metrics-described"), async {})
+        .await;
+    assert!(outcome.unwrap().was_executed());
+    assert_eq!(
+        description(LOCKS_ACQUIRED).as_deref(),
+        Some("Locks taken: runs started")
+    );
+    assert_eq!(
+        description(HELD_SECONDS).as_deref(),
+        Some("How long this node held the lock, acquired to released")
+    );
 }

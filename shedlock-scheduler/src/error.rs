@@ -74,6 +74,27 @@ pub enum SchedulerError {
         /// The job.
         job: String,
     },
+    /// A job of that name was removed and its last run is still going: adding it now could
+    /// overlap that run.
+    #[error(
+        "job {job:?} was removed and its last run is still going; add it again once that run has ended"
+    )]
+    RemovedJobRunning {
+        /// The job.
+        job: String,
+    },
+    /// No job of that name is scheduled: never added, or removed.
+    #[error("no job named {job:?} is scheduled")]
+    UnknownJob {
+        /// The name asked for.
+        job: String,
+    },
+    /// A run of the job is in progress on this node, and runs of one job never overlap there.
+    #[error("job {job:?} is running now; ask again when its run has ended")]
+    JobRunning {
+        /// The job.
+        job: String,
+    },
     /// Jobs run as tokio tasks, so a job must be added from inside a tokio runtime.
     #[error("job {job:?}: add jobs from inside a tokio runtime (no runtime is running here)")]
     NoRuntime {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use shedlock_core::CancellationToken;
 
-use crate::schedule::{Schedule, Tick};
+use crate::schedule::{MissedTicks, Schedule, Tick};
 
 /// What a job's function may return: `()`, or a `Result` whose error is reported as
 /// [`RunOutcome::Failed`](crate::RunOutcome::Failed) and logged with the job's name.
@@ -114,6 +114,7 @@ pub struct Job {
     pub(crate) lock_at_most_for: Option<Duration>,
     pub(crate) lock_at_least_for: Option<Duration>,
     pub(crate) keep_alive: bool,
+    pub(crate) missed_ticks: MissedTicks,
     pub(crate) run: JobFn,
 }
 
@@ -131,6 +132,7 @@ impl fmt::Debug for Job {
             .field("lock_at_most_for", &self.lock_at_most_for)
             .field("lock_at_least_for", &self.lock_at_least_for)
             .field("keep_alive", &self.keep_alive)
+            .field("missed_ticks", &self.missed_ticks)
             .finish_non_exhaustive()
     }
 }
@@ -157,6 +159,7 @@ impl Job {
             lock_at_most_for: None,
             lock_at_least_for: None,
             keep_alive: false,
+            missed_ticks: MissedTicks::Skip,
             run,
         }
     }
@@ -207,6 +210,22 @@ impl Job {
     /// [`RunContext::lock_lost`] is cancelled. Needs a provider that can extend.
     pub fn keep_alive(mut self) -> Self {
         self.keep_alive = true;
+        self
+    }
+
+    /// What to do with the ticks that pass while a run is still going:
+    /// [`MissedTicks::Skip`] them (the default), or run the latest of them at once
+    /// ([`MissedTicks::RunLatest`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use shedlock_scheduler::{Job, MissedTicks, Schedule};
+    /// // A sync that must not wait a whole hour when one run took longer than the hour.
+    /// let job = Job::new("sync", Schedule::fixed_rate(Duration::from_secs(3600)), |_| async {})
+    ///     .missed_ticks(MissedTicks::RunLatest);
+    /// ```
+    pub fn missed_ticks(mut self, missed_ticks: MissedTicks) -> Self {
+        self.missed_ticks = missed_ticks;
         self
     }
 }

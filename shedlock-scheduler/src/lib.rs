@@ -47,8 +47,9 @@
 //! - A job returning `Err` is logged and reported ([`RunOutcome::Failed`]); the lock is
 //!   released as for a success.
 //! - Runs of one job never overlap on one node. Ticks that pass while a run is still going are
-//!   missed ([`RunOutcome::Missed`]); a fixed rate keeps its grid, a fixed delay counts from the
-//!   end of the run. See [`Schedule`].
+//!   missed ([`RunOutcome::Missed`]), or the latest of them runs late
+//!   ([`Job::missed_ticks`], [`MissedTicks`]); a fixed rate keeps its grid, a fixed delay counts
+//!   from the end of the run. See [`Schedule`].
 //! - With [`Job::keep_alive`], the lock is extended while the run goes on, and
 //!   [`RunContext::lock_lost`] tells the job when it was lost anyway.
 //!
@@ -65,6 +66,12 @@
 //! (per tenant, per shard, per hour). Fixed names and every job's lock bounds are checked when
 //! the job is added ([`SchedulerError`]); computed names at each run
 //! ([`RunOutcome::InvalidLock`], logged with the job's name, the run skipped).
+//!
+//! # Jobs at run time
+//!
+//! [`Scheduler::handle`] gives a [`SchedulerHandle`], which an admin endpoint can hold: it lists
+//! the jobs ([`JobStatus`]: paused, running, next run, last report), and pauses, resumes,
+//! removes or runs one now, under its lock as any run.
 //!
 //! # Shutdown
 //!
@@ -96,7 +103,8 @@ mod scheduler;
 pub use chrono_tz::Tz;
 pub use error::SchedulerError;
 pub use job::{Job, JobOutput, RunContext};
-pub use schedule::{Schedule, Tick};
+pub use schedule::{MissedTicks, Schedule, Tick};
 pub use scheduler::{
-    LockDefaults, RunOutcome, RunReport, Scheduler, SchedulerBuilder, ShutdownReport,
+    JobStatus, LockDefaults, RunOutcome, RunReport, Scheduler, SchedulerBuilder, SchedulerHandle,
+    ShutdownReport,
 };

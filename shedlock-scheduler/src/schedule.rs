@@ -240,17 +240,65 @@ pub struct Tick {
     /// When the tick was due, in wall-clock time: the cron instant or the fleet grid's instant,
     /// the same on every node (so a lock name computed from it names the same lock fleet-wide);
     /// for a per-node rate or a fixed delay, the scheduler's wall clock read when the tick was
-    /// planned, plus the wait.
+    /// planned, plus the wait. For a run asked for with
+    /// [`SchedulerHandle::run_now`](crate::SchedulerHandle::run_now), when it was asked for.
     pub time: DateTime<Utc>,
+    /// Whether the run was asked for with
+    /// [`SchedulerHandle::run_now`](crate::SchedulerHandle::run_now) rather than planned by the
+    /// schedule (its [`number`](Self::number) is then that of the planned tick it came before).
+    pub requested: bool,
+}
+
+impl Tick {
+    /// A run asked for now, out of schedule, numbered as the planned tick it comes before.
+    pub(crate) fn on_request(number: u64, due: Instant, time: DateTime<Utc>) -> Self {
+        Self {
+            number,
+            due,
+            time,
+            requested: true,
+        }
+    }
+}
+
+/// What a job does with the ticks that passed while its previous run was still going (or a run
+/// asked for with [`SchedulerHandle::run_now`](crate::SchedulerHandle::run_now)), set with
+/// [`Job::missed_ticks`](crate::Job::missed_ticks).
+///
+/// Ticks that passed while this node was down, or while the job was
+/// [paused](crate::SchedulerHandle::pause), are not missed ticks: a scheduler knows nothing of
+/// the time before it started, and a paused job resumes at its next tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum MissedTicks {
+    /// Pass them over (reported as [`RunOutcome::Missed`](crate::RunOutcome::Missed)) and wait
+    /// for the next tick that is not in the past: the default, and what a fixed rate in Quartz
+    /// does with `MISFIRE_INSTRUCTION_RESCHEDULE_NEXT_WITH_REMAINING_COUNT`.
+    #[default]
+    Skip,
+    /// Run the latest of them at once, as a late run of that tick (its [`Tick::time`] is that
+    /// tick's), and pass over the others; then go on with the next tick. What Spring's fixed
+    /// rate does, once rather than once per missed tick.
+    ///
+    /// The lock keeps the catch-up run from overlapping another node's, not from running a
+    /// tick that another node already ran and released: use it for a job on one node, or a job
+    /// whose run is safe to repeat, or give its lock a `lock_at_least_for` that covers the
+    /// delay.
+    RunLatest,
 }
 
 /// Where a job is in its schedule.
 pub(crate) struct Cursor {
     schedule: Schedule,
+    missed_ticks: MissedTicks,
     next_number: u64,
     /// The last planned tick's due instant and wall time, for the next fixed-rate tick and the
     /// next cron search.
     last: Option<(Instant, DateTime<Utc>)>,
+    /// What `last` and `next_number` were before the last plan, for [`Cursor::unrun`].
+    before_last: (Option<(Instant, DateTime<Utc>)>, u64),
+    /// The ticks passed before the next plan are passed over, not missed ([`Cursor::pass_over`]).
+    passing_over: bool,
 }
 
 /// The next tick to wait for, and how many ticks were missed since the previous run.
@@ -264,11 +312,14 @@ pub(crate) struct Planned {
 const MAX_COUNTED_MISSED: u64 = 10_000;
 
 impl Cursor {
-    pub(crate) fn new(schedule: Schedule) -> Self {
+    pub(crate) fn new(schedule: Schedule, missed_ticks: MissedTicks) -> Self {
         Self {
             schedule,
+            missed_ticks,
             next_number: 0,
             last: None,
+            before_last: (None, 0),
+            passing_over: false,
         }
     }
 
@@ -277,7 +328,9 @@ impl Cursor {
     pub(crate) fn plan(&mut self, now: Instant, wall_now: SystemTime) -> Option<Planned> {
         let wall_now = DateTime::<Utc>::from(wall_now);
         let wall_at = |due: Instant| later(wall_now, due.saturating_duration_since(now));
-        let (due, time, missed) = match (&self.schedule.kind, self.last) {
+        // The next tick, how many were missed before it, and the latest of those (its wall
+        // time; the next tick's own when none was).
+        let (due, time, missed, latest_missed) = match (&self.schedule.kind, self.last) {
             (
                 Kind::FixedRate {
                     period,
@@ -300,11 +353,12 @@ impl Cursor {
                     missed = u64::try_from(periods.saturating_sub(1)).unwrap_or(u64::MAX);
                 }
                 let ahead = (next - wall_now).to_std().unwrap_or(Duration::ZERO);
-                (now + ahead, next, missed)
+                (now + ahead, next, missed, earlier(next, *period))
             }
             (Kind::FixedRate { first_after, .. } | Kind::FixedDelay { first_after, .. }, None) => {
                 let due = now + *first_after;
-                (due, wall_at(due), 0)
+                let time = wall_at(due);
+                (due, time, 0, time)
             }
             (Kind::FixedRate { period, .. }, Some((last_due, _))) => {
                 let mut due = last_due + *period;
@@ -316,18 +370,22 @@ impl Cursor {
                     missed = u64::try_from(periods).unwrap_or(u64::MAX);
                     due += period.saturating_mul(u32::try_from(periods).unwrap_or(u32::MAX));
                 }
-                (due, wall_at(due), missed)
+                let time = wall_at(due);
+                (due, time, missed, earlier(time, *period))
             }
             (Kind::FixedDelay { delay, .. }, Some(_)) => {
                 let due = now + *delay;
-                (due, wall_at(due), 0)
+                let time = wall_at(due);
+                (due, time, 0, time)
             }
             (Kind::Cron { cron, zone }, last) => {
                 let after = last.map(|(_, time)| time).unwrap_or(wall_now);
                 let mut next = cron.next_after(zone, after)?;
                 let mut missed = 0;
+                let mut latest_missed = next;
                 while next < wall_now {
                     missed += 1;
+                    latest_missed = next;
                     if missed >= MAX_COUNTED_MISSED {
                         next = cron.next_after(zone, wall_now)?;
                         break;
@@ -335,18 +393,47 @@ impl Cursor {
                     next = cron.next_after(zone, next)?;
                 }
                 let ahead = (next - wall_now).to_std().unwrap_or(Duration::ZERO);
-                (now + ahead, next, missed)
+                (now + ahead, next, missed, latest_missed)
             }
+        };
+        let passing_over = std::mem::take(&mut self.passing_over);
+        self.before_last = (self.last, self.next_number);
+        let (due, time, missed) = match self.missed_ticks {
+            // Passed over (a pause): numbered, neither reported nor caught up.
+            _ if passing_over => {
+                self.next_number += missed;
+                (due, time, 0)
+            }
+            MissedTicks::RunLatest if missed > 0 => {
+                // The latest missed tick, due as long before the next as its wall time is.
+                let before = (time - latest_missed).to_std().unwrap_or(Duration::ZERO);
+                let late = due.checked_sub(before).unwrap_or(now);
+                (late, latest_missed, missed - 1)
+            }
+            _ => (due, time, missed),
         };
         self.next_number += missed;
         let tick = Tick {
             number: self.next_number,
             due,
             time,
+            requested: false,
         };
         self.next_number += 1;
         self.last = Some((due, time));
         Some(Planned { tick, missed })
+    }
+
+    /// The last planned tick did not run (its time passed during a run asked for out of
+    /// schedule): the next plan counts it among the missed ticks, and may catch it up.
+    pub(crate) fn unrun(&mut self) {
+        (self.last, self.next_number) = self.before_last;
+    }
+
+    /// The ticks up to the next plan are passed over, not missed (the job was paused): the next
+    /// plan neither reports them nor catches one up.
+    pub(crate) fn pass_over(&mut self) {
+        self.passing_over = true;
     }
 }
 
@@ -367,6 +454,14 @@ fn fleet_tick_at_or_after(at: DateTime<Utc>, period: Duration) -> DateTime<Utc> 
             DateTime::from_timestamp(seconds, nanos)
         })
         .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// `at - by`, or the earliest representable instant.
+fn earlier(at: DateTime<Utc>, by: Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(by)
+        .ok()
+        .and_then(|by| at.checked_sub_signed(by))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
 /// `at + by`, or the latest representable instant.

@@ -1,25 +1,27 @@
 //! The scheduler: one tokio task per job, each run under its lock, panics contained.
 
 use std::any::Any;
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use futures_util::FutureExt;
 use shedlock_core::raw::Rfc3339;
 use shedlock_core::{
     CancellationToken, Clock, ErrorChain, ErrorKind, LockConfiguration, LockError, LockHolder,
     LockProvider, LockingTaskExecutor, SystemClock, TaskOutcome,
 };
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::error::SchedulerError;
 use crate::job::{Job, JobFn, LockName, RunContext};
-use crate::schedule::{Cursor, Tick};
+use crate::schedule::{Cursor, MissedTicks, Tick};
 
 /// The lock bounds of every job that does not set its own (ShedLock's
 /// `defaultLockAtMostFor` and `defaultLockAtLeastFor`).
@@ -109,7 +111,8 @@ pub enum RunOutcome {
     /// job handed elsewhere may still be running).
     Stopped,
     /// The previous run outlasted this many ticks, which were not run; this report's tick is
-    /// the next one planned.
+    /// the next one planned (with [`MissedTicks::RunLatest`], the late run of the latest missed
+    /// tick, not counted here).
     Missed {
         /// How many ticks were passed over.
         ticks: u64,
@@ -181,9 +184,8 @@ impl SchedulerBuilder {
                 observer: self.observer,
                 stop: CancellationToken::new(),
                 abort: CancellationToken::new(),
-                running: Mutex::new(BTreeSet::new()),
+                jobs: Mutex::new(BTreeMap::new()),
             }),
-            jobs: HashSet::new(),
             tasks: JoinSet::new(),
         }
     }
@@ -246,18 +248,15 @@ pub struct ShutdownReport {
 /// ```
 pub struct Scheduler {
     shared: Arc<Shared>,
-    jobs: HashSet<String>,
     tasks: JoinSet<()>,
 }
 
 impl fmt::Debug for Scheduler {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut jobs: Vec<&String> = self.jobs.iter().collect();
-        jobs.sort();
         f.debug_struct("Scheduler")
             .field("provider", self.shared.executor.provider())
             .field("defaults", &self.shared.defaults)
-            .field("jobs", &jobs)
+            .field("jobs", &self.shared.job_names())
             .finish_non_exhaustive()
     }
 }
@@ -271,8 +270,40 @@ struct Shared {
     stop: CancellationToken,
     /// Cancelled at the shutdown limit: running runs are stopped.
     abort: CancellationToken,
-    /// The jobs with a run in progress.
-    running: Mutex<BTreeSet<Arc<str>>>,
+    /// Every job with a task, by name. A removed job stays until its task ends, after the run
+    /// it had in progress.
+    jobs: Mutex<BTreeMap<Arc<str>, Arc<Control>>>,
+}
+
+/// What a [`SchedulerHandle`] changes in a job while it is scheduled, and what it reads back.
+struct Control {
+    /// `true` while paused: planned ticks are passed over.
+    paused: watch::Sender<bool>,
+    /// Cancelled by [`SchedulerHandle::remove`]: the job's task ends after its run in progress.
+    removed: CancellationToken,
+    /// Woken by [`SchedulerHandle::run_now`]; `JobState::run_requested` says whether the wake
+    /// is still wanted.
+    requested: Notify,
+    state: Mutex<JobState>,
+}
+
+#[derive(Default)]
+struct JobState {
+    running: bool,
+    run_requested: bool,
+    next_run: Option<DateTime<Utc>>,
+    last: Option<RunReport>,
+}
+
+impl Control {
+    fn state(&self) -> std::sync::MutexGuard<'_, JobState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether a run asked for is still wanted; it is taken, so it runs once.
+    fn take_request(&self) -> bool {
+        std::mem::take(&mut self.state().run_requested)
+    }
 }
 
 /// A job as the scheduler runs it, its lock bounds resolved against the defaults.
@@ -282,6 +313,7 @@ struct ScheduledJob {
     lock_at_most_for: Duration,
     lock_at_least_for: Duration,
     keep_alive: bool,
+    missed_ticks: MissedTicks,
     run: JobFn,
 }
 
@@ -312,10 +344,19 @@ impl Scheduler {
         &self.shared.executor
     }
 
+    /// A handle to the jobs while they are scheduled: list them with their next run and last
+    /// outcome, pause, resume, remove or run one now. It may be cloned and handed to other
+    /// tasks (an admin endpoint, a signal handler).
+    pub fn handle(&self) -> SchedulerHandle {
+        SchedulerHandle {
+            shared: self.shared.clone(),
+        }
+    }
+
     /// Schedules `job`, whose first tick is planned at once.
     ///
-    /// Refused, with nothing scheduled, when the job's name is empty or already used here, a
-    /// period is zero, its lock bounds (its own or the defaults) break a rule of
+    /// Refused, with nothing scheduled, when the job's name is empty or already used here (a
+    /// removed job's name is free once the run it had in progress has ended), a period is zero, its lock bounds (its own or the defaults) break a rule of
     /// [`LockConfiguration`], its fixed lock name is longer than the provider stores, it asks
     /// for keep-alive on a provider that cannot extend, or no tokio runtime is running. A name
     /// computed per run is checked at each run.
@@ -323,8 +364,12 @@ impl Scheduler {
         if job.name.is_empty() {
             return Err(SchedulerError::EmptyJobName);
         }
-        if self.jobs.contains(&job.name) {
-            return Err(SchedulerError::DuplicateJob { job: job.name });
+        if let Some(known) = self.shared.jobs().get(job.name.as_str()) {
+            return Err(if known.removed.is_cancelled() {
+                SchedulerError::RemovedJobRunning { job: job.name }
+            } else {
+                SchedulerError::DuplicateJob { job: job.name }
+            });
         }
         job.schedule.check(&job.name)?;
         let lock_at_most_for = job
@@ -384,13 +429,23 @@ impl Scheduler {
             lock_at_most_for,
             lock_at_least_for,
             keep_alive: job.keep_alive,
+            missed_ticks: job.missed_ticks,
             run: job.run,
         };
+        let control = Arc::new(Control {
+            paused: watch::Sender::new(false),
+            removed: CancellationToken::new(),
+            requested: Notify::new(),
+            state: Mutex::new(JobState::default()),
+        });
+        self.shared
+            .jobs()
+            .insert(scheduled.name.clone(), control.clone());
+        let cursor = Cursor::new(job.schedule, scheduled.missed_ticks);
         self.tasks.spawn_on(
-            drive(self.shared.clone(), scheduled, Cursor::new(job.schedule)),
+            drive(self.shared.clone(), scheduled, cursor, control),
             &runtime,
         );
-        self.jobs.insert(job.name);
         Ok(())
     }
 
@@ -414,11 +469,10 @@ impl Scheduler {
         }
         let stopped: Vec<String> = self
             .shared
-            .running
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+            .jobs()
             .iter()
-            .map(|name| name.to_string())
+            .filter(|(_, control)| control.state().running)
+            .map(|(name, _)| name.to_string())
             .collect();
         warn!(jobs = ?stopped, ?limit, "shutdown limit reached: stopping the runs still going");
         self.shared.abort.cancel();
@@ -428,38 +482,231 @@ impl Scheduler {
     }
 }
 
+/// The jobs of a [`Scheduler`] while they are scheduled, from any task: from
+/// [`Scheduler::handle`], cloned as needed.
+///
+/// Each operation names a job; a name that is not scheduled (never added, or removed) is
+/// [`SchedulerError::UnknownJob`].
+///
+/// ```
+/// use std::time::Duration;
+/// use shedlock_memory::MemoryLockProvider;
+/// use shedlock_scheduler::{Job, LockDefaults, Schedule, Scheduler, Tz};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let defaults = LockDefaults::new(Duration::from_secs(600), Duration::ZERO)?;
+/// let mut scheduler = Scheduler::new(MemoryLockProvider::new(), defaults);
+/// scheduler.add(Job::new("nightly-report", Schedule::cron("@daily", Tz::UTC)?, |_| async {}))?;
+/// let jobs = scheduler.handle();
+///
+/// // An operator wants the report now rather than tonight: it still takes the lock.
+/// jobs.run_now("nightly-report")?;
+/// // And none tonight, until further notice.
+/// jobs.pause("nightly-report")?;
+/// assert_eq!(jobs.next_run("nightly-report")?, None);
+/// jobs.resume("nightly-report")?;
+/// # tokio::time::sleep(Duration::from_millis(10)).await;
+/// assert!(jobs.next_run("nightly-report")?.is_some());
+/// jobs.remove("nightly-report")?;
+/// assert!(jobs.pause("nightly-report").is_err());
+/// # scheduler.shutdown(Duration::from_secs(5)).await;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct SchedulerHandle {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for SchedulerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SchedulerHandle")
+            .field("jobs", &self.shared.job_names())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A scheduled job as [`SchedulerHandle::jobs`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JobStatus {
+    /// The job's name.
+    pub name: String,
+    /// Paused by [`SchedulerHandle::pause`]: its planned ticks are passed over.
+    pub paused: bool,
+    /// A run is in progress on this node.
+    pub running: bool,
+    /// When the next planned tick is due (`None` while paused, or when a cron expression has no
+    /// further instant).
+    pub next_run: Option<DateTime<Utc>>,
+    /// The last run's report on this node (`None` before the first).
+    pub last: Option<RunReport>,
+}
+
+impl SchedulerHandle {
+    /// Every scheduled job, in name order.
+    pub fn jobs(&self) -> Vec<JobStatus> {
+        let jobs: Vec<(Arc<str>, Arc<Control>)> = self
+            .shared
+            .jobs()
+            .iter()
+            .filter(|(_, control)| !control.removed.is_cancelled())
+            .map(|(name, control)| (name.clone(), control.clone()))
+            .collect();
+        jobs.into_iter()
+            .map(|(name, control)| status(&name, &control))
+            .collect()
+    }
+
+    /// One job's status.
+    pub fn job(&self, job: &str) -> Result<JobStatus, SchedulerError> {
+        let control = self.shared.control(job)?;
+        Ok(status(job, &control))
+    }
+
+    /// When the job's next planned tick is due: `None` while it is paused, or when its cron
+    /// expression has no further instant.
+    pub fn next_run(&self, job: &str) -> Result<Option<DateTime<Utc>>, SchedulerError> {
+        Ok(self.shared.control(job)?.state().next_run)
+    }
+
+    /// Passes the job's planned ticks over until [`resume`](Self::resume); a run in progress
+    /// goes on. [`run_now`](Self::run_now) still runs it. Pausing a paused job changes nothing.
+    pub fn pause(&self, job: &str) -> Result<(), SchedulerError> {
+        self.shared.control(job)?.paused.send_replace(true);
+        Ok(())
+    }
+
+    /// Ends a pause: the job runs from its next planned tick that is not in the past (the ticks
+    /// that passed meanwhile are neither missed nor caught up). Resuming a job that is not
+    /// paused changes nothing.
+    pub fn resume(&self, job: &str) -> Result<(), SchedulerError> {
+        self.shared.control(job)?.paused.send_replace(false);
+        Ok(())
+    }
+
+    /// Runs the job once, now, out of schedule and under its lock as any run: skipped when
+    /// another node holds the lock, reported to the observer and logged as any tick (its
+    /// [`Tick::requested`] set). Its planned ticks are kept; one that falls while this run goes
+    /// on is missed as usual. Refused with [`SchedulerError::JobRunning`] while a run of the
+    /// job is in progress here, since runs of one job never overlap on one node.
+    pub fn run_now(&self, job: &str) -> Result<(), SchedulerError> {
+        let control = self.shared.control(job)?;
+        {
+            let mut state = control.state();
+            if state.running {
+                return Err(SchedulerError::JobRunning {
+                    job: job.to_owned(),
+                });
+            }
+            state.run_requested = true;
+        }
+        control.requested.notify_one();
+        Ok(())
+    }
+
+    /// Unschedules the job: no tick of it runs any more. A run in progress finishes (its lock
+    /// released as usual); until it has, adding a job of that name is refused
+    /// ([`SchedulerError::RemovedJobRunning`]).
+    pub fn remove(&self, job: &str) -> Result<(), SchedulerError> {
+        self.shared.control(job)?.removed.cancel();
+        Ok(())
+    }
+}
+
+fn status(name: &str, control: &Control) -> JobStatus {
+    let paused = *control.paused.borrow();
+    let state = control.state();
+    JobStatus {
+        name: name.to_owned(),
+        paused,
+        running: state.running,
+        next_run: state.next_run,
+        last: state.last.clone(),
+    }
+}
+
 async fn join_all(tasks: &mut JoinSet<()>) {
     while tasks.join_next().await.is_some() {}
 }
 
-/// A job's task: plan a tick, wait for it, run it, until shutdown.
-async fn drive(shared: Arc<Shared>, job: ScheduledJob, mut cursor: Cursor) {
-    loop {
+/// A job's task: plan a tick, wait for it, run it, until shutdown or the job's removal. A run
+/// asked for comes before the planned tick; a pause passes planned ticks over.
+async fn drive(shared: Arc<Shared>, job: ScheduledJob, mut cursor: Cursor, control: Arc<Control>) {
+    let mut paused = control.paused.subscribe();
+    'plan: loop {
         let Some(planned) = cursor.plan(Instant::now(), shared.clock.now()) else {
             error!(job = %job.name, "the cron expression has no further instant: the job stops");
-            return;
+            break;
         };
         if planned.missed > 0 {
-            shared.report(RunReport {
-                job: job.name.to_string(),
-                lock_name: None,
-                tick: planned.tick.clone(),
-                outcome: RunOutcome::Missed {
-                    ticks: planned.missed,
+            shared.report(
+                &control,
+                RunReport {
+                    job: job.name.to_string(),
+                    lock_name: None,
+                    tick: planned.tick.clone(),
+                    outcome: RunOutcome::Missed {
+                        ticks: planned.missed,
+                    },
+                    lock_lost: false,
                 },
-                lock_lost: false,
-            });
+            );
         }
-        tokio::select! {
-            biased;
-            () = shared.stop.cancelled() => return,
-            () = tokio::time::sleep_until(planned.tick.due) => {}
+        loop {
+            let is_paused = *paused.borrow_and_update();
+            control.state().next_run = (!is_paused).then_some(planned.tick.time);
+            tokio::select! {
+                biased;
+                () = shared.stop.cancelled() => break 'plan,
+                () = control.removed.cancelled() => break 'plan,
+                changed = paused.changed() => {
+                    if changed.is_err() {
+                        break 'plan;
+                    }
+                    // Resumed after the planned tick's time: plan from now, the ticks passed
+                    // while paused passed over.
+                    if !*paused.borrow() && planned.tick.due <= Instant::now() {
+                        cursor.pass_over();
+                        continue 'plan;
+                    }
+                }
+                () = control.requested.notified() => {
+                    if !control.take_request() {
+                        continue;
+                    }
+                    let time = DateTime::<Utc>::from(shared.clock.now());
+                    let tick = Tick::on_request(planned.tick.number, Instant::now(), time);
+                    run_reported(&shared, &job, &control, tick).await;
+                    // The planned tick's time passed during that run: it did not run, so it
+                    // is missed as any tick passed during a run is.
+                    if planned.tick.due <= Instant::now() {
+                        cursor.unrun();
+                        continue 'plan;
+                    }
+                }
+                () = tokio::time::sleep_until(planned.tick.due), if !is_paused => {
+                    run_reported(&shared, &job, &control, planned.tick).await;
+                    continue 'plan;
+                }
+            }
         }
-        shared.set_running(&job.name, true);
-        let report = run_once(&shared, &job, planned.tick).await;
-        shared.set_running(&job.name, false);
-        shared.report(report);
     }
+    control.state().next_run = None;
+    shared.forget(&job.name, &control);
+}
+
+/// Runs one tick, with the job marked running meanwhile, and reports it.
+async fn run_reported(shared: &Shared, job: &ScheduledJob, control: &Control, tick: Tick) {
+    control.state().running = true;
+    let report = run_once(shared, job, tick).await;
+    {
+        let mut state = control.state();
+        state.running = false;
+        // Asked for during this run: the run it asked for has just happened.
+        state.run_requested = false;
+    }
+    shared.report(control, report);
 }
 
 async fn run_once(shared: &Shared, job: &ScheduledJob, tick: Tick) -> RunReport {
@@ -589,20 +836,45 @@ impl Shared {
         }
     }
 
-    fn set_running(&self, job: &Arc<str>, running: bool) {
-        let mut jobs = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        if running {
-            jobs.insert(job.clone());
-        } else {
+    fn jobs(&self) -> std::sync::MutexGuard<'_, BTreeMap<Arc<str>, Arc<Control>>> {
+        self.jobs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn job_names(&self) -> Vec<Arc<str>> {
+        self.jobs().keys().cloned().collect()
+    }
+
+    /// The job's control, unless it is unknown or removed.
+    fn control(&self, job: &str) -> Result<Arc<Control>, SchedulerError> {
+        self.jobs()
+            .get(job)
+            .filter(|control| !control.removed.is_cancelled())
+            .cloned()
+            .ok_or_else(|| SchedulerError::UnknownJob {
+                job: job.to_owned(),
+            })
+    }
+
+    /// Forgets a job whose task ended, unless its name is another job's by now.
+    fn forget(&self, job: &str, control: &Arc<Control>) {
+        let mut jobs = self.jobs();
+        if jobs
+            .get(job)
+            .is_some_and(|known| Arc::ptr_eq(known, control))
+        {
             jobs.remove(job);
         }
     }
 
-    fn report(&self, report: RunReport) {
+    fn report(&self, control: &Control, report: RunReport) {
         log(&report);
         record(&report);
         if let Some(observer) = &self.observer {
             observer(&report);
+        }
+        // The last run, not the ticks passed over before the next.
+        if !matches!(report.outcome, RunOutcome::Missed { .. }) {
+            control.state().last = Some(report);
         }
     }
 }

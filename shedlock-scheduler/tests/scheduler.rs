@@ -11,7 +11,8 @@ use shedlock_core::{
 };
 use shedlock_memory::{MemoryLockProvider, MemoryLockStore};
 use shedlock_scheduler::{
-    Job, LockDefaults, RunContext, RunOutcome, RunReport, Schedule, Scheduler, SchedulerError, Tz,
+    Job, LockDefaults, MissedTicks, RunContext, RunOutcome, RunReport, Schedule, Scheduler,
+    SchedulerError, Tz,
 };
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep, timeout};
@@ -1282,4 +1283,295 @@ async fn a_job_may_take_its_own_run_lock_again_through_the_schedulers_executor()
         RunOutcome::Executed
     );
     assert_eq!(*nested.lock().unwrap(), Some(TaskOutcome::Executed(7)));
+}
+
+/// A job that records when each run began (ms since the recorder's start), then sleeps as long
+/// as `long` says for that run.
+fn recording_job(
+    name: &str,
+    schedule: Schedule,
+    starts: &Starts,
+    long: impl Fn(&RunContext) -> Duration + Send + Sync + 'static,
+) -> Job {
+    let recorder = starts.clone();
+    let long = Arc::new(long);
+    Job::new(name, schedule, move |run: RunContext| {
+        let (recorder, long) = (recorder.clone(), long.clone());
+        async move {
+            recorder.record();
+            sleep(long(&run)).await;
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_latest_runs_the_latest_missed_tick_at_once_and_keeps_the_grid() {
+    let clock = TokioClock::at("2026-01-01T00:00:00Z");
+    let (mut scheduler, mut reports) = observed(store(&clock).node(), defaults(60_000, 0), &clock);
+    let starts = Starts::new();
+    let job = recording_job("catch-up", Schedule::fixed_rate(100 * MS), &starts, |run| {
+        if run.tick().number == 0 {
+            250 * MS
+        } else {
+            Duration::ZERO
+        }
+    });
+    scheduler
+        .add(job.missed_ticks(MissedTicks::RunLatest))
+        .unwrap();
+    let seen = reports_of(&mut reports, 4).await;
+    // Run 0 took 250 ms: of ticks 1 (100 ms) and 2 (200 ms), tick 1 is passed over and tick 2,
+    // the latest, runs at once (late, at 250 ms); tick 3 runs on the grid at 300 ms.
+    assert_eq!(seen[0].outcome, RunOutcome::Executed);
+    assert_eq!(seen[1].outcome, RunOutcome::Missed { ticks: 1 });
+    assert_eq!(seen[2].outcome, RunOutcome::Executed);
+    assert_eq!(seen[2].tick.number, 2);
+    assert_eq!(
+        seen[2].tick.time,
+        "2026-01-01T00:00:00.200Z".parse::<DateTime<Utc>>().unwrap(),
+        "the late run is tick 2's, named by its time"
+    );
+    assert_eq!(
+        (seen[3].tick.number, seen[3].outcome.clone()),
+        (3, RunOutcome::Executed)
+    );
+    assert_eq!(starts.get(), [0, 250, 300]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_latest_on_cron_runs_the_latest_missed_instant() {
+    let clock = TokioClock::at("2026-01-01T00:00:00Z");
+    let (mut scheduler, mut reports) = observed(store(&clock).node(), defaults(60_000, 0), &clock);
+    let starts = Starts::new();
+    let job = recording_job(
+        "cron-catch-up",
+        Schedule::cron("* * * * * *", Tz::UTC).unwrap(),
+        &starts,
+        |run| {
+            if run.tick().number == 0 {
+                3_500 * MS
+            } else {
+                Duration::ZERO
+            }
+        },
+    );
+    scheduler
+        .add(job.missed_ticks(MissedTicks::RunLatest))
+        .unwrap();
+    let seen = reports_of(&mut reports, 4).await;
+    // The first run (00:01) took 3.5 s: 00:02 and 00:03 are passed over, 00:04 runs late at
+    // 00:04.5, and 00:05 on time.
+    assert_eq!(seen[1].outcome, RunOutcome::Missed { ticks: 2 });
+    let times: Vec<String> = [&seen[0], &seen[2], &seen[3]]
+        .iter()
+        .map(|report| report.tick.time.format("%M:%S").to_string())
+        .collect();
+    assert_eq!(times, ["00:01", "00:04", "00:05"]);
+    assert_eq!(starts.get(), [1_000, 4_500, 5_000]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paused_job_passes_its_ticks_over_and_resumes_at_its_next_tick() {
+    let clock = TokioClock::at("2026-01-01T00:00:00Z");
+    let (mut scheduler, mut reports) = observed(store(&clock).node(), defaults(60_000, 0), &clock);
+    let starts = Starts::new();
+    let job = recording_job("pausable", Schedule::fixed_rate(100 * MS), &starts, |_| {
+        Duration::ZERO
+    });
+    scheduler.add(job).unwrap();
+    let jobs = scheduler.handle();
+    assert_eq!(next_report(&mut reports).await.tick.number, 0);
+    let at = |ms: &str| {
+        format!("2026-01-01T00:00:00.{ms}Z")
+            .parse::<DateTime<Utc>>()
+            .unwrap()
+    };
+    assert_eq!(jobs.next_run("pausable").unwrap(), Some(at("100")));
+
+    jobs.pause("pausable").unwrap();
+    sleep_until_ms(starts.1, 350).await;
+    let status = jobs.job("pausable").unwrap();
+    assert!(status.paused && !status.running, "{status:?}");
+    assert_eq!(status.next_run, None);
+    assert_eq!(status.last.unwrap().outcome, RunOutcome::Executed);
+    assert!(
+        reports.try_recv().is_err(),
+        "nothing ran or was reported while paused"
+    );
+
+    jobs.resume("pausable").unwrap();
+    let resumed = next_report(&mut reports).await;
+    // The ticks passed while paused are neither missed nor caught up.
+    assert_eq!(resumed.outcome, RunOutcome::Executed);
+    assert_eq!(resumed.tick.number, 4);
+    assert_eq!(starts.get(), [0, 400]);
+    assert!(!jobs.job("pausable").unwrap().paused);
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_now_runs_at_once_under_the_lock_and_keeps_the_planned_tick() {
+    let clock = TokioClock::at("2026-01-01T00:00:00Z");
+    let store = store(&clock);
+    let (mut scheduler, mut reports) = observed(store.node(), defaults(60_000, 0), &clock);
+    let starts = Starts::new();
+    let job = recording_job(
+        "on-demand",
+        Schedule::fixed_rate(1_000 * MS),
+        &starts,
+        |run| {
+            if run.tick().requested {
+                100 * MS
+            } else {
+                Duration::ZERO
+            }
+        },
+    );
+    scheduler.add(job).unwrap();
+    let jobs = scheduler.handle();
+    assert_eq!(next_report(&mut reports).await.tick.number, 0);
+
+    sleep_until_ms(starts.1, 200).await;
+    jobs.run_now("on-demand").unwrap();
+    sleep_until_ms(starts.1, 250).await;
+    assert!(jobs.job("on-demand").unwrap().running);
+    assert!(
+        !free(&store, "on-demand").await,
+        "the requested run holds the job's lock"
+    );
+    assert!(matches!(
+        jobs.run_now("on-demand"),
+        Err(SchedulerError::JobRunning { job }) if job == "on-demand"
+    ));
+    let requested = next_report(&mut reports).await;
+    assert_eq!(requested.outcome, RunOutcome::Executed);
+    assert!(requested.tick.requested);
+    assert_eq!(
+        requested.tick.number, 1,
+        "numbered as the planned tick it came before"
+    );
+    assert_eq!(
+        requested.tick.time,
+        "2026-01-01T00:00:00.200Z".parse::<DateTime<Utc>>().unwrap()
+    );
+    // The planned tick still runs, on time, and the refused request asked for nothing more.
+    let planned = next_report(&mut reports).await;
+    assert!(!planned.tick.requested);
+    assert_eq!(planned.tick.number, 1);
+    assert_eq!(starts.get(), [0, 200, 1_000]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_now_is_skipped_when_another_node_holds_the_lock_and_runs_while_paused() {
+    let clock = TokioClock::at("2026-01-01T00:00:00Z");
+    let store = store(&clock);
+    let (mut scheduler, mut reports) = observed(
+        store.node_with("node-a", clock.clone()),
+        defaults(60_000, 0),
+        &clock,
+    );
+    let starts = Starts::new();
+    let job = recording_job("guarded", Schedule::fixed_rate(1_000 * MS), &starts, |_| {
+        Duration::ZERO
+    });
+    scheduler.add(job).unwrap();
+    let jobs = scheduler.handle();
+    next_report(&mut reports).await;
+    jobs.pause("guarded").unwrap();
+
+    let other = store.node_with("node-b", clock.clone());
+    let config =
+        LockConfiguration::new("guarded", Duration::from_secs(60), Duration::ZERO).unwrap();
+    let Acquisition::Acquired(held) = other.try_lock(&config).await.unwrap() else {
+        panic!("the lock is free between runs");
+    };
+    jobs.run_now("guarded").unwrap();
+    let skipped = next_report(&mut reports).await;
+    assert!(skipped.tick.requested);
+    assert!(
+        matches!(skipped.outcome, RunOutcome::Skipped { .. }),
+        "{skipped:?}"
+    );
+    assert!(held.unlock().await.unwrap());
+
+    jobs.run_now("guarded").unwrap();
+    let ran = next_report(&mut reports).await;
+    assert!(ran.tick.requested);
+    assert_eq!(
+        ran.outcome,
+        RunOutcome::Executed,
+        "a paused job still runs when asked"
+    );
+    assert_eq!(starts.get().len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_planned_tick_that_falls_during_a_requested_run_is_missed() {
+    let clock = TokioClock::at("2026-01-01T00:00:00Z");
+    let (mut scheduler, mut reports) = observed(store(&clock).node(), defaults(60_000, 0), &clock);
+    let starts = Starts::new();
+    let job = recording_job("busy", Schedule::fixed_rate(100 * MS), &starts, |run| {
+        if run.tick().requested {
+            120 * MS
+        } else {
+            Duration::ZERO
+        }
+    });
+    scheduler.add(job).unwrap();
+    let jobs = scheduler.handle();
+    next_report(&mut reports).await;
+    sleep_until_ms(starts.1, 50).await;
+    jobs.run_now("busy").unwrap();
+    let seen = reports_of(&mut reports, 3).await;
+    // The requested run went from 50 to 170 ms: tick 1 (100 ms) is missed, tick 2 runs.
+    assert!(seen[0].tick.requested);
+    assert_eq!(seen[1].outcome, RunOutcome::Missed { ticks: 1 });
+    assert_eq!(
+        (seen[2].tick.number, seen[2].outcome.clone()),
+        (2, RunOutcome::Executed)
+    );
+    assert_eq!(starts.get(), [0, 50, 200]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_removed_job_finishes_its_run_then_stops_and_its_name_is_free_again() {
+    let clock = TokioClock::at("2026-01-01T00:00:00Z");
+    let (mut scheduler, mut reports) = observed(store(&clock).node(), defaults(60_000, 0), &clock);
+    let starts = Starts::new();
+    let job = recording_job("removable", Schedule::fixed_rate(100 * MS), &starts, |_| {
+        50 * MS
+    });
+    scheduler.add(job.clone()).unwrap();
+    let jobs = scheduler.handle();
+    sleep_until_ms(starts.1, 20).await;
+    assert!(jobs.job("removable").unwrap().running);
+    jobs.remove("removable").unwrap();
+    assert!(matches!(
+        jobs.job("removable"),
+        Err(SchedulerError::UnknownJob { job }) if job == "removable"
+    ));
+    assert!(jobs.jobs().is_empty());
+    assert_eq!(
+        scheduler.add(job.clone()).unwrap_err().to_string(),
+        "job \"removable\" was removed and its last run is still going; add it again once that \
+         run has ended"
+    );
+    // The run in progress ends and is reported; nothing after it.
+    assert_eq!(
+        next_report(&mut reports).await.outcome,
+        RunOutcome::Executed
+    );
+    sleep_until_ms(starts.1, 500).await;
+    assert!(reports.try_recv().is_err());
+    assert_eq!(starts.get(), [0]);
+    // Its name is free again.
+    scheduler.add(job).unwrap();
+    assert_eq!(
+        next_report(&mut reports).await.outcome,
+        RunOutcome::Executed
+    );
+    assert_eq!(jobs.jobs().len(), 1);
+    assert!(matches!(
+        jobs.pause("never-added"),
+        Err(SchedulerError::UnknownJob { .. })
+    ));
 }

@@ -15,6 +15,7 @@ struct Recorded {
     snapshotter: Snapshotter,
     counters: HashMap<Series, u64>,
     histograms: HashMap<Series, Vec<f64>>,
+    descriptions: HashMap<String, String>,
 }
 
 /// A metric's name and its labels, sorted.
@@ -35,6 +36,7 @@ fn recorded() -> &'static Mutex<Recorded> {
             snapshotter,
             counters: HashMap::new(),
             histograms: HashMap::new(),
+            descriptions: HashMap::new(),
         })
     })
 }
@@ -59,7 +61,12 @@ fn wanted(name: &str, labels: Labels<'_>) -> Series {
 }
 
 fn take_snapshot(recorded: &mut Recorded) {
-    for (key, _unit, _description, value) in recorded.snapshotter.snapshot().into_vec() {
+    for (key, _unit, description, value) in recorded.snapshotter.snapshot().into_vec() {
+        if let Some(description) = description {
+            recorded
+                .descriptions
+                .insert(key.key().name().to_owned(), description.into_owned());
+        }
         match (key.kind(), value) {
             (MetricKind::Counter, DebugValue::Counter(count)) => {
                 *recorded.counters.entry(key_of(&key)).or_default() += count;
@@ -113,6 +120,13 @@ pub fn counters_with(name: &str, label: (&str, &str)) -> Vec<(Vec<(String, Strin
         .collect();
     found.sort();
     found
+}
+
+/// The description a metric was given (`describe_counter!` and the like), once it has a value.
+pub fn description(name: &str) -> Option<String> {
+    let mut recorded = recorded().lock().unwrap();
+    take_snapshot(&mut recorded);
+    recorded.descriptions.get(name).cloned()
 }
 
 /// Installs the recorder now, so that what a test records before it reads anything back is
