@@ -28,6 +28,9 @@ command -v protoc >/dev/null || die "protoc is still missing after installing pr
 # Test tool: the fault suite's wrong_clocks check runs nodes under faketime.
 apt_install faketime
 command -v faketime >/dev/null || die "faketime is still missing after installing faketime"
+# Test tool: the HTTP view's page is tested in headless Chromium, driven through ChromeDriver.
+apt_install chromium chromium-driver
+command -v chromedriver >/dev/null || die "chromedriver is still missing after installing chromium-driver"
 
 # --- PostgreSQL: 127.0.0.1:5432, user postgres, trust auth, database test.
 if ! postgres_ready 2>/dev/null; then

@@ -1,6 +1,7 @@
 //! A scheduler whose runs Prometheus scrapes: `shedlock`'s `metrics` feature records through the
 //! `metrics` facade, `metrics-exporter-prometheus` is the recorder, and the application serves
-//! its text at `/metrics` beside the lock view (`/locks`).
+//! its text at `/metrics` beside the lock view (`/locks`, and the operators' page at `/`, which
+//! shows the two jobs too).
 //!
 //! ```sh
 //! cargo run -p shedlock-examples --bin prometheus -- --listen 127.0.0.1:9898
@@ -71,7 +72,11 @@ async fn main() -> Result<(), Box<dyn Error>> {
             "/metrics",
             get(move || std::future::ready(prometheus.render())),
         )
-        .merge(LockRoutes::new(provider).into_router());
+        .merge(
+            LockRoutes::new(provider)
+                .jobs(scheduler.handle())
+                .into_router(),
+        );
     let listener = tokio::net::TcpListener::bind(&listen).await?;
     println!("serving http://{}/metrics", listener.local_addr()?);
     axum::serve(listener, app)

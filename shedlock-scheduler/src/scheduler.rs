@@ -119,6 +119,23 @@ pub enum RunOutcome {
     },
 }
 
+impl RunOutcome {
+    /// The outcome in one word, as metrics label it and the HTTP view shows it: `executed`,
+    /// `failed`, `skipped`, `lock_failed`, `invalid_lock`, `panicked`, `stopped` or `missed`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RunOutcome::Executed => "executed",
+            RunOutcome::Failed { .. } => "failed",
+            RunOutcome::Skipped { .. } => "skipped",
+            RunOutcome::LockFailed { .. } => "lock_failed",
+            RunOutcome::InvalidLock { .. } => "invalid_lock",
+            RunOutcome::Panicked { .. } => "panicked",
+            RunOutcome::Stopped => "stopped",
+            RunOutcome::Missed { .. } => "missed",
+        }
+    }
+}
+
 /// One tick of a job and what became of it, handed to the
 /// [`on_run`](SchedulerBuilder::on_run) observer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -931,20 +948,15 @@ fn record(report: &RunReport) {
     {
         use shedlock_core::metrics::{JOB_MISSED_TICKS, JOB_RUNS};
         let job = report.job.clone();
-        let outcome = match &report.outcome {
+        match &report.outcome {
             RunOutcome::Missed { ticks } => {
                 metrics::counter!(JOB_MISSED_TICKS, "job" => job).increment(*ticks);
-                return;
             }
-            RunOutcome::Executed => "executed",
-            RunOutcome::Failed { .. } => "failed",
-            RunOutcome::Skipped { .. } => "skipped",
-            RunOutcome::LockFailed { .. } => "lock_failed",
-            RunOutcome::InvalidLock { .. } => "invalid_lock",
-            RunOutcome::Panicked { .. } => "panicked",
-            RunOutcome::Stopped => "stopped",
-        };
-        metrics::counter!(JOB_RUNS, "job" => job, "outcome" => outcome).increment(1);
+            outcome => {
+                metrics::counter!(JOB_RUNS, "job" => job, "outcome" => outcome.as_str())
+                    .increment(1);
+            }
+        }
     }
     #[cfg(not(feature = "metrics"))]
     let _ = report;

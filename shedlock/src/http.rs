@@ -7,6 +7,8 @@
 //!
 //! | request | answer |
 //! |---|---|
+//! | `GET /` | a page for operators (HTML, no external assets): the locks with holder, time left counting down and fencing token, a button to free one when force-unlock is allowed, and the scheduler's jobs when given ([`LockRoutes::jobs`]) |
+//! | `GET /jobs` | `200 {"jobs": [`[`JobJson`](crate::json::JobJson)`, ...]}`: the jobs of the scheduler given to [`LockRoutes::jobs`], in name order; only then |
 //! | `GET /locks?prefix=&after=&limit=` | `200` [`LockPageJson`]: a page of the locks whose names start with `prefix` |
 //! | `GET /locks/{name}` | `200` [`LockJson`], or `404 {"error": "no lock named ..."}` |
 //! | `POST /locks/{name}/unlock` with `{"acquisition": "..."}` | `200 {"freed": true}`, or `409 {"freed": false, "error": ...}`; only with [`LockRoutes::allow_force_unlock`] |
@@ -34,6 +36,12 @@
 //! client may retry), `504` when it did not answer in time (the outcome of a force-unlock is
 //! then unknown: list again), `501` when the provider does not offer the operation, `500` when
 //! this server's own setup is wrong (a missing lock table). The messages are the providers' own, which never show a credential.
+//!
+//! The page reads the JSON routes beside it and writes what they hold as text, never as markup,
+//! so a lock name cannot inject anything into it. It is served with a content security policy
+//! that lets it load nothing from elsewhere, post no form, and be framed by no site (so its
+//! button cannot be clicked through another page). Freeing a lock asks the operator to confirm
+//! first.
 //!
 //! The router checks no identity: mount it where the application's admin endpoints are, behind
 //! their authentication, as here under `/admin/shedlock`:
@@ -65,8 +73,8 @@ use std::sync::Arc;
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, RawQuery, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::http::{StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
@@ -87,6 +95,8 @@ pub const MAX_PAGE_SIZE: usize = 1000;
 pub struct LockRoutes {
     admin: Arc<dyn LockAdmin>,
     force_unlock: bool,
+    #[cfg(feature = "scheduler")]
+    jobs: Option<crate::scheduler::SchedulerHandle>,
 }
 
 impl LockRoutes {
@@ -96,7 +106,19 @@ impl LockRoutes {
         Self {
             admin: Arc::new(admin),
             force_unlock: false,
+            #[cfg(feature = "scheduler")]
+            jobs: None,
         }
+    }
+
+    /// Serves `GET /jobs` and shows the jobs on the page: each job of the scheduler `jobs` is a
+    /// handle of ([`Scheduler::handle`](crate::scheduler::Scheduler::handle)), with its status,
+    /// next run and last outcome on this node.
+    #[cfg(feature = "scheduler")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "scheduler")))]
+    pub fn jobs(mut self, jobs: crate::scheduler::SchedulerHandle) -> Self {
+        self.jobs = Some(jobs);
+        self
     }
 
     /// Serves `POST /locks/{name}/unlock` when `allow` is true. Off by default: freeing a lock
@@ -113,14 +135,56 @@ impl LockRoutes {
     where
         S: Clone + Send + Sync + 'static,
     {
+        #[cfg(feature = "scheduler")]
+        let with_jobs = self.jobs.is_some();
+        #[cfg(not(feature = "scheduler"))]
+        let with_jobs = false;
+        let page: Arc<str> = PAGE
+            .replace("{force_unlock}", &self.force_unlock.to_string())
+            .replace("{jobs}", &with_jobs.to_string())
+            .into();
         let mut router = Router::new()
+            .route("/", get(move || std::future::ready(page_response(&page))))
             .route("/locks", get(list))
             .route("/locks/{name}", get(inspect));
         if self.force_unlock {
             router = router.route("/locks/{name}/unlock", post(force_unlock));
         }
+        #[cfg(feature = "scheduler")]
+        if let Some(jobs) = self.jobs {
+            router = router.route(
+                "/jobs",
+                get(move || {
+                    let listed: Vec<crate::json::JobJson> =
+                        jobs.jobs().iter().map(crate::json::JobJson::from).collect();
+                    std::future::ready(Json(json!({ "jobs": listed })))
+                }),
+            );
+        }
         router.with_state(self.admin)
     }
+}
+
+/// The operators' page; `{force_unlock}` and `{jobs}` say what it offers.
+const PAGE: &str = include_str!("page.html");
+
+/// The page with headers that let it run its own script and read the routes beside it, and
+/// nothing else: no resource from elsewhere, no form, no framing by another site.
+fn page_response(page: &str) -> Response {
+    (
+        [
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
+                 connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+            ),
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        Html(page.to_owned()),
+    )
+        .into_response()
 }
 
 type Admin = State<Arc<dyn LockAdmin>>;

@@ -1,5 +1,6 @@
 //! Locks as JSON, one shape for every consumer: `shedlock list --json` prints it and the HTTP
-//! view serves it, so a script written against one reads the other.
+//! view serves it, so a script written against one reads the other. With the `scheduler`
+//! feature, a scheduler's jobs too, as the HTTP view serves them.
 
 use std::time::{Duration, SystemTime};
 
@@ -68,6 +69,72 @@ impl From<&LockPage> for LockPageJson {
         Self {
             locks: page.locks.iter().map(LockJson::from).collect(),
             next: page.next.as_ref().map(|cursor| cursor.as_str().to_owned()),
+        }
+    }
+}
+
+/// A scheduled job as the HTTP view shows it (from a
+/// [`JobStatus`](crate::scheduler::JobStatus)): times as RFC 3339 UTC with milliseconds.
+#[cfg(feature = "scheduler")]
+#[cfg_attr(docsrs, doc(cfg(feature = "scheduler")))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobJson {
+    /// The job's name.
+    pub name: String,
+    /// Whether it is paused.
+    pub paused: bool,
+    /// Whether a run is in progress on this node.
+    pub running: bool,
+    /// When its next planned tick is due; `null` while paused.
+    pub next_run: Option<String>,
+    /// Its last run on this node; `null` before the first.
+    pub last: Option<RunJson>,
+}
+
+/// One run of a job: its tick and what became of it.
+#[cfg(feature = "scheduler")]
+#[cfg_attr(docsrs, doc(cfg(feature = "scheduler")))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunJson {
+    /// When the tick was due (or the run asked for).
+    pub tick: String,
+    /// Whether it was asked for out of schedule.
+    pub requested: bool,
+    /// [`RunOutcome::as_str`](crate::scheduler::RunOutcome::as_str): `executed`, `failed`,
+    /// `skipped`, ...
+    pub outcome: String,
+    /// What went wrong, for `failed`, `lock_failed`, `invalid_lock` and `panicked`; the holder
+    /// for `skipped`, where the backend named it.
+    pub detail: Option<String>,
+}
+
+#[cfg(feature = "scheduler")]
+impl From<&crate::scheduler::JobStatus> for JobJson {
+    fn from(job: &crate::scheduler::JobStatus) -> Self {
+        use crate::scheduler::RunOutcome;
+        Self {
+            name: job.name.clone(),
+            paused: job.paused,
+            running: job.running,
+            next_run: job
+                .next_run
+                .map(|time| Rfc3339::millis(time.into()).to_string()),
+            last: job.last.as_ref().map(|report| RunJson {
+                tick: Rfc3339::millis(report.tick.time.into()).to_string(),
+                requested: report.tick.requested,
+                outcome: report.outcome.as_str().to_owned(),
+                detail: match &report.outcome {
+                    RunOutcome::Failed { error }
+                    | RunOutcome::LockFailed { error, .. }
+                    | RunOutcome::InvalidLock { error } => Some(error.clone()),
+                    RunOutcome::Panicked { message } => Some(message.clone()),
+                    RunOutcome::Skipped { holder } => holder
+                        .as_ref()
+                        .and_then(|holder| holder.locked_by.clone())
+                        .map(|holder| format!("held by {holder}")),
+                    _ => None,
+                },
+            }),
         }
     }
 }

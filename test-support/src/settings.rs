@@ -47,6 +47,20 @@ pub const TLS_CA: Setting = Setting {
     example: "/var/tmp/shedlock-ci/tls/ca.pem",
 };
 
+/// ChromeDriver, which drives the headless Chromium the HTTP view's page is tested in.
+pub const CHROMEDRIVER: Setting = Setting {
+    var: "SHEDLOCK_TEST_CHROMEDRIVER",
+    what: "ChromeDriver's executable (Debian's chromium-driver package)",
+    example: "/usr/bin/chromedriver",
+};
+
+/// The Chromium that ChromeDriver starts, headless.
+pub const CHROMIUM: Setting = Setting {
+    var: "SHEDLOCK_TEST_CHROMIUM",
+    what: "Chromium's executable (Debian's chromium package)",
+    example: "/usr/bin/chromium",
+};
+
 /// A PostgreSQL server.
 pub const POSTGRES: Setting = Setting {
     var: "SHEDLOCK_TEST_POSTGRES_URL",
