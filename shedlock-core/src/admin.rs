@@ -81,7 +81,8 @@ pub struct LockInfo {
     pub name: String,
     /// Held or free when read.
     pub state: LockState,
-    /// The last holder's identity (ShedLock's `locked_by`), when stored.
+    /// The last holder's name, when stored: as [`LockHolder::locked_by`](crate::LockHolder)
+    /// shows it, without the acquisition's id (which is in [`acquisition`](Self::acquisition)).
     pub locked_by: Option<String>,
     /// When the last holder took it, when stored.
     pub locked_at: Option<SystemTime>,
@@ -112,9 +113,10 @@ impl LockInfo {
         }
     }
 
-    /// Sets the stored holder identity.
-    pub fn with_locked_by(mut self, locked_by: impl Into<String>) -> Self {
-        self.locked_by = Some(locked_by.into());
+    /// Sets the holder from the stored `locked_by` or lock value, which it names as
+    /// [`raw::holder_of`](crate::raw::holder_of) reads it: the acquisition's id taken off.
+    pub fn with_locked_by(mut self, locked_by: impl AsRef<str>) -> Self {
+        self.locked_by = Some(crate::identity::holder_of(locked_by.as_ref()).to_owned());
         self
     }
 

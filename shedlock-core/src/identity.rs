@@ -72,14 +72,31 @@ pub fn new_locked_by(holder: &str) -> String {
     AcquisitionIds::process().locked_by(holder)
 }
 
-/// The holder part of a `locked_by`: what precedes `#<id>` when the value ends as
-/// [`new_locked_by`] writes it, or the whole value otherwise (Java ShedLock writes the bare host
-/// name, and a holder may itself contain `#`).
+/// The holder named in a stored `locked_by` or lock value, as every provider shows it: the name
+/// the node was given (its host name by default), without what makes the value unique to one
+/// acquisition. From
+///
+/// - `<holder>#<id>`, as [`new_locked_by`] writes it: `<holder>`;
+/// - ShedLock's key-value format, `ADDED:<time>@<holder>` (Java's Redis and etcd values), with
+///   `:<uuid>` after the holder as Java's Redis provider and this workspace's Redis and etcd
+///   providers write it: `<holder>`;
+/// - anything else (Java ShedLock's bare host name in a SQL or MongoDB record, a value set by
+///   hand): the whole value. A holder may itself contain `#`, `:` or `@`; only a suffix that is
+///   an id is taken off.
 pub fn holder_of(locked_by: &str) -> &str {
-    locked_by
-        .rsplit_once('#')
-        .filter(|(_, id)| is_acquisition_id(id))
-        .map_or(locked_by, |(holder, _)| holder)
+    let holder = locked_by
+        .strip_prefix("ADDED:")
+        .and_then(|added| added.split_once('@'))
+        .map_or(locked_by, |(_, holder)| holder);
+    if let Some((name, id)) = holder.rsplit_once('#')
+        && is_acquisition_id(id)
+    {
+        return name;
+    }
+    match holder.rsplit_once(':') {
+        Some((name, id)) if uuid::Uuid::try_parse(id).is_ok() => name,
+        _ => holder,
+    }
 }
 
 /// Whether `locked_by` ends as [`new_locked_by`] writes it: `#` and 32 lowercase hex digits
@@ -128,6 +145,37 @@ mod tests {
             &format!("host#{}", "A".repeat(32)),
         ] {
             assert!(!is_acquisition_locked_by(plain), "{plain}");
+            assert_eq!(holder_of(plain), plain);
+        }
+    }
+
+    #[test]
+    fn the_holder_of_a_shedlock_key_value_is_what_follows_the_at_without_its_uuid() {
+        let uuid = "dacb5e41-0aea-4a35-aefb-217b9d3c9b92";
+        for (value, holder) in [
+            (
+                format!("ADDED:2026-12-06T15:45:02.511Z@replica-1:{uuid}"),
+                "replica-1",
+            ),
+            (
+                "ADDED:2026-12-06T15:45:02.511Z@java-host".to_owned(),
+                "java-host",
+            ),
+            // A holder with `:`, `@` or `#` of its own keeps them.
+            (
+                format!("ADDED:2026-12-06T15:45:02.511Z@host:8080:{uuid}"),
+                "host:8080",
+            ),
+            (
+                "ADDED:2026-12-06T15:45:02.511Z@host:8080".to_owned(),
+                "host:8080",
+            ),
+            (format!("ADDED:t@a@b:{uuid}"), "a@b"),
+            (format!("host:{uuid}"), "host"),
+        ] {
+            assert_eq!(holder_of(&value), holder, "{value}");
+        }
+        for plain in ["ADDED:no-at-sign", "host:not-a-uuid", "set by hand"] {
             assert_eq!(holder_of(plain), plain);
         }
     }

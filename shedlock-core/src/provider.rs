@@ -92,10 +92,23 @@ impl Capabilities {
 /// Who holds a lock that could not be taken, as far as the backend says.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LockHolder {
-    /// The holder's identity (ShedLock's `locked_by`), when stored.
+    /// The holder's name, when stored: the name its node was given (its host name by default),
+    /// the same on every backend, without the id that makes a stored `locked_by` unique to one
+    /// acquisition ([`raw::holder_of`](crate::raw::holder_of)).
     pub locked_by: Option<String>,
     /// When the lock frees itself, when known.
     pub held_until: Option<SystemTime>,
+}
+
+impl LockHolder {
+    /// The holder named in a stored `locked_by` or lock value (the id of the acquisition taken
+    /// off, as every provider shows it), and when the lock frees itself.
+    pub fn from_stored(locked_by: Option<&str>, held_until: Option<SystemTime>) -> Self {
+        Self {
+            locked_by: locked_by.map(|stored| crate::identity::holder_of(stored).to_owned()),
+            held_until,
+        }
+    }
 }
 
 /// The answer to [`LockProvider::try_lock`] when the backend answered.

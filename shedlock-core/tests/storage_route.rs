@@ -311,8 +311,7 @@ async fn locked_by_names_the_host_by_default() {
     let locked_by = store.holder("job").unwrap().locked_by.unwrap();
     let host = gethostname::gethostname().to_string_lossy().into_owned();
     assert!(!host.is_empty());
-    let (holder, id) = locked_by.rsplit_once('#').unwrap();
-    assert_eq!(holder, host);
-    assert_eq!(id.len(), 32);
+    // Shown as the holder's name: the acquisition's id stored after it is left out.
+    assert_eq!(locked_by, host);
     assert!(handle.unwrap().unlock().await.unwrap());
 }

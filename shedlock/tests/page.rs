@@ -422,7 +422,7 @@ async fn the_page_shows_the_locks_the_backend_holds_and_counts_their_time_down()
                 !text.is_empty()
             })
             .await;
-        assert!(holder.starts_with("page-node-a"), "{holder}");
+        assert_eq!(holder, "page-node-a");
         assert_eq!(
             browser
                 .text_of(&format!("{} td.state", row(&name)))

@@ -197,10 +197,10 @@ impl LockProvider for EtcdLockProvider {
             }
             Ok(AcquireOutcome::Held { value }) => {
                 inner.recycle(vec![lease]);
-                Ok(Acquisition::NotAcquired(Some(LockHolder {
-                    locked_by: value.as_deref().and_then(storage::holder_of),
-                    held_until: None,
-                })))
+                Ok(Acquisition::NotAcquired(Some(LockHolder::from_stored(
+                    value.as_deref(),
+                    None,
+                ))))
             }
             Err(error) => {
                 inner.revoke_in_background(vec![lease], "acquire outcome unknown");

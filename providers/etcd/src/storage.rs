@@ -30,17 +30,6 @@ pub(crate) fn lock_value(holder: &str) -> String {
     format!("ADDED:{added}@{holder}:{}", uuid::Uuid::new_v4())
 }
 
-/// The holder named in a value of ours (`...@<holder>:<uuid>`) or of ShedLock's
-/// (`...@<holder>`), for the "not acquired" answer.
-pub(crate) fn holder_of(value: &str) -> Option<String> {
-    let (_, holder) = value.split_once('@')?;
-    let holder = match holder.rsplit_once(':') {
-        Some((holder, uuid)) if uuid::Uuid::parse_str(uuid).is_ok() => holder,
-        _ => holder,
-    };
-    Some(holder.to_owned())
-}
-
 /// Whether `value` has the layout of a ShedLock lock value, `ADDED:<time>@<holder>`, whoever
 /// wrote it (Java ShedLock, or this provider with `:<uuid>` after the holder).
 pub(crate) fn is_lock_value(value: &str) -> bool {
@@ -242,15 +231,7 @@ mod tests {
         let a = lock_value("host-1");
         assert_ne!(a, lock_value("host-1"));
         assert!(a.starts_with("ADDED:"));
-        assert_eq!(holder_of(&a).as_deref(), Some("host-1"));
-        assert_eq!(
-            holder_of("ADDED:2024-01-01T00:00:00.000Z@java-host").as_deref(),
-            Some("java-host")
-        );
-        assert_eq!(
-            holder_of("ADDED:2024-01-01T00:00:00.000Z@host:8080").as_deref(),
-            Some("host:8080")
-        );
+        assert_eq!(shedlock_core::raw::holder_of(&a), "host-1");
     }
 
     #[test]

@@ -90,10 +90,7 @@ impl MemoryLockStore {
 }
 
 fn describe(record: &Record) -> LockHolder {
-    LockHolder {
-        locked_by: Some(record.locked_by.clone()),
-        held_until: Some(record.lock_until),
-    }
+    LockHolder::from_stored(Some(&record.locked_by), Some(record.lock_until))
 }
 
 /// `duration` after `now`, or an error when the clock cannot count that far (a duration of

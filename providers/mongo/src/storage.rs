@@ -277,10 +277,10 @@ impl MongoStorage {
             )));
         }
         if holder != locked_by {
-            return Ok(RecordOutcome::NotAcquired(Some(LockHolder {
-                locked_by: Some(holder.clone()),
-                held_until: Some(lock_until.to_system_time()),
-            })));
+            return Ok(RecordOutcome::NotAcquired(Some(LockHolder::from_stored(
+                Some(holder),
+                Some(lock_until.to_system_time()),
+            ))));
         }
         let token = match document.get(FENCING_TOKEN) {
             Some(Bson::Int64(token)) => u64::try_from(*token).ok(),

@@ -384,9 +384,11 @@ impl SqlBackend for PostgresBackend {
                 } else {
                     let locked_by: Option<String> = row.try_get(2).map_err(acquire_error)?;
                     let until_micros: Option<i64> = row.try_get(3).map_err(acquire_error)?;
-                    AcquireAnswer::NotAcquired(locked_by.map(|locked_by| LockHolder {
-                        locked_by: Some(locked_by),
-                        held_until: until_micros.and_then(instant_from_micros),
+                    AcquireAnswer::NotAcquired(locked_by.map(|locked_by| {
+                        LockHolder::from_stored(
+                            Some(&locked_by),
+                            until_micros.and_then(instant_from_micros),
+                        )
                     }))
                 }
             }

@@ -84,7 +84,7 @@ impl StoredLock {
             LockState::Held,
             AcquisitionId::new(self.value.clone()),
         )
-        .with_locked_by(storage::holder_of(&self.value));
+        .with_locked_by(&self.value);
         if let Some(locked_at) = locked_at(&self.value) {
             info = info.with_locked_at(locked_at);
         }

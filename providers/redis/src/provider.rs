@@ -210,10 +210,10 @@ where
                 // plus it, off by the node's clock error and the reply's travel time.
                 let held_until =
                     ttl_ms.map(|ms| std::time::SystemTime::now() + Duration::from_millis(ms));
-                return Ok(Acquisition::NotAcquired(Some(LockHolder {
-                    locked_by: Some(storage::holder_of(&held_by).to_owned()),
+                return Ok(Acquisition::NotAcquired(Some(LockHolder::from_stored(
+                    Some(&held_by),
                     held_until,
-                })));
+                ))));
             }
             Ok((storage::AcquireReply::OtherType(kind), _)) => {
                 return Err(LockError::backend_message(

@@ -332,10 +332,10 @@ impl SqlBackend for SqliteBackend {
             {
                 let locked_by: Option<String> = current.try_get(1).map_err(acquire_error)?;
                 let until: Option<String> = current.try_get(2).map_err(acquire_error)?;
-                return Ok(AcquireAnswer::NotAcquired(Some(LockHolder {
-                    locked_by,
-                    held_until: until.as_deref().and_then(instant),
-                })));
+                return Ok(AcquireAnswer::NotAcquired(Some(LockHolder::from_stored(
+                    locked_by.as_deref(),
+                    until.as_deref().and_then(instant),
+                ))));
             }
         }
         let write = self
