@@ -440,7 +440,7 @@ fn control_characters_are_shown_escaped_and_never_written_raw() {
     assert!(
         ran.stdout
             .contains("lock \"evil\\u{1b}[2J\\nname\" on sqlite://")
-            && ran.stdout.contains("holder       host\\rspoofed#"),
+            && ran.stdout.contains("holder       host\\rspoofed\n"),
         "{}",
         ran.shown()
     );

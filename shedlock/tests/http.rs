@@ -15,23 +15,16 @@
 mod support;
 
 use shedlock_test_support::settings;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::State;
-use axum::routing::get;
 use serde_json::{Value, json};
 use shedlock::http::LockRoutes;
 use shedlock::{AnyLockProvider, LockConfiguration, LockHandle, LockProvider};
+use support::served::{MOUNT, Server, serve};
 use support::{bounded, unique};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
-
-/// Where the tests mount the view, as an application would.
-const MOUNT: &str = "/admin/shedlock";
+use tokio::net::TcpStream;
 
 /// `text` percent-encoded for a path segment or a query value: every byte but the unreserved.
 fn encoded(text: &str) -> String {
@@ -44,33 +37,6 @@ fn encoded(text: &str) -> String {
             }
         })
         .collect()
-}
-
-/// The view served until dropped.
-struct Server {
-    address: SocketAddr,
-    task: JoinHandle<()>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// Serves `routes` nested in an application that has its own state and routes.
-async fn serve(routes: LockRoutes) -> Server {
-    let app = Router::new()
-        .route(
-            "/health",
-            get(|State(app): State<&'static str>| async move { app }),
-        )
-        .nest(MOUNT, routes.into_router())
-        .with_state("the application's own state");
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let task = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    Server { address, task }
 }
 
 /// One HTTP answer: its status and its body as JSON (`Null` when empty).

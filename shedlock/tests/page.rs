@@ -9,11 +9,9 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use axum::Router;
 use base64::Engine;
 use serde_json::{Value, json};
 use shedlock::http::LockRoutes;
@@ -23,12 +21,11 @@ use shedlock::{
     Acquisition, AnyLockProvider, LockAdmin, LockConfiguration, LockHandle, LockProvider, LockState,
 };
 use shedlock_test_support::settings;
+use support::served::{MOUNT, Server, serve};
 use support::{bounded, unique};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
+use tokio::net::TcpStream;
 
-const MOUNT: &str = "/admin/shedlock";
 /// How long the page gets to show what a test waits for: it reads the routes every 5 s.
 const SHOWN_WITHIN: Duration = Duration::from_secs(15);
 /// The colours the page draws a lock's state in (`tr.held td.state`, `tr.free td.state`).
@@ -58,30 +55,9 @@ async fn hold(provider: &AnyLockProvider, name: &str) -> Box<dyn LockHandle> {
     }
 }
 
-/// The view served until dropped.
-struct Server {
-    address: SocketAddr,
-    task: JoinHandle<()>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Server {
-    async fn start(routes: LockRoutes) -> Self {
-        let app = Router::new().nest(MOUNT, routes.into_router());
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let task = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        Self { address, task }
-    }
-
-    fn page(&self) -> String {
-        format!("http://{}{MOUNT}", self.address)
-    }
+/// The page's address on `server`.
+fn page(server: &Server) -> String {
+    format!("http://{}{MOUNT}", server.address)
 }
 
 /// One HTTP/1.1 exchange over a new connection: the status, the headers (lower-cased names)
@@ -413,9 +389,9 @@ async fn the_page_shows_the_locks_the_backend_holds_and_counts_their_time_down()
         let markup = format!("<img src=x onerror=alert(1)>{}", &unique("")[1..13]);
         let held = hold(&provider, &name).await;
         let _markup_held = hold(&provider, &markup).await;
-        let server = Server::start(LockRoutes::new(provider)).await;
+        let server = serve(LockRoutes::new(provider)).await;
         let browser = Browser::start().await;
-        browser.open(&server.page()).await;
+        browser.open(&page(&server)).await;
 
         let holder = browser
             .wait_for_text(&format!("{} td.holder", row(&name)), |text| {
@@ -520,9 +496,9 @@ async fn freeing_a_lock_from_the_page_asks_first_and_frees_only_that_acquisition
         let name = unique("page-free");
         let held = hold(&provider, &name).await;
         let admin = node("page-operator").await;
-        let server = Server::start(LockRoutes::new(provider).allow_force_unlock(true)).await;
+        let server = serve(LockRoutes::new(provider).allow_force_unlock(true)).await;
         let browser = Browser::start().await;
-        browser.open(&server.page()).await;
+        browser.open(&page(&server)).await;
         let button = format!("{} button.free", row(&name));
         browser.wait_for_text(&button, |text| text == "Free…").await;
 
@@ -594,9 +570,9 @@ async fn the_page_shows_the_schedulers_jobs_with_their_next_run_and_last_outcome
             .unwrap();
         let jobs = scheduler.handle();
         jobs.pause(&paused).unwrap();
-        let server = Server::start(LockRoutes::new(provider).jobs(jobs)).await;
+        let server = serve(LockRoutes::new(provider).jobs(jobs)).await;
         let browser = Browser::start().await;
-        browser.open(&server.page()).await;
+        browser.open(&page(&server)).await;
 
         let job_row = |job: &str, column: &str| format!("#jobs tr[data-job=\"{job}\"] td.{column}");
         let outcome = browser
@@ -661,8 +637,7 @@ async fn the_page_shows_the_schedulers_jobs_with_their_next_run_and_last_outcome
 #[tokio::test]
 async fn the_page_may_run_only_its_own_script_and_read_only_its_own_origin() {
     bounded(async {
-        let server =
-            Server::start(LockRoutes::new(shedlock::memory::MemoryLockProvider::new())).await;
+        let server = serve(LockRoutes::new(shedlock::memory::MemoryLockProvider::new())).await;
         let (status, headers, body) =
             exchange(&server.address.to_string(), "GET", MOUNT, None).await;
         assert_eq!(status, 200);
