@@ -10,7 +10,7 @@
 //! |---|---|---|---|
 //! | `shedlock_locks_acquired_total` | counter | `lock` | locks taken (a run started) |
 //! | `shedlock_locks_skipped_total` | counter | `lock` | attempts that found the lock held elsewhere |
-//! | `shedlock_lock_failures_total` | counter | `lock`, `kind` | attempts that failed, so the task did not run; `kind` is the [`ErrorKind`](crate::ErrorKind) (`unreachable`, `outcome_unknown`, ...) |
+//! | `shedlock_lock_failures_total` | counter | `lock`, `kind` | attempts that failed, so the task did not run; `kind` is the [`ErrorKind`] (`unreachable`, `outcome_unknown`, ...) |
 //! | `shedlock_locks_lost_total` | counter | `lock` | runs whose lock was gone before they released it (expired, freed by an operator, or lost by keep-alive) |
 //! | `shedlock_release_failures_total` | counter | `lock`, `kind` | releases that failed, so the lock stays until `lock_at_most_for` |
 //! | `shedlock_acquire_seconds` | histogram | `lock`, `outcome` | how long an attempt took to be answered: `acquired`, `skipped` or `failed` |
