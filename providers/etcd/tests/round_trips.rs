@@ -42,11 +42,8 @@ struct Cost {
 struct Wire {
     calls: Arc<AtomicU64>,
     resets: Arc<AtomicU64>,
-    /// Bytes etcd has sent the client so far.
-    answered_bytes: Arc<AtomicU64>,
-    /// For each call, in order, [`answered_bytes`](Self::answered_bytes) when it was sent: calls
-    /// sent with the same figure went out before any answer came between them.
-    sent_after: Arc<std::sync::Mutex<Vec<u64>>>,
+    /// Holds etcd's answers back while a measurement asks it to.
+    gate: Arc<AnswerGate>,
     proxy: CountingProxy,
     url: String,
 }
@@ -61,31 +58,30 @@ impl Wire {
         let url = format!("http://{}", listener.local_addr().unwrap());
         let calls = Arc::new(AtomicU64::new(0));
         let resets = Arc::new(AtomicU64::new(0));
-        let answered_bytes = Arc::new(AtomicU64::new(0));
-        let sent_after = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let gate = Arc::new(AnswerGate::default());
         let (counted, counted_resets) = (calls.clone(), resets.clone());
-        let (answered, counted_sent_after) = (answered_bytes.clone(), sent_after.clone());
+        let gated = gate.clone();
         let target = proxy.local_addr();
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let server = TcpStream::connect(target).await.unwrap();
                 let (mut client_read, mut client_write) = client.into_split();
                 let (mut server_read, mut server_write) = server.into_split();
-                let answered_here = answered.clone();
+                let (gate, calls_here) = (gated.clone(), counted.clone());
                 tokio::spawn(async move {
                     let mut buffer = vec![0u8; 64 * 1024];
                     while let Ok(read) = server_read.read(&mut buffer).await {
                         if read == 0 {
                             break;
                         }
-                        answered_here.fetch_add(read as u64, Ordering::SeqCst);
+                        gate.pass(&calls_here).await;
                         if client_write.write_all(&buffer[..read]).await.is_err() {
                             break;
                         }
                     }
                 });
                 let (counted, counted_resets) = (counted.clone(), counted_resets.clone());
-                let (answered, sent_after) = (answered.clone(), counted_sent_after.clone());
+                let gate = gated.clone();
                 tokio::spawn(async move {
                     let mut frames = FrameReader::default();
                     let mut buffer = vec![0u8; 64 * 1024];
@@ -97,11 +93,7 @@ impl Wire {
                         let (headers, resets) = frames.frames_in(&buffer[..read]);
                         counted.fetch_add(headers, Ordering::SeqCst);
                         counted_resets.fetch_add(resets, Ordering::SeqCst);
-                        let answered = answered.load(Ordering::SeqCst);
-                        sent_after
-                            .lock()
-                            .unwrap()
-                            .extend((0..headers).map(|_| answered));
+                        gate.call_sent.notify_waiters();
                         if server_write.write_all(&buffer[..read]).await.is_err() {
                             break;
                         }
@@ -112,37 +104,31 @@ impl Wire {
         Self {
             calls,
             resets,
-            answered_bytes,
-            sent_after,
+            gate,
             proxy,
             url,
         }
     }
 
     /// Runs `operation` on a quiet wire: its result, what it cost, and how many of its calls
-    /// went out before etcd had answered anything of it (sent together, one round trip).
+    /// went out before etcd had answered any of them (sent together, one round trip).
+    ///
+    /// etcd's answers are held back until `expected` calls have gone out, or for
+    /// [`AnswerGate::HOLD`] at most: a client that sends its calls together sends them all
+    /// meanwhile, one that waits for an answer first sends only the first. So the count does not
+    /// depend on how fast etcd answers or how a loaded machine schedules the proxy's tasks.
     async fn measure_sent_together<T>(
         &self,
         operation: impl Future<Output = T>,
-    ) -> (T, Cost, usize) {
+        expected: u64,
+    ) -> (T, Cost, u64) {
         let before = self.quiet_calls().await;
-        // etcd closes its side of a finished keep-alive call a little after the answer.
-        let answered_before = loop {
-            let answered = self.answered_bytes.load(Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            if self.answered_bytes.load(Ordering::SeqCst) == answered {
-                break answered;
-            }
-        };
-        let sent_before = self.sent_after.lock().unwrap().len();
         let round_trips = self.proxy.round_trips();
+        self.gate.hold(before + expected);
         let result = operation.await;
         let calls = self.calls() - before;
         let round_trips = self.proxy.round_trips() - round_trips;
-        let together = self.sent_after.lock().unwrap()[sent_before..]
-            .iter()
-            .filter(|&&answered| answered == answered_before)
-            .count();
+        let together = self.gate.released_at() - before;
         let background_calls = self.quiet_calls().await - before - calls;
         let cost = Cost {
             calls,
@@ -206,6 +192,52 @@ impl Wire {
             round_trips,
         };
         (result, cost)
+    }
+}
+
+/// Holds etcd's answers back until a number of calls has gone out, or for [`Self::HOLD`].
+#[derive(Default)]
+struct AnswerGate {
+    /// While holding: the calls to wait for, and when the hold ends at the latest.
+    holding: std::sync::Mutex<Option<(u64, tokio::time::Instant)>>,
+    /// How many calls had gone out when the last hold ended.
+    released_at: AtomicU64,
+    /// Woken at each call the client sends.
+    call_sent: tokio::sync::Notify,
+}
+
+impl AnswerGate {
+    /// Far longer than a client that sends its calls together takes between them, however
+    /// loaded the machine; far shorter than the provider's operation timeout.
+    const HOLD: Duration = Duration::from_secs(1);
+
+    fn hold(&self, calls: u64) {
+        *self.holding.lock().unwrap() = Some((calls, tokio::time::Instant::now() + Self::HOLD));
+    }
+
+    fn released_at(&self) -> u64 {
+        self.released_at.load(Ordering::SeqCst)
+    }
+
+    /// Returns once answers may pass: at once unless holding, otherwise when `calls` reach the
+    /// number held for, or the hold's time is up.
+    async fn pass(&self, calls: &AtomicU64) {
+        loop {
+            let sent = self.call_sent.notified();
+            let Some((wanted, until)) = *self.holding.lock().unwrap() else {
+                return;
+            };
+            let now = calls.load(Ordering::SeqCst);
+            if now >= wanted || tokio::time::Instant::now() >= until {
+                self.released_at.store(now, Ordering::SeqCst);
+                *self.holding.lock().unwrap() = None;
+                return;
+            }
+            tokio::select! {
+                () = sent => {}
+                () = tokio::time::sleep_until(until) => {}
+            }
+        }
     }
 }
 
@@ -334,7 +366,7 @@ async fn every_operation_is_its_minimum_of_grpc_calls() {
     );
 
     let (handle, cost, together) = wire
-        .measure_sent_together(holder.try_lock(&config("job", Duration::ZERO)))
+        .measure_sent_together(holder.try_lock(&config("job", Duration::ZERO)), 2)
         .await;
     assert_calls(
         cost,
@@ -351,7 +383,7 @@ async fn every_operation_is_its_minimum_of_grpc_calls() {
     let warm_up = acquired(contender.try_lock(&config("other", Duration::ZERO)).await);
     assert!(warm_up.unlock().await.unwrap());
     let (refused, cost, together) = wire
-        .measure_sent_together(contender.try_lock(&config("job", Duration::ZERO)))
+        .measure_sent_together(contender.try_lock(&config("job", Duration::ZERO)), 2)
         .await;
     assert!(matches!(refused.unwrap(), Acquisition::NotAcquired(_)));
     assert_calls(
@@ -377,7 +409,7 @@ async fn every_operation_is_its_minimum_of_grpc_calls() {
     assert_calls(cost, 1, "release: one owner-checked transaction");
 
     let (handle, cost, together) = wire
-        .measure_sent_together(holder.try_lock(&config("job", Duration::ZERO)))
+        .measure_sent_together(holder.try_lock(&config("job", Duration::ZERO)), 2)
         .await;
     assert_calls(cost, 2, "acquire of a free known name: lease + transaction");
     assert_eq!(
@@ -395,7 +427,7 @@ async fn every_operation_is_its_minimum_of_grpc_calls() {
             .await
             .unwrap()
     );
-    let (handle, cost, together) = wire.measure_sent_together(holder.try_lock(&short)).await;
+    let (handle, cost, together) = wire.measure_sent_together(holder.try_lock(&short), 2).await;
     assert_calls(
         cost,
         2,
