@@ -250,7 +250,7 @@ impl LockingTaskExecutor {
                 return Ok(TaskOutcome::Executed(task.await));
             }
             let started = Instant::now();
-            let handle = match self.acquire(config).await? {
+            let handle = match self.acquire(config, started).await? {
                 Ok(handle) => handle,
                 Err(holder) => return Ok(TaskOutcome::Skipped(holder)),
             };
@@ -340,7 +340,7 @@ impl LockingTaskExecutor {
                 return Err(error);
             }
             let started = Instant::now();
-            let handle = match self.acquire(config).await? {
+            let handle = match self.acquire(config, started).await? {
                 Ok(handle) => handle,
                 Err(holder) => return Ok(TaskOutcome::Skipped(holder)),
             };
@@ -390,11 +390,12 @@ impl LockingTaskExecutor {
     }
 
     /// The handle, or who holds the lock instead. Events name the lock through the run's span.
+    /// `sent` is when the run read the clock before asking, which also times the attempt.
     async fn acquire(
         &self,
         config: &LockConfiguration,
+        sent: Instant,
     ) -> Result<Result<Arc<dyn LockHandle>, Option<LockHolder>>, LockError> {
-        let sent = Instant::now();
         let answer = self.provider.try_lock(config).await;
         let attempt = match &answer {
             Ok(Acquisition::Acquired(_)) => Attempt::Acquired,
