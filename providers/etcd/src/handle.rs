@@ -9,7 +9,7 @@ use shedlock_core::raw::{HandleState, Ongoing, check_extend};
 use shedlock_core::{LockError, LockHandle, Operation, TimeSource};
 use tokio::time::Instant;
 
-use crate::lease::{Lease, lease_secs};
+use crate::lease::{AtLeastLease, Lease, lease_secs};
 use crate::provider::Inner;
 use crate::storage;
 
@@ -25,6 +25,9 @@ pub(crate) struct EtcdLockHandle {
     /// here, which can only overestimate it, since etcd applied the put before answering.
     pub(crate) acquired_at: Instant,
     pub(crate) lock_at_least_for: Duration,
+    /// A lease for the rest of `lock_at_least_for`, made ready while the task runs, for a
+    /// release within it.
+    pub(crate) at_least_lease: Option<AtLeastLease>,
     /// The leases our key may be attached to: one, unless a move to a new lease got no answer,
     /// in which case the key is on one of them and the others are freed once it moves again.
     /// Also serializes this handle's release and extend.
@@ -44,17 +47,16 @@ impl fmt::Debug for EtcdLockHandle {
 }
 
 impl EtcdLockHandle {
-    /// Moves our key onto a new lease of `ttl` seconds if it is still ours. `Ok(true)`: moved,
-    /// and the old leases are kept as spares. `Ok(false)`: not ours; nothing changed.
-    async fn move_to_new_lease(
+    /// Moves our key onto `lease` if it is still ours. `Ok(true)`: moved, and the old leases
+    /// are kept as spares. `Ok(false)`: not ours; nothing changed.
+    async fn move_to_lease(
         &self,
         operation: Operation,
         leases: &mut Ongoing<'_, Vec<Lease>>,
-        ttl: i64,
+        lease: Lease,
     ) -> Result<bool, LockError> {
         let inner = &self.inner;
         let mut client = inner.client.clone();
-        let lease = inner.lease(operation, &self.name, ttl).await?;
         let moved = inner
             .call(
                 operation,
@@ -107,15 +109,25 @@ impl LockHandle for EtcdLockHandle {
         let remaining = self
             .lock_at_least_for
             .saturating_sub(self.acquired_at.elapsed());
+        let inner = &self.inner;
+        let ready = self.at_least_lease.as_ref().and_then(AtLeastLease::take);
         if !remaining.is_zero() {
-            let ttl = lease_secs(Operation::Release, &self.name, remaining)?;
+            let lease = match ready {
+                Some(lease) => lease,
+                None => {
+                    let ttl = lease_secs(Operation::Release, &self.name, remaining)?;
+                    inner.lease(Operation::Release, &self.name, ttl).await?
+                }
+            };
             let released = self
-                .move_to_new_lease(Operation::Release, &mut leases, ttl)
+                .move_to_lease(Operation::Release, &mut leases, lease)
                 .await?;
             leases.end();
             return Ok(released);
         }
-        let inner = &self.inner;
+        if let Some(unused) = ready {
+            inner.recycle(vec![unused]);
+        }
         let mut client = inner.client.clone();
         let deleted = inner
             .call(
@@ -140,7 +152,8 @@ impl LockHandle for EtcdLockHandle {
         let Some(mut leases) = self.state.ongoing().await else {
             return Ok(false);
         };
-        self.move_to_new_lease(Operation::Extend, &mut leases, ttl)
+        let lease = self.inner.lease(Operation::Extend, &self.name, ttl).await?;
+        self.move_to_lease(Operation::Extend, &mut leases, lease)
             .await
     }
 }

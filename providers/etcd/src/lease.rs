@@ -2,7 +2,7 @@
 //! the next operation of the same TTL, and revoking the rest.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use shedlock_core::{LockError, Operation};
@@ -247,6 +247,113 @@ impl Inner {
                 }
             }
         });
+    }
+}
+
+/// A lease for the rest of one acquisition's `lock_at_least_for`, made ready in the background
+/// while its task runs. A release within that time must leave the key on a lease that ends
+/// when `lock_at_least_for` does; made at the release, the lease is a call the move of the key
+/// then waits for (two round trips in turn). Made ready beforehand, the release is the move
+/// alone, one round trip.
+///
+/// Used only where that stays exact:
+/// - never early: it is made after the acquire was answered, for at least `lock_at_least_for`,
+///   so it ends no sooner than the acquisition's held-until after a release;
+/// - late by no more than the declared precision: a lease whose answer came too long after the
+///   acquire started is not used, and the release makes one then, as without it;
+/// - alive when the move reaches etcd: one that would end within the operation timeout is not
+///   used either.
+///
+/// A lease not used is kept as a spare for the next acquisition's, or revoked.
+pub(crate) struct AtLeastLease {
+    inner: Arc<Inner>,
+    made: Arc<Mutex<Making>>,
+    /// A key on the lease must be free by then: the acquire's start, plus `lock_at_least_for`,
+    /// plus the declared precision.
+    free_by: Instant,
+}
+
+enum Making {
+    Underway,
+    /// `ends_by`: when etcd ends the lease at the latest (the answer, plus its TTL as etcd
+    /// counts it, raised to the server's minimum).
+    Ready { lease: Lease, ends_by: Instant },
+    /// Used, discarded, or its call failed: a lease answered from now on is not wanted.
+    Done,
+}
+
+impl AtLeastLease {
+    /// Starts making the lease of `acquisition_started`'s acquisition of `name`, just answered;
+    /// `None` when there is no rest to cover (`lock_at_least_for` is zero) or no runtime to run
+    /// it on.
+    pub(crate) fn start(
+        inner: &Arc<Inner>,
+        name: &str,
+        lock_at_least_for: Duration,
+        acquisition_started: Instant,
+    ) -> Option<Self> {
+        if lock_at_least_for.is_zero() {
+            return None;
+        }
+        let ttl = storage::lease_secs(lock_at_least_for)?;
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let made = Arc::new(Mutex::new(Making::Underway));
+        let (making, maker, name) = (made.clone(), inner.clone(), name.to_owned());
+        runtime.spawn(async move {
+            let lease = maker.lease(Operation::Release, &name, ttl).await;
+            let lasts = Duration::from_secs(ttl.unsigned_abs()).max(maker.time_precision);
+            let ends_by = Instant::now() + lasts;
+            let unwanted = match (lease, making.lock()) {
+                (Ok(lease), Ok(mut making)) if matches!(*making, Making::Underway) => {
+                    *making = Making::Ready { lease, ends_by };
+                    None
+                }
+                (Ok(lease), _) => Some(lease),
+                (Err(error), making) => {
+                    debug!(%error, "no lease made ready for the rest of lock_at_least_for");
+                    if let Ok(mut making) = making {
+                        *making = Making::Done;
+                    }
+                    None
+                }
+            };
+            if let Some(lease) = unwanted {
+                maker.recycle(vec![lease]);
+            }
+        });
+        Some(Self {
+            inner: inner.clone(),
+            made,
+            free_by: acquisition_started + lock_at_least_for + inner.time_precision,
+        })
+    }
+
+    /// The lease, if it is ready and fit for a release sent now (see the type's docs); else
+    /// `None`, and none is made any more (an unfit one is kept as a spare).
+    pub(crate) fn take(&self) -> Option<Lease> {
+        let ready = match self.made.lock() {
+            Ok(mut making) => std::mem::replace(&mut *making, Making::Done),
+            Err(_) => return None,
+        };
+        let Making::Ready { lease, ends_by } = ready else {
+            return None;
+        };
+        let alive_past = Instant::now() + self.inner.operation_timeout + SPARE_MARGIN;
+        if ends_by <= self.free_by && lease.alive_until > alive_past {
+            Some(lease)
+        } else {
+            self.inner.recycle(vec![lease]);
+            None
+        }
+    }
+}
+
+impl Drop for AtLeastLease {
+    /// A lease made ready and not used carries no key: it is kept as a spare.
+    fn drop(&mut self) {
+        if let Some(lease) = self.take() {
+            self.inner.recycle(vec![lease]);
+        }
     }
 }
 

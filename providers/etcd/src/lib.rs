@@ -26,9 +26,15 @@
 //!
 //! Each operation is its minimum of gRPC calls: an acquire is two (a lease, then the
 //! transaction: a key can only be put on a lease that already exists), a release one
-//! transaction, and a release within `lock_at_least_for` or an extend two (a lease of the new
-//! TTL, then the owner-checked move; etcd cannot change a lease's TTL, and a keep-alive of the
-//! current lease alone would not tell whether the key on it is still ours). Leases that a
+//! transaction, and an extend two (a lease of the new TTL, then the owner-checked move; etcd
+//! cannot change a lease's TTL, and a keep-alive of the current lease alone would not tell
+//! whether the key on it is still ours). A release within `lock_at_least_for` moves the key
+//! onto a lease that ends with it; that lease is made in the background as soon as the acquire
+//! is answered, while the task runs, so the release is the move alone, one transaction. It is
+//! used only if it surely ends no later than `lock_at_least_for` plus the declared precision
+//! (counted from the acquire's start) and lives past the operation timeout; otherwise (a
+//! release in the last seconds of `lock_at_least_for`, or before the lease was made) the
+//! release makes a lease of the rest then, two calls in turn. Leases that a
 //! transaction leaves without a key (after a release, a move, or a refused acquire) are kept, a
 //! few per TTL, and the next operation needing that TTL restarts one with a keep-alive instead
 //! of granting a new one: a lock cycle sends no revoke, and keyless leases never pile up (at

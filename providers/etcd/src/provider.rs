@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use crate::builder::EtcdLockProviderBuilder;
 use crate::handle::EtcdLockHandle;
-use crate::lease::{Lease, lease_secs};
+use crate::lease::{AtLeastLease, Lease, lease_secs};
 use crate::storage::{self, AcquireOutcome};
 use crate::{MAX_NAME_CHARS, PROVIDER};
 
@@ -136,6 +136,7 @@ impl EtcdLockProvider {
 #[async_trait]
 impl LockProvider for EtcdLockProvider {
     async fn try_lock(&self, config: &LockConfiguration) -> Result<Acquisition, LockError> {
+        let started = Instant::now();
         let name = config.name();
         let key = self.lock_key(name)?;
         let inner = &self.inner;
@@ -166,6 +167,8 @@ impl LockProvider for EtcdLockProvider {
         let acquired_at = Instant::now();
         match outcome {
             Ok(AcquireOutcome::Acquired { revision }) => {
+                let at_least_lease =
+                    AtLeastLease::start(inner, name, config.lock_at_least_for(), started);
                 Ok(Acquisition::Acquired(Box::new(EtcdLockHandle {
                     inner: self.inner.clone(),
                     name: name.to_owned(),
@@ -174,6 +177,7 @@ impl LockProvider for EtcdLockProvider {
                     fencing_token: u64::try_from(revision).ok(),
                     acquired_at,
                     lock_at_least_for: config.lock_at_least_for(),
+                    at_least_lease,
                     state: HandleState::new(vec![lease]),
                 })))
             }

@@ -439,14 +439,49 @@ async fn every_operation_is_its_minimum_of_grpc_calls() {
     );
     assert!(acquired(handle).unlock().await.unwrap());
 
-    let at_least = config("kept", Duration::from_secs(5));
-    let handle = acquired(holder.try_lock(&at_least).await);
+    // Within lock_at_least_for, the key moves onto a lease that ends when it does. That lease
+    // is made while the task runs (a background call, which `measure` waits out first), so the
+    // release is the move alone.
+    let at_least = LockConfiguration::new("kept", Duration::from_secs(30), Duration::from_secs(20))
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let (handle, cost) = wire.measure_concurrent(holder.try_lock(&at_least)).await;
+    // The background call may leave before the acquire returns, so it is counted either way.
+    assert!(
+        cost.calls >= 2 && cost.calls + cost.background_calls == 3,
+        "acquire with lock_at_least_for: lease + transaction, then the lease for the rest of \
+         lock_at_least_for, made in the background: {cost:?}"
+    );
+    let handle = acquired(handle);
+    let mut key = LockKey::watch(holder.lock_key("kept").unwrap()).await;
+    let held_on = key.lease().await.unwrap();
+    let (released, cost) = wire.measure(handle.unlock()).await;
+    assert!(released.unwrap());
+    assert_calls(
+        cost,
+        1,
+        "release within lock_at_least_for: the owner-checked move onto the lease made ready",
+    );
+    let kept_on = key.lease().await.expect("the key stays for lock_at_least_for");
+    assert_ne!(kept_on, held_on);
+    let left = key.ttl_left(kept_on).await;
+    let due = 20.0 - started.elapsed().as_secs_f64();
+    assert!(
+        (due - 1.5..=due + 1.0).contains(&(left as f64)),
+        "the key ends with lock_at_least_for, 20 s after the acquire ({due:.1} s from now): \
+         {left} s left"
+    );
+
+    // One that would end within the operation timeout (5 s) of a release is not used: the
+    // move might reach etcd after it ended. The release makes a lease of the rest then.
+    let near_end = config("near-end", Duration::from_secs(5));
+    let handle = acquired(holder.try_lock(&near_end).await);
     let (released, cost) = wire.measure(handle.unlock()).await;
     assert!(released.unwrap());
     assert_calls(
         cost,
         2,
-        "release within lock_at_least_for: a lease of the rest + the owner-checked move",
+        "release near the end of lock_at_least_for: a lease of the rest, then the move",
     );
 
     // Every call above ended cleanly, lease keep-alives included. A reset stream is counted by
