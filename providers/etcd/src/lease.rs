@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use shedlock_core::{LockError, Operation};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::debug;
 
@@ -267,19 +268,12 @@ impl Inner {
 /// A lease not used is kept as a spare for the next acquisition's, or revoked.
 pub(crate) struct AtLeastLease {
     inner: Arc<Inner>,
-    made: Arc<Mutex<Making>>,
+    /// Where the lease arrives once made; closed by the first [`take`](Self::take), after which
+    /// one that arrives goes back to the spares.
+    made: Mutex<oneshot::Receiver<ReadyLease>>,
     /// A key on the lease must be free by then: the acquire's start, plus `lock_at_least_for`,
     /// plus the declared precision.
     free_by: Instant,
-}
-
-enum Making {
-    Underway,
-    /// `ends_by`: when etcd ends the lease at the latest (the answer, plus its TTL as etcd
-    /// counts it, raised to the server's minimum).
-    Ready { lease: Lease, ends_by: Instant },
-    /// Used, discarded, or its call failed: a lease answered from now on is not wanted.
-    Done,
 }
 
 impl AtLeastLease {
@@ -297,52 +291,41 @@ impl AtLeastLease {
         }
         let ttl = storage::lease_secs(lock_at_least_for)?;
         let runtime = tokio::runtime::Handle::try_current().ok()?;
-        let made = Arc::new(Mutex::new(Making::Underway));
-        let (making, maker, name) = (made.clone(), inner.clone(), name.to_owned());
+        let (arrive, made) = oneshot::channel();
+        let (maker, name) = (inner.clone(), name.to_owned());
         runtime.spawn(async move {
-            let lease = maker.lease(Operation::Release, &name, ttl).await;
-            let lasts = Duration::from_secs(ttl.unsigned_abs()).max(maker.time_precision);
-            let ends_by = Instant::now() + lasts;
-            let unwanted = match (lease, making.lock()) {
-                (Ok(lease), Ok(mut making)) if matches!(*making, Making::Underway) => {
-                    *making = Making::Ready { lease, ends_by };
-                    None
-                }
-                (Ok(lease), _) => Some(lease),
-                (Err(error), making) => {
-                    debug!(%error, "no lease made ready for the rest of lock_at_least_for");
-                    if let Ok(mut making) = making {
-                        *making = Making::Done;
+            match maker.lease(Operation::Release, &name, ttl).await {
+                Ok(lease) => {
+                    let ready = ReadyLease::answered(lease, Instant::now(), maker.time_precision);
+                    if let Err(unwanted) = arrive.send(ready) {
+                        maker.recycle(vec![unwanted.lease]);
                     }
-                    None
                 }
-            };
-            if let Some(lease) = unwanted {
-                maker.recycle(vec![lease]);
+                Err(error) => {
+                    debug!(%error, "no lease made ready for the rest of lock_at_least_for");
+                }
             }
         });
         Some(Self {
             inner: inner.clone(),
-            made,
+            made: Mutex::new(made),
             free_by: acquisition_started + lock_at_least_for + inner.time_precision,
         })
     }
 
-    /// The lease, if it is ready and fit for a release sent now (see the type's docs); else
-    /// `None`, and none is made any more (an unfit one is kept as a spare).
+    /// The lease, if it has arrived and is fit for a release sent now (see the type's docs);
+    /// else `None`, and none is waited for any more (an unfit one is kept as a spare).
     pub(crate) fn take(&self) -> Option<Lease> {
-        let ready = match self.made.lock() {
-            Ok(mut making) => std::mem::replace(&mut *making, Making::Done),
-            Err(_) => return None,
+        let ready = {
+            let mut made = self.made.lock().ok()?;
+            made.close();
+            made.try_recv().ok()?
         };
-        let Making::Ready { lease, ends_by } = ready else {
-            return None;
-        };
-        let alive_past = Instant::now() + self.inner.operation_timeout + SPARE_MARGIN;
-        if ends_by <= self.free_by && lease.alive_until > alive_past {
-            Some(lease)
+        let now = Instant::now();
+        if ready.fit(self.free_by, now, self.inner.operation_timeout) {
+            Some(ready.lease)
         } else {
-            self.inner.recycle(vec![lease]);
+            self.inner.recycle(vec![ready.lease]);
             None
         }
     }
@@ -354,6 +337,31 @@ impl Drop for AtLeastLease {
         if let Some(lease) = self.take() {
             self.inner.recycle(vec![lease]);
         }
+    }
+}
+
+/// A lease made for the rest of `lock_at_least_for`, and when etcd ends it at the latest.
+#[derive(Debug)]
+struct ReadyLease {
+    lease: Lease,
+    ends_by: Instant,
+}
+
+impl ReadyLease {
+    /// `lease`, granted or restarted by a request answered at `answered`: etcd counts its TTL
+    /// from some moment before that, raised to the server's minimum, `precision`.
+    fn answered(lease: Lease, answered: Instant, precision: Duration) -> Self {
+        let lasts = Duration::from_secs(lease.ttl.unsigned_abs()).max(precision);
+        Self {
+            lease,
+            ends_by: answered + lasts,
+        }
+    }
+
+    /// Whether a release sent at `now` may move the key onto it: it ends by `free_by`, and it
+    /// surely lives until the move, answered within `operation_timeout`, has reached etcd.
+    fn fit(&self, free_by: Instant, now: Instant, operation_timeout: Duration) -> bool {
+        self.ends_by <= free_by && self.lease.alive_until > now + operation_timeout + SPARE_MARGIN
     }
 }
 
@@ -374,4 +382,58 @@ pub(crate) fn lease_secs(
             ),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: Duration = Duration::from_secs(1);
+
+    /// A lease of `ttl` seconds sent at `sent`, answered `answered_after` later.
+    fn ready(ttl: i64, sent: Instant, answered_after: Duration, precision: Duration) -> ReadyLease {
+        ReadyLease::answered(Lease::new(7, ttl, sent), sent + answered_after, precision)
+    }
+
+    #[test]
+    fn a_lease_answered_too_late_to_end_within_the_precision_is_not_fit() {
+        let started = Instant::now();
+        let (at_least, precision) = (20 * SEC, 2 * SEC);
+        let free_by = started + at_least + precision;
+        // Sent when the acquire was answered, 10 ms after it started.
+        let sent = started + Duration::from_millis(10);
+        let timeout = 5 * SEC;
+        let on_time = ready(20, sent, 2 * SEC - Duration::from_millis(10), precision);
+        assert_eq!(on_time.ends_by, free_by);
+        assert!(
+            on_time.fit(free_by, sent, timeout),
+            "ends exactly at free_by"
+        );
+        let late = ready(20, sent, 2 * SEC, precision);
+        assert!(
+            !late.fit(free_by, sent, timeout),
+            "ends 10 ms after free_by"
+        );
+    }
+
+    #[test]
+    fn a_ttl_under_the_servers_minimum_lasts_the_minimum() {
+        let sent = Instant::now();
+        let short = ready(1, sent, Duration::ZERO, 2 * SEC);
+        assert_eq!(short.ends_by, sent + 2 * SEC);
+        let long = ready(30, sent, Duration::ZERO, 2 * SEC);
+        assert_eq!(long.ends_by, sent + 30 * SEC);
+    }
+
+    #[test]
+    fn a_lease_that_could_end_before_the_move_reaches_etcd_is_not_fit() {
+        let sent = Instant::now();
+        let lease = ready(20, sent, Duration::ZERO, 2 * SEC);
+        let free_by = sent + 60 * SEC;
+        let timeout = 5 * SEC;
+        // alive_until is sent + 20 s: fit while more than the timeout and the margin are left.
+        let last_moment = sent + 20 * SEC - timeout - SPARE_MARGIN;
+        assert!(!lease.fit(free_by, last_moment, timeout));
+        assert!(lease.fit(free_by, last_moment - Duration::from_millis(1), timeout));
+    }
 }

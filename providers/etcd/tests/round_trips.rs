@@ -442,8 +442,8 @@ async fn every_operation_is_its_minimum_of_grpc_calls() {
     // Within lock_at_least_for, the key moves onto a lease that ends when it does. That lease
     // is made while the task runs (a background call, which `measure` waits out first), so the
     // release is the move alone.
-    let at_least = LockConfiguration::new("kept", Duration::from_secs(30), Duration::from_secs(20))
-        .unwrap();
+    let at_least =
+        LockConfiguration::new("kept", Duration::from_secs(30), Duration::from_secs(20)).unwrap();
     let started = tokio::time::Instant::now();
     let (handle, cost) = wire.measure_concurrent(holder.try_lock(&at_least)).await;
     // The background call may leave before the acquire returns, so it is counted either way.
@@ -462,7 +462,10 @@ async fn every_operation_is_its_minimum_of_grpc_calls() {
         1,
         "release within lock_at_least_for: the owner-checked move onto the lease made ready",
     );
-    let kept_on = key.lease().await.expect("the key stays for lock_at_least_for");
+    let kept_on = key
+        .lease()
+        .await
+        .expect("the key stays for lock_at_least_for");
     assert_ne!(kept_on, held_on);
     let left = key.ttl_left(kept_on).await;
     let due = 20.0 - started.elapsed().as_secs_f64();

@@ -82,7 +82,10 @@
 //! the node has not seen since it started: the insert is refused and the take-over follows, two
 //! round trips, once per name for the life of the node. No health check is sent: a broken
 //! connection fails the statement sent on it (an error, so the task does not run), and the next
-//! operation connects afresh. A connection idle for four minutes is closed rather than reused.
+//! operation connects afresh. A connection idle for the idle-check interval (60 s unless set)
+//! is pinged in the background, off the caller's path, and replaced there if it is dead, so a
+//! job that runs hourly still finds a connection ready; one left idle four minutes unchecked is
+//! closed rather than reused.
 //!
 //! On a pool of yours ([`PostgresLockProvider::builder`]) sqlx pings each connection when it
 //! goes back to the pool and, unless you turned `test_before_acquire` off, before handing it
