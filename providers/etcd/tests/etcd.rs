@@ -389,6 +389,68 @@ async fn release_keeps_the_key_for_the_rest_of_lock_at_least_for() {
     assert_eq!(read(&mut client, &key).await.unwrap().2, lease);
 }
 
+/// The leases etcd holds now that were granted with `ttl` seconds.
+async fn leases_of_ttl(client: &mut Client, ttl: i64) -> Vec<i64> {
+    let ids: Vec<i64> = client
+        .leases()
+        .await
+        .unwrap()
+        .leases()
+        .iter()
+        .map(|lease| lease.id())
+        .collect();
+    let mut granted = Vec::new();
+    for id in ids {
+        let lease = client.lease_time_to_live(id, None).await.unwrap();
+        if lease.granted_ttl() == ttl && lease.ttl() > 0 {
+            granted.push(id);
+        }
+    }
+    granted
+}
+
+/// The lease a handle has made ready for a release within `lock_at_least_for` carries no key
+/// until that release. A handle dropped without one (a process shutting down mid-task) gives
+/// it back as a spare, and the next acquisition's release uses it: no keyless lease is left to
+/// run out its TTL unused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_handle_dropped_unreleased_gives_back_the_lease_made_for_its_release() {
+    let (provider, mut client, _) = node_and_raw_key("dropped").await;
+    // A TTL no other test of this file uses, to find the lease made.
+    let config =
+        |name| config_with_at_least(name, Duration::from_secs(60), Duration::from_secs(23));
+    let before = leases_of_ttl(&mut client, 23).await;
+    let dropped = acquire(&provider, &config("dropped")).await;
+    let started = Instant::now();
+    let made = loop {
+        let new: Vec<i64> = leases_of_ttl(&mut client, 23)
+            .await
+            .into_iter()
+            .filter(|lease| !before.contains(lease))
+            .collect();
+        match new[..] {
+            [made] => break made,
+            [] => assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "no lease was made for the release"
+            ),
+            _ => panic!("more than one lease made for one release: {new:?}"),
+        }
+        tokio::time::sleep(20 * MS).await;
+    };
+    drop(dropped);
+
+    let next = acquire(&provider, &config("next")).await;
+    tokio::time::sleep(500 * MS).await;
+    assert!(next.unlock().await.unwrap());
+    let key = provider.lock_key("next").unwrap();
+    let (_, _, lease) = read(&mut client, &key).await.unwrap();
+    assert_eq!(
+        lease, made,
+        "the next release moved the key onto the lease the dropped handle gave back"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn extend_moves_the_key_onto_a_longer_lease_while_held() {
     let (provider, mut client, key) = node_and_raw_key("job").await;
