@@ -14,7 +14,7 @@ use std::time::Duration;
 use shedlock::AnyLockProvider;
 
 use crate::floors::{ContendedWrites, Driver};
-use crate::measure::{Budget, Samples, measure, measure_reported};
+use crate::measure::{Budget, Call, Samples, measure_in_turn, measure_reported};
 use crate::scenarios::{Contention, Cycle, FirstAcquire, Refused, run_prefix};
 
 /// Calls made, and thrown away, before each measurement: connections warm, statements prepared,
@@ -22,6 +22,10 @@ use crate::scenarios::{Contention, Cycle, FirstAcquire, Refused, run_prefix};
 const WARM_UP_CALLS: usize = 20;
 /// Contention rounds thrown away first: each is many round trips already.
 const WARM_UP_ROUNDS: usize = 2;
+/// How long each bench measured [in turn](measure_in_turn) with its floor calls before the
+/// next takes over: short beside a bench's seconds, so both meet the same machine, and long
+/// beside a call, so that calls follow each other as they do alone.
+const TURN: Duration = Duration::from_millis(100);
 
 /// What one row of a backend's figures measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -57,12 +61,17 @@ pub enum Bench {
 }
 
 impl Bench {
-    /// Every bench, in the order [`run`] measures them.
+    /// Every bench, in the order [`run`] measures them: [`FloorWrite`](Self::FloorWrite),
+    /// [`Cycle`](Self::Cycle) and [`FirstAcquire`](Self::FirstAcquire) in turns of 100 ms
+    /// over the same seconds, then [`FloorRead`](Self::FloorRead) and
+    /// [`Refused`](Self::Refused) the same way, so that each ratio to a floor compares calls made
+    /// side by side (see [`measure_in_turn`]); then the contention rounds, one bench after
+    /// another.
     pub const ALL: [Bench; 9] = [
         Bench::FloorWrite,
-        Bench::FloorRead,
         Bench::Cycle,
         Bench::FirstAcquire,
+        Bench::FloorRead,
         Bench::Refused,
         Bench::FloorContention8,
         Bench::FloorContention32,
@@ -247,31 +256,48 @@ where
     let mut contenders = vec![first.clone(), holder.clone()];
     let mut measured = Vec::with_capacity(Bench::ALL.len() + 2);
     for bench in Bench::planned(after_idle) {
-        starting(bench);
         let samples = match bench {
-            Bench::FloorWrite => timed(each, || driver.write())
-                .await
-                .map_err(failed(bench))?,
-            Bench::FloorRead => timed(each, || driver.read()).await.map_err(failed(bench))?,
-            Bench::Cycle => {
+            // Measured in turn with the floor, below.
+            Bench::Cycle | Bench::FirstAcquire | Bench::Refused => continue,
+            Bench::FloorWrite => {
+                let in_turn = [Bench::FloorWrite, Bench::Cycle, Bench::FirstAcquire];
+                in_turn.into_iter().for_each(&mut *starting);
                 let cycle = Cycle::new(first.clone(), prefix);
-                timed(each, || cycle.run()).await.map_err(failed(bench))?
-            }
-            Bench::FirstAcquire => {
                 let first_acquire = FirstAcquire::new(first.clone(), prefix);
-                timed(each, || first_acquire.run())
-                    .await
-                    .map_err(failed(bench))?
+                let calls: [Call<'_, BenchError>; 3] = [
+                    Box::new(|| Box::pin(async { driver.write().await.map_err(failed(bench)) })),
+                    Box::new(|| {
+                        Box::pin(async { cycle.run().await.map_err(failed(Bench::Cycle)) })
+                    }),
+                    Box::new(|| {
+                        Box::pin(async {
+                            let acquired = first_acquire.run().await;
+                            acquired.map_err(failed(Bench::FirstAcquire))
+                        })
+                    }),
+                ];
+                measured.extend(in_turn.into_iter().zip(timed_in_turn(each, calls).await?));
+                continue;
             }
-            Bench::Refused => {
+            Bench::FloorRead => {
+                let in_turn = [Bench::FloorRead, Bench::Refused];
+                in_turn.into_iter().for_each(&mut *starting);
                 let refused = Refused::new(&holder, first.clone(), prefix)
                     .await
-                    .map_err(failed(bench))?;
-                let samples = timed(each, || refused.run()).await;
-                refused.release().await.map_err(failed(bench))?;
-                samples.map_err(failed(bench))?
+                    .map_err(failed(Bench::Refused))?;
+                let calls: [Call<'_, BenchError>; 2] = [
+                    Box::new(|| Box::pin(async { driver.read().await.map_err(failed(bench)) })),
+                    Box::new(|| {
+                        Box::pin(async { refused.run().await.map_err(failed(Bench::Refused)) })
+                    }),
+                ];
+                let samples = timed_in_turn(each, calls).await;
+                refused.release().await.map_err(failed(Bench::Refused))?;
+                measured.extend(in_turn.into_iter().zip(samples?));
+                continue;
             }
             Bench::FloorContention8 | Bench::FloorContention32 => {
+                starting(bench);
                 let count = bench.contenders().expect("a contention bench");
                 // Connected for this bench alone, and closed before the contending nodes
                 // connect: a server may cap the connections of one client address (ZooKeeper's
@@ -284,6 +310,7 @@ where
                     .map_err(failed(bench))?
             }
             Bench::Contention8 | Bench::Contention32 => {
+                starting(bench);
                 let count = bench.contenders().expect("a contention bench");
                 while contenders.len() < count {
                     contenders.push(node().await?);
@@ -294,6 +321,7 @@ where
                     .map_err(failed(bench))?
             }
             Bench::BeforeIdle => {
+                starting(bench);
                 while contenders.len() < IDLE_NODES {
                     contenders.push(node().await?);
                 }
@@ -302,6 +330,7 @@ where
                 round().await.map_err(failed(bench))?
             }
             Bench::AfterIdle => {
+                starting(bench);
                 let idle = after_idle.expect("planned only with an idle time");
                 tokio::time::sleep(idle).await;
                 cycles_in_turn(&contenders[..IDLE_NODES], prefix)
@@ -341,14 +370,16 @@ where
     move |error| BenchError::new(bench.name(), error)
 }
 
-/// Warms `operation` up, then measures it for `each`.
-async fn timed<E, F, Fut>(each: Duration, mut operation: F) -> Result<Samples, E>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<(), E>>,
-{
-    measure(Budget::Calls(WARM_UP_CALLS), &mut operation).await?;
-    measure(Budget::For(each), operation).await
+/// Warms `calls` up, then measures them [in turns](measure_in_turn), `each` for each.
+async fn timed_in_turn<const N: usize>(
+    each: Duration,
+    mut calls: [Call<'_, BenchError>; N],
+) -> Result<[Samples; N], BenchError> {
+    measure_in_turn(Budget::Calls(WARM_UP_CALLS), TURN, &mut calls).await?;
+    let samples = measure_in_turn(Budget::For(each), TURN, &mut calls).await?;
+    Ok(samples
+        .try_into()
+        .expect("one set of samples per operation"))
 }
 
 /// Warms a round that reports its own figure up, then measures it for `each`.

@@ -20,8 +20,8 @@ use crate::progress::Progress;
 
 const BENCH_EXAMPLES: &str = "\
 Benches, per backend: floor_write and floor_read (the backend's own driver on a connection of
-its own: a one-row UPDATE, SET, put, setData or updateOne that commits, and SELECT 1, PING or a
-get), cycle (acquire + release of one name), first_acquire (of a name never seen), refused (the
+its own: a one-row UPDATE, SET, put, setData or updateOne that commits, and a read of that
+same row, key, node or document by its key), cycle (acquire + release of one name), first_acquire (of a name never seen), refused (the
 name held by another node), floor_contention_8 and floor_contention_32 (that many
 connections each make the floor write on a row of their own at once: the time until the last is
 acknowledged), contention_8 and contention_32 (that many nodes, each a provider with its own

@@ -15,12 +15,13 @@ use std::path::PathBuf;
 use command::{Ran, run, shedlock};
 use serde_json::Value;
 
-/// Every bench, in the order the command measures and prints them.
+/// Every bench, in the order the command measures and prints them: each floor beside the
+/// benches measured in turn with it.
 const BENCHES: [&str; 9] = [
     "floor_write",
-    "floor_read",
     "cycle",
     "first_acquire",
+    "floor_read",
     "refused",
     "floor_contention_8",
     "floor_contention_32",
