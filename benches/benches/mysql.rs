@@ -1,5 +1,5 @@
 //! MySQL or MariaDB (`SHEDLOCK_TEST_MYSQL_URL`) through the facade, beside a one-row `UPDATE`
-//! and `SELECT 1` sent by sqlx on a connection of the bench's own.
+//! and a `SELECT` of that row by its key, sent by sqlx on a connection of the bench's own.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use shedlock_benches::floors::SqlDriver;

@@ -1,4 +1,4 @@
-//! Redis (`SHEDLOCK_TEST_REDIS_URL`) through the facade, beside a `SET` and a `PING` sent by the
+//! Redis (`SHEDLOCK_TEST_REDIS_URL`) through the facade, beside a `SET` and a `GET` of that key sent by the
 //! redis crate on a multiplexed connection of the bench's own, and beside a peer: the
 //! `peer_rslock_cycle` bench is rslock's Redlock (one server, so a quorum of one) doing the same
 //! acquire + release.

@@ -1,5 +1,5 @@
-//! SQLite through the facade, beside a one-row `UPDATE` and `SELECT 1` sent by sqlx to the same
-//! database file (one of the bench's own, removed at the end).
+//! SQLite through the facade, beside a one-row `UPDATE` and a `SELECT` of that row by its key, sent
+//! by sqlx to the same database file (one of the bench's own, removed at the end).
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use shedlock_benches::floors::{SqlDriver, SqliteFile};

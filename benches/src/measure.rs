@@ -121,25 +121,6 @@ impl Stats {
     }
 }
 
-/// Calls `operation` within `budget`, one call at a time, timing each call.
-///
-/// Stops at the first error and returns it: a bench of a failing backend has no figure.
-pub async fn measure<E, F, Fut>(budget: Budget, mut operation: F) -> Result<Samples, E>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<(), E>>,
-{
-    measure_reported(budget, || {
-        let call = operation();
-        async move {
-            let start = Instant::now();
-            call.await?;
-            Ok(start.elapsed())
-        }
-    })
-    .await
-}
-
 /// Calls `operation` within `budget`, one call at a time, each call reporting its own latency:
 /// for an operation with setup or cleanup that is not part of what is measured (a contention
 /// round times the attempts, not the release of the winner).
@@ -248,9 +229,9 @@ mod tests {
         for (count, calls) in [(5, 5), (0, 1)] {
             let mut made = 0;
             let samples = runtime
-                .block_on(measure(Budget::Calls(count), || {
+                .block_on(measure_reported(Budget::Calls(count), || {
                     made += 1;
-                    async { Ok::<_, ()>(()) }
+                    async { Ok::<_, ()>(ms(1)) }
                 }))
                 .unwrap();
             assert_eq!((made, samples.stats().samples), (calls, calls));
@@ -274,10 +255,13 @@ mod tests {
         assert_eq!((samples.stats().p50, samples.stats().samples), (ms(8), 3));
 
         let mut made = 0;
-        let failed = runtime.block_on(measure(Budget::For(Duration::from_secs(60)), || {
-            made += 1;
-            async { Err::<(), _>("backend down") }
-        }));
+        let failed = runtime.block_on(measure_reported(
+            Budget::For(Duration::from_secs(60)),
+            || {
+                made += 1;
+                async { Err::<Duration, _>("backend down") }
+            },
+        ));
         assert_eq!((failed, made), (Err("backend down"), 1));
     }
 
