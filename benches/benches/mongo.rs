@@ -1,5 +1,6 @@
 //! MongoDB (`SHEDLOCK_TEST_MONGO_URL`) through the facade, in a database of the bench's own,
-//! beside an `updateOne` and a `findOne` of that document by `_id`, sent by the mongodb driver on a client of the bench's own.
+//! beside an `updateOne` and a `findOne` of that document by `_id`, sent by the mongodb driver
+//! on a client of the bench's own.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use shedlock_benches::floors::MongoDriver;

@@ -1,5 +1,6 @@
 //! PostgreSQL (`SHEDLOCK_TEST_POSTGRES_URL`) through the facade, beside a one-row `UPDATE` and
-//! a `SELECT` of that row by its key, sent by sqlx on a connection of the bench's own, and beside a peer.
+//! a `SELECT` of that row by its key, sent by sqlx on a connection of the bench's own, and
+//! beside a peer.
 //!
 //! The peer, `peer_pg_advisory_lock_cycle`, is sqlx's `PgAdvisoryLock` taken and released on a
 //! connection of its own: a different mechanism. An advisory lock lives in the server's memory

@@ -1,5 +1,5 @@
-//! Redis (`SHEDLOCK_TEST_REDIS_URL`) through the facade, beside a `SET` and a `GET` of that key sent by the
-//! redis crate on a multiplexed connection of the bench's own, and beside a peer: the
+//! Redis (`SHEDLOCK_TEST_REDIS_URL`) through the facade, beside a `SET` and a `GET` of that key
+//! sent by the redis crate on a multiplexed connection of the bench's own, and beside a peer: the
 //! `peer_rslock_cycle` bench is rslock's Redlock (one server, so a quorum of one) doing the same
 //! acquire + release.
 

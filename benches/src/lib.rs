@@ -7,8 +7,8 @@
 //! the network cost anyway). The ratio of the two is the provider's own cost, and it travels
 //! between machines.
 //!
-//! - [`measure`] times operations in turns over the same seconds, for a duration or a count,
-//!   and summarises the latencies;
+//! - [`measure`] times operations for a duration or a count, one at a time, in turns over the
+//!   same seconds, or all at once, and summarises the latencies;
 //! - [`scenarios`] are the lock operations measured: the cycle on one name, the first acquire of
 //!   a new name, a refused acquire, nodes contending for one name, and a cycle over 10,000
 //!   names;
