@@ -142,8 +142,10 @@ pub type Call<'a, E> = Box<dyn FnMut() -> Pin<Box<dyn Future<Output = Result<(),
 
 /// Calls each of `operations` in turns, round and round, timing each call: the samples of
 /// each, in order. With [`Budget::For`], an operation's turn is `turn` of calls one after
-/// another, until each has had its budget; with [`Budget::Calls`], a turn is one call, and
-/// each operation gets that many.
+/// another, and the rounds go on until every operation has had its budget in its own turns
+/// (a turn ends after the call that crosses `turn`, so a slow call lengthens only its own
+/// operation's turns); with [`Budget::Calls`], a turn is one call, and each operation gets
+/// that many.
 ///
 /// Operations measured one after another each meet what the machine did during their own
 /// seconds (a checkpoint, a build on the other core), and a ratio of two such figures moved by
@@ -153,6 +155,8 @@ pub type Call<'a, E> = Box<dyn FnMut() -> Pin<Box<dyn Future<Output = Result<(),
 /// machine's virtual cores sleep and wake on another rhythm), and did so here: PostgreSQL's read
 /// took 41 µs beside a refused acquire where it takes 73 µs alone.
 ///
+/// Times with tokio's clock, which is the system's monotonic clock unless a test pauses it.
+///
 /// Stops at the first error and returns it.
 pub async fn measure_in_turn<E>(
     budget: Budget,
@@ -160,29 +164,28 @@ pub async fn measure_in_turn<E>(
     operations: &mut [Call<'_, E>],
 ) -> Result<Vec<Samples>, E> {
     let mut latencies: Vec<Vec<Duration>> = vec![Vec::new(); operations.len()];
-    let mut spent = Duration::ZERO;
+    let mut spent = vec![Duration::ZERO; operations.len()];
     for round in 0.. {
         let done = match budget {
-            Budget::For(each) => round > 0 && spent >= each,
+            Budget::For(each) => round > 0 && spent.iter().all(|spent| *spent >= each),
             Budget::Calls(count) => round >= count.max(1),
         };
         if done || operations.is_empty() {
             break;
         }
-        for (index, (operation, timed)) in operations.iter_mut().zip(&mut latencies).enumerate() {
-            let turn_started = Instant::now();
+        for ((operation, timed), spent) in operations.iter_mut().zip(&mut latencies).zip(&mut spent)
+        {
+            let turn_started = tokio::time::Instant::now();
             loop {
                 let call = operation();
-                let start = Instant::now();
+                let start = tokio::time::Instant::now();
                 call.await?;
                 timed.push(start.elapsed());
                 if matches!(budget, Budget::Calls(_)) || turn_started.elapsed() >= turn {
                     break;
                 }
             }
-            if index == 0 {
-                spent += turn_started.elapsed();
-            }
+            *spent += turn_started.elapsed();
         }
     }
     Ok(latencies
@@ -265,36 +268,77 @@ mod tests {
         assert_eq!((failed, made), (Err("backend down"), 1));
     }
 
+    /// A runtime on tokio's paused clock: a sleep takes exactly its time, whatever the machine
+    /// is doing, so the turns below are counted, not guessed.
+    fn paused_runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap()
+    }
+
+    /// An operation that sleeps `millis` per call and logs `name` in `order`.
+    fn sleeper<'a>(
+        order: &'a std::cell::RefCell<Vec<char>>,
+        name: char,
+        millis: u64,
+    ) -> Call<'a, ()> {
+        Box::new(move || {
+            order.borrow_mut().push(name);
+            Box::pin(tokio::time::sleep(ms(millis)).then_ok())
+        })
+    }
+
     #[test]
     fn operations_in_turn_take_turns_and_are_timed_apart() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
+        let runtime = paused_runtime();
         let order = std::cell::RefCell::new(Vec::new());
-        let mut operations: Vec<Call<'_, ()>> = vec![
-            Box::new(|| {
-                order.borrow_mut().push('a');
-                Box::pin(tokio::time::sleep(ms(1)).then_ok())
-            }),
-            Box::new(|| {
-                order.borrow_mut().push('b');
-                Box::pin(tokio::time::sleep(ms(3)).then_ok())
-            }),
-        ];
+        let mut operations = vec![sleeper(&order, 'a', 1), sleeper(&order, 'b', 3)];
         // A count: that many rounds of one call each.
         let samples = runtime
             .block_on(measure_in_turn(Budget::Calls(3), ms(1000), &mut operations))
             .unwrap();
         assert_eq!(order.borrow().as_slice(), ['a', 'b', 'a', 'b', 'a', 'b']);
         assert_eq!(samples.len(), 2);
-        assert_eq!(samples[0].stats().samples, 3);
-        assert!(samples[0].stats().p50 >= ms(1) && samples[0].stats().p50 < ms(3));
-        assert!(samples[1].stats().p50 >= ms(3));
+        assert_eq!(
+            (samples[0].stats().samples, samples[0].stats().p50),
+            (3, ms(1))
+        );
+        assert_eq!(
+            (samples[1].stats().samples, samples[1].stats().p50),
+            (3, ms(3))
+        );
 
-        // A time: turns of 20 ms each, until the first has had 60 ms.
+        // A time: turns of 20 ms of calls one after another (a's 20 calls of 1 ms, b's 7 of
+        // 3 ms, the seventh crossing 20 ms), until each has had 60 ms: three rounds.
         order.borrow_mut().clear();
-        let started = Instant::now();
+        let (samples, took) = runtime.block_on(async {
+            let started = tokio::time::Instant::now();
+            let samples = measure_in_turn(Budget::For(ms(60)), ms(20), &mut operations).await;
+            (samples.unwrap(), started.elapsed())
+        });
+        drop(operations);
+        assert_eq!(took, ms(3 * (20 + 21)));
+        let order = order.into_inner();
+        let turns: Vec<(char, usize)> = order
+            .chunk_by(|a, b| a == b)
+            .map(|turn| (turn[0], turn.len()))
+            .collect();
+        assert_eq!(turns, [('a', 20), ('b', 7)].repeat(3));
+        assert_eq!(
+            (samples[0].stats().samples, samples[1].stats().samples),
+            (60, 21)
+        );
+    }
+
+    #[test]
+    fn every_operation_in_turn_has_its_budget_when_another_overruns_its_turns() {
+        let runtime = paused_runtime();
+        let order = std::cell::RefCell::new(Vec::new());
+        // a's one call overruns every turn of 20 ms (30 ms): a has its 60 ms after two rounds,
+        // b (20 calls of 1 ms a turn) only after three.
+        let mut operations = vec![sleeper(&order, 'a', 30), sleeper(&order, 'b', 1)];
         let samples = runtime
             .block_on(measure_in_turn(
                 Budget::For(ms(60)),
@@ -303,21 +347,20 @@ mod tests {
             ))
             .unwrap();
         drop(operations);
-        let took = started.elapsed();
-        assert!(took >= ms(120), "each had 60 ms: {took:?}");
-        let order = order.into_inner();
-        let turns = order.chunk_by(|a, b| a == b).count();
-        assert!(
-            (6..=8).contains(&turns),
-            "three turns of each, in alternation: {turns} in {order:?}"
+        let b_had: Duration = samples[1].latencies().iter().sum();
+        assert_eq!(b_had, ms(60));
+        assert_eq!(
+            (samples[0].stats().samples, samples[1].stats().samples),
+            (3, 60)
         );
-        // A turn is calls one after another (under load a slow sleep can fill a turn alone).
-        assert!(order.chunk_by(|a, b| a == b).any(|turn| turn.len() > 1));
-        assert!(samples[0].stats().samples > samples[1].stats().samples);
+    }
 
+    #[test]
+    fn operations_in_turn_stop_at_the_first_error() {
+        let runtime = paused_runtime();
         let mut calls = 0;
         let mut failing: Vec<Call<'_, &str>> = vec![
-            Box::new(|| Box::pin(async { Ok(()) })),
+            Box::new(|| Box::pin(tokio::time::sleep(ms(1)).then_ok())),
             Box::new(|| {
                 calls += 1;
                 Box::pin(async { Err("backend down") })
