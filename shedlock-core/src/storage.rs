@@ -657,8 +657,9 @@ impl LockHandle for StorageLock {
         )
         .await?;
         if answer && frees {
-            // A name no longer cached is left out: its next attempt inserts first anyway.
-            if let Some(freed) = lock_names(&self.known_names).get_mut(&self.held.name) {
+            // A name no longer cached is left out: its next attempt inserts first anyway. Not a
+            // use of the name: a name locked once and released must not outstay a job's.
+            if let Some(freed) = lock_names(&self.known_names).peek_mut(&self.held.name) {
                 *freed = true;
             }
         }

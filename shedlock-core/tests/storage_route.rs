@@ -253,6 +253,25 @@ async fn the_name_cache_keeps_at_most_its_capacity() {
     }
 }
 
+/// A job that runs between the new names stays known, however many new names there are: each
+/// of its runs costs the update alone, never the insert attempt a forgotten name costs.
+#[tokio::test]
+async fn a_name_acquired_between_new_names_stays_known() {
+    let storage = RecordingStorage::new(MissingAnswer::Missing);
+    let node = storage.node().with_name_cache_capacity(2);
+    cycle(&node, "hot").await;
+    for n in 0..20 {
+        cycle(&node, &format!("tenant-{n}")).await;
+        storage.take_calls();
+        cycle(&node, "hot").await;
+        assert_eq!(
+            storage.take_calls(),
+            [Call::Update, Call::Unlock],
+            "hot stayed known past {n} new names"
+        );
+    }
+}
+
 /// A forgotten name leaves room in the cache: the oldest name still cached is the next to go.
 #[tokio::test]
 async fn a_forgotten_name_leaves_the_eviction_order_of_the_others_intact() {
