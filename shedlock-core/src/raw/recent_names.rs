@@ -82,7 +82,6 @@ impl<V> RecentNames<V> {
     /// What is remembered for `name`, to read or change in place, looked up as a use: the name
     /// is kept the next time room is made past it. A provider looks a name up this way where
     /// it is about to lock it.
-
     pub fn get_mut(&mut self, name: &str) -> Option<&mut V> {
         let remembered = self.values.get_mut(name)?;
         remembered.used = true;
