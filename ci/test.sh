@@ -131,7 +131,10 @@ step() {
   step_times+=("$((SECONDS - started)) s  $*")
 }
 
-step cargo test --workspace --all-targets --locked --no-fail-fast
+# The workspace's test binaries run three at a time (ci/test-binaries.py): most of their time is
+# spent waiting for locks to expire. Those that restart, pause or fail over a shared server run
+# after the others, alone.
+step ci/test-binaries.py --workspace --all-targets --locked
 step cargo test --workspace --doc --locked --no-fail-fast
 # The workspace build gives the facade the features its members ask for (the examples turn on
 # most backends): once more with every feature (connect(url) against each backend, the macro)
@@ -162,11 +165,12 @@ containers() {
   for backend in POSTGRES MYSQL REDIS ETCD ZOOKEEPER MONGO; do
     unset+=(-u "SHEDLOCK_TEST_${backend}_URL" -u "SHEDLOCK_TEST_${backend}_RESTART" -u "SHEDLOCK_TEST_${backend}_PAUSE")
   done
+  # Each binary starts containers of its own, so even the fault suites run side by side.
   # shellcheck disable=SC2086 # one NAME=image word per backend
   env "${unset[@]}" $container_images \
     SHEDLOCK_CONFORMANCE_REPORT_DIR="$SHEDLOCK_CONFORMANCE_REPORT_DIR/containers" \
     SHEDLOCK_CONFORMANCE_DEEP=0 SHEDLOCK_SOAK_SECONDS=15 \
-    cargo test --locked --no-fail-fast --test conformance --test faults \
+    ci/test-binaries.py --servers-of-their-own --locked --test conformance --test faults \
       -p shedlock-postgres -p shedlock-mysql -p shedlock-redis -p shedlock-etcd \
       -p shedlock-zookeeper -p shedlock-mongo \
       -- --skip client-time:: --skip fencing:: --skip cluster:: --skip sentinel::
@@ -201,7 +205,7 @@ if [ ${#failed_steps[@]} -gt 0 ]; then
     log=${failure##*|}
     echo "- ${failure%|*}  (output: $log)"
     # cargo's list of failed targets, and each failed test (libtest and the kit's runners).
-    grep -E '^    `-p |^test .* FAILED$|^error: (test failed|[0-9]+ targets failed)' "$log" \
+    grep -E '^    `-p |^test .* FAILED$|^error: (test failed|[0-9]+ targets? failed)' "$log" \
       | sed 's/^/    /' || true
   done
   # What each failed test said (the first lines after libtest's `---- <test> ... ----` header):
