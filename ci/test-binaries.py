@@ -10,7 +10,7 @@ default), each as cargo would (from its package's folder, with its package's CAR
 longest first by the times of the last run on this machine.
 
 The kit's defect suite of blind-written providers (ALONE) runs first, by itself: it runs six
-kits at once and keeps both cores busy, and beside it a kit against a real server saw every
+kits at once, and beside it and two deep conformance runs a kit against a real server saw every
 probe answered too late to prove anything (MongoDB's `clock_skew`, measured here).
 
 A binary that restarts, pauses or fails over a shared server (the fault suites and the failover

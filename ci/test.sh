@@ -132,8 +132,8 @@ step() {
 }
 
 # The workspace's test binaries run three at a time (ci/test-binaries.py): most of their time is
-# spent waiting for locks to expire. The kit's defect suite, which loads both cores itself, runs
-# first by itself; those that restart, pause or fail over a shared server run after the rest,
+# spent waiting for locks to expire. The kit's defect suite, six kits at once, runs first by
+# itself; those that restart, pause or fail over a shared server run after the rest,
 # one at a time.
 step ci/test-binaries.py --workspace --all-targets --locked
 step cargo test --workspace --doc --locked --no-fail-fast
