@@ -33,7 +33,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-# Test targets that take a shared server away from everyone else (restart, pause, failover).
 # Test targets, as (package, target), that run by themselves: they load the whole machine.
 ALONE = {("shedlock-conformance", "blind")}
 # Test targets that take a server of their package from everyone else: the plain one that
@@ -53,6 +52,7 @@ class Binary:
         self.manifest_dir = manifest_dir
         self.kind = target["kind"][0]
         self.name = target["name"]
+        self.alone = self.kind == "test" and (package, self.name) in ALONE
         self.takes = self.kind == "test" and self.name in TAKES
 
     def label(self):
@@ -159,11 +159,14 @@ def main():
     selection = " ".join(sys.argv[1:])
     last_times = kept.get(selection, {})
     # Unknown binaries first (a new one may be long), then the longest of the last run.
-    alone = [b for b in binaries if b.kind == "test" and (b.package, b.name) in ALONE]
-    taking = [b for b in binaries if b.takes and not servers_of_their_own]
-    shared = sorted((b for b in binaries if b not in taking and b not in alone),
-                    key=lambda b: -last_times.get(b.label(), float("inf")))
-    taking.sort(key=lambda b: -last_times.get(b.label(), float("inf")))
+    def longest_first(binary):
+        return -last_times.get(binary.label(), float("inf"))
+
+    alone = [b for b in binaries if b.alone]
+    taking = sorted((b for b in binaries if b.takes and not servers_of_their_own),
+                    key=longest_first)
+    shared = sorted((b for b in binaries if b not in alone and b not in taking),
+                    key=longest_first)
     print(f"== {len(alone)} by itself: {', '.join(b.label() for b in alone) or '-'}; then "
           f"{len(shared)} test binaries, {jobs} at a time; then {len(taking)} that take a "
           f"server: {', '.join(b.label() for b in taking) or '-'}", flush=True)
