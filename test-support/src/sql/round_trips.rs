@@ -6,6 +6,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use shedlock_conformance::CountingProxy;
+use shedlock_core::raw::DEFAULT_NAME_CACHE_CAPACITY;
 use shedlock_core::{
     Acquisition, LockAdmin, LockConfiguration, LockHandle, LockProvider, PageRequest,
 };
@@ -136,6 +137,53 @@ pub async fn every_operation_is_one_round_trip<D: TestServer>(database: &D) {
         proxy.connections(),
         connections,
         "one connection served every operation, with no reconnect"
+    );
+    database.drop_table(&table).await;
+}
+
+/// A name locked on every run stays in the node's name cache (bounded, at
+/// [`DEFAULT_NAME_CACHE_CAPACITY`] names) however many one-off names pass through it, as long
+/// as fewer than that come between two of its runs: after 10% more one-off names than the cache
+/// holds, locked 100 between each run of the job, every run of the job still costs one round
+/// trip. The first one-off name, locked once and still held, was forgotten: its next attempt
+/// costs two (the insert, refused, then the update, refused), which shows the cache is bounded
+/// and was turned over. On a new table, through a proxy.
+pub async fn a_name_locked_on_every_run_stays_known_among_many_one_off_names<D: TestServer>(
+    database: &D,
+) {
+    const BETWEEN_RUNS: usize = 100;
+    let table = database.new_table("hot_name");
+    let (proxy, proxied) = &proxy_for(&database.url()).await;
+    let provider = &provider_at::<D::Backend>(proxied.clone(), &table).await;
+    warm_up(proxy, provider).await;
+    let (held, first) = try_lock(proxy, provider, "every-run").await;
+    assert_eq!(first, 1, "first acquire of a new name");
+    release(proxy, held.expect("a new name is free")).await;
+
+    let one_off_names = DEFAULT_NAME_CACHE_CAPACITY + DEFAULT_NAME_CACHE_CAPACITY / 10;
+    for run in 1..=one_off_names / BETWEEN_RUNS {
+        // One after another, so every statement runs on the one connection that has prepared
+        // it. Each handle is dropped, which leaves its lock held until `lock_at_most_for`.
+        for n in (run - 1) * BETWEEN_RUNS..run * BETWEEN_RUNS {
+            let acquisition = provider.try_lock(&config(&format!("one-off-{n}"))).await;
+            let handle = acquisition.unwrap().into_handle();
+            assert!(handle.is_some(), "one-off-{n}, a new name, is free");
+        }
+        let (held, round_trips) = try_lock(proxy, provider, "every-run").await;
+        assert_eq!(
+            round_trips,
+            1,
+            "run {run} of the job, after {} one-off names: the name is still known",
+            run * BETWEEN_RUNS
+        );
+        release(proxy, held.expect("released after each run, so free")).await;
+    }
+
+    let (refused, round_trips) = try_lock(proxy, provider, "one-off-0").await;
+    assert!(refused.is_none(), "still held, so refused");
+    assert_eq!(
+        round_trips, 2,
+        "the first one-off name, after {one_off_names} others: forgotten, so the insert is tried first"
     );
     database.drop_table(&table).await;
 }

@@ -11,6 +11,7 @@ shedlock_test_support::sql_tests_on!(
     MySql;
     round_trips::every_operation_is_one_round_trip,
     round_trips::every_admin_call_is_one_round_trip,
+    round_trips::a_name_locked_on_every_run_stays_known_among_many_one_off_names,
     round_trips::an_idle_connection_is_kept_ready_off_the_callers_path,
     round_trips::a_connection_lost_while_idle_is_replaced_off_the_callers_path,
     round_trips::idle_check_intervals_out_of_range_are_refused,
