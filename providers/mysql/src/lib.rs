@@ -75,6 +75,20 @@
 //! assigned its own values, which it does not write, so a refused attempt commits nothing and
 //! holds the row lock only while its own statement runs, never across a log flush.
 //!
+//! **An acquire never waits for another transaction's row lock on MariaDB.** While one node
+//! takes a free lock over, its transaction holds the row's lock until it commits; a statement
+//! that needs that lock would queue behind it, and in a burst of nodes every loser would wait
+//! for the one before it. On MariaDB the take-over is sent as `SET STATEMENT
+//! innodb_lock_wait_timeout = 0 FOR UPDATE ...`: when another transaction holds the row (a
+//! contender, a Java node's `UPDATE`, an operator's session), the server answers at once with
+//! a lock wait error, which the provider answers as "not acquired", naming nobody (what that
+//! transaction is writing is not committed). On MySQL, which has no per-statement setting and
+//! no lock wait shorter than a second, the take-over waits for the row as long as the session's
+//! `innodb_lock_wait_timeout` allows, which the provider sets to the operation timeout (whole
+//! seconds, at least 1). So does a provider made by `connect_lazy`, which reads nothing from
+//! the server and so takes MySQL's statements. The insert of a name not seen yet waits on
+//! both servers, once per name.
+//!
 //! Each statement is one wire round trip on a connection the provider opened itself from a URL:
 //! no health check is sent before or after it; a broken connection fails its statement (the
 //! operation fails closed) and the next operation connects afresh. A node's first attempt on a

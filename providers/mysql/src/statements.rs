@@ -7,7 +7,7 @@ use std::sync::Arc;
 use shedlock_core::TimeSource;
 use shedlock_sql::{LockStatements, LockTable, TableSchema};
 
-use crate::table::DIALECT;
+use crate::table::{DIALECT, Flavor};
 
 /// A bound parameter of a statement, in the order the `?` appear.
 #[derive(Debug, Clone, Copy)]
@@ -104,6 +104,7 @@ pub(crate) fn prepare_statements(
     table: &LockTable,
     schema: &TableSchema,
     time_source: TimeSource,
+    flavor: Flavor,
 ) -> LockStatements<Statement> {
     let [t, name, until, at, by, fence] = table.quoted_names(DIALECT);
     let mut w = Writer::new(time_source);
@@ -135,12 +136,20 @@ pub(crate) fn prepare_statements(
     ));
     let insert = w.finish();
 
-    // Take-over: every assignment is conditioned on the old lock_until, which is assigned
-    // last, so the conditions read the old row whether the server evaluates assignments
-    // left to right (MySQL, MariaDB) or simultaneously (MariaDB's SIMULTANEOUS_ASSIGNMENT).
+    // Take-over. On MariaDB it gives up at once when another transaction holds the row's lock
+    // (a contender's take-over, a Java node's `UPDATE`, an operator's session), with a lock
+    // wait error the storage answers as "not acquired", instead of queueing for the row: in a
+    // burst every loser would otherwise wait for the one before it. MySQL has no per-statement
+    // setting for this, and its lock wait is at least a second, so there the statement waits
+    // for the row as long as the session allows (the operation timeout). Every assignment is
+    // conditioned on the old lock_until, which is assigned last, so the conditions read the
+    // old row whether the server evaluates assignments left to right (MySQL, MariaDB) or simultaneously (MariaDB's SIMULTANEOUS_ASSIGNMENT).
     // The taken branch sets the insert id to the new token (or 1), the other to 0. The WHERE
     // matches the row whether held or not, so the matched-row count tells a held row from a
     // missing one; a held row is assigned its own values, which InnoDB does not write.
+    if flavor == Flavor::MariaDb {
+        w.sql("SET STATEMENT innodb_lock_wait_timeout = 0 FOR ");
+    }
     w.sql(&format!("UPDATE {t} SET "));
     if schema.fencing {
         w.sql(&format!("{fence} = IF({until} <= "))
@@ -221,20 +230,29 @@ mod tests {
             lock_until_type: "timestamp(3)".to_owned(),
             lock_until_limit: TIMESTAMP_LIMIT,
         };
-        let statements = prepare_statements(&LockTable::default(), &schema, TimeSource::Server);
-        for statement in [&statements.insert, &statements.take_over] {
-            let sql = &*statement.sql;
-            assert!(!sql.contains("VALUES("), "no VALUES() function: {sql}");
-            assert!(!sql.contains(" AS "), "no row alias: {sql}");
-            assert_eq!(statement.params.len(), 3, "{sql}");
+        for flavor in [Flavor::MySql, Flavor::MariaDb] {
+            let statements =
+                prepare_statements(&LockTable::default(), &schema, TimeSource::Server, flavor);
+            for statement in [&statements.insert, &statements.take_over] {
+                let sql = &*statement.sql;
+                assert!(!sql.contains("VALUES("), "no VALUES() function: {sql}");
+                assert!(!sql.contains(" AS "), "no row alias: {sql}");
+                assert_eq!(statement.params.len(), 3, "{sql}");
+            }
+            let insert = &*statements.insert.sql;
+            assert_eq!(insert.matches("ON DUPLICATE KEY UPDATE").count(), 1);
+            let take_over = &*statements.take_over.sql;
+            let update = match flavor {
+                Flavor::MySql => take_over,
+                Flavor::MariaDb => take_over
+                    .strip_prefix("SET STATEMENT innodb_lock_wait_timeout = 0 FOR ")
+                    .expect("on MariaDB the take-over does not wait for a row lock"),
+            };
+            assert!(update.starts_with("UPDATE "), "{take_over}");
+            assert!(
+                take_over.ends_with("`lock_until`) WHERE `name` = ?"),
+                "lock_until is assigned last, and the row is matched by name only: {take_over}"
+            );
         }
-        let insert = &*statements.insert.sql;
-        assert_eq!(insert.matches("ON DUPLICATE KEY UPDATE").count(), 1);
-        let take_over = &*statements.take_over.sql;
-        assert!(take_over.starts_with("UPDATE "), "{take_over}");
-        assert!(
-            take_over.ends_with("`lock_until`) WHERE `name` = ?"),
-            "lock_until is assigned last, and the row is matched by name only: {take_over}"
-        );
     }
 }

@@ -133,7 +133,7 @@ impl SqlBackend for MySqlBackend {
             flavor,
         } = catalog::find_table(connection, table, create_table).await?;
         let backend = Self {
-            statements: prepare_statements(table, &schema, time_source),
+            statements: prepare_statements(table, &schema, time_source, flavor),
             admin: AdminStatements::prepare(table, &schema, time_source),
             time_source,
             name_column,
@@ -146,7 +146,7 @@ impl SqlBackend for MySqlBackend {
     /// `utf8mb4` names, on MySQL.
     fn unchecked(table: &LockTable, schema: &TableSchema, time_source: TimeSource) -> Self {
         Self {
-            statements: prepare_statements(table, schema, time_source),
+            statements: prepare_statements(table, schema, time_source, Flavor::MySql),
             admin: AdminStatements::prepare(table, schema, time_source),
             time_source,
             name_column: NameColumn::default(),
@@ -165,7 +165,7 @@ impl SqlBackend for MySqlBackend {
         record: &LockRecord<'_>,
     ) -> Result<AcquireAnswer, LockError> {
         let sql = self.statements.for_acquire(statement);
-        let done: MySqlQueryResult = self
+        let done = self
             .bind(
                 sql,
                 Operation::Acquire,
@@ -175,8 +175,19 @@ impl SqlBackend for MySqlBackend {
                 record.now,
             )?
             .execute(&mut *connection)
-            .await
-            .map_err(|e| statement_error::<Self>(Operation::Acquire, record.name, e))?;
+            .await;
+        let done: MySqlQueryResult = match done {
+            Err(error)
+                if statement == AcquireStatement::TakeOver && held_by_a_transaction(&error) =>
+            {
+                // Another transaction is changing the row: someone is taking it over or
+                // releasing it right now. Nobody to name, since that change is not committed.
+                return Ok(AcquireAnswer::NotAcquired(None));
+            }
+            done => {
+                done.map_err(|e| statement_error::<Self>(Operation::Acquire, record.name, e))?
+            }
+        };
         // The insert id is the `LAST_INSERT_ID(expr)` the statement evaluated last: 1 or the
         // new token when the row was inserted or taken over, 0 when it was left alone. Under
         // sqlx's CLIENT_FOUND_ROWS the affected-row count is the matched rows: it cannot tell
@@ -237,6 +248,16 @@ impl SqlBackend for MySqlBackend {
         // Under CLIENT_FOUND_ROWS this counts matched rows: the owner check decides.
         Ok(done.rows_affected() > 0)
     }
+}
+
+/// Whether the take-over gave up on a row another transaction holds the lock of (MariaDB's
+/// lock wait of 0: `ER_LOCK_WAIT_TIMEOUT`).
+fn held_by_a_transaction(error: &sqlx::Error) -> bool {
+    const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
+    error
+        .as_database_error()
+        .and_then(|refusal| refusal.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
+        .is_some_and(|refusal| refusal.number() == ER_LOCK_WAIT_TIMEOUT)
 }
 
 #[cfg(test)]
