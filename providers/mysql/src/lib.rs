@@ -85,7 +85,8 @@
 //! transaction is writing is not committed). On MySQL, which has no per-statement setting and
 //! no lock wait shorter than a second, the take-over waits for the row as long as the session's
 //! `innodb_lock_wait_timeout` allows, which the provider sets to the operation timeout (whole
-//! seconds, at least 1). So does a provider made by `connect_lazy`, which reads nothing from
+//! seconds, at least 1), and answers "not acquired" if the row is still held when that wait
+//! ends (or fails with a timeout if the operation timeout ends first). So does a provider made by `connect_lazy`, which reads nothing from
 //! the server and so takes MySQL's statements. The insert of a name not seen yet waits on
 //! both servers, once per name.
 //!

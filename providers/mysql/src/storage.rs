@@ -250,8 +250,9 @@ impl SqlBackend for MySqlBackend {
     }
 }
 
-/// Whether the take-over gave up on a row another transaction holds the lock of (MariaDB's
-/// lock wait of 0: `ER_LOCK_WAIT_TIMEOUT`).
+/// Whether the take-over gave up on a row whose lock another transaction holds
+/// (`ER_LOCK_WAIT_TIMEOUT`): at once on MariaDB, where it waits 0 s, and after the session's
+/// lock wait on MySQL.
 fn held_by_a_transaction(error: &sqlx::Error) -> bool {
     const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
     error

@@ -11,8 +11,9 @@ use shedlock_core::{
     Acquisition, LockAdmin, LockConfiguration, LockHandle, LockProvider, PageRequest,
 };
 use shedlock_sql::{SqlBackend, SqlLockProvider};
+use sqlx::{Database, Executor, IntoArguments};
 
-use super::test_database::TestServer;
+use super::test_database::{DbOf, TestServer};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -185,6 +186,60 @@ pub async fn a_name_locked_on_every_run_stays_known_among_many_one_off_names<D: 
         round_trips, 2,
         "the first one-off name, after {one_off_names} others: forgotten, so the insert is tried first"
     );
+    database.drop_table(&table).await;
+}
+
+/// A transaction that is changing an expired lock's row (another node taking it over, a Java
+/// ShedLock node, an operator's session) holds that row's lock until it commits. A node that
+/// tries the lock meanwhile is told "not acquired" at once, naming nobody (that change is not
+/// committed), instead of queueing behind it: in a burst every loser would otherwise wait for
+/// the one before it. Once that transaction is gone, the lock is there to take. The operation
+/// timeout (and so the server's lock wait) is 30 s, and the answer must come within 5 s: an
+/// acquire that queued for the row would take the 30 s.
+pub async fn an_acquire_never_waits_for_another_transaction_holding_the_row<D: TestServer>(
+    database: &D,
+) where
+    for<'c> &'c mut <DbOf<D> as Database>::Connection: Executor<'c, Database = DbOf<D>>,
+    <DbOf<D> as Database>::Arguments: IntoArguments<DbOf<D>>,
+{
+    let table = database.new_table("row_lock");
+    let provider = SqlLockProvider::<D::Backend>::builder()
+        .table_name(&table)
+        .create_table_with_fencing_if_missing()
+        .operation_timeout(Duration::from_secs(30))
+        .connect(database.url())
+        .await
+        .unwrap();
+    let Acquisition::Acquired(first) = provider.try_lock(&config("job")).await.unwrap() else {
+        panic!("a new name is free");
+    };
+    assert!(first.unlock().await.unwrap());
+
+    let other = database.pool().await;
+    let mut transaction = other.begin().await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE {table} SET locked_by = 'someone-else#1' WHERE name = 'job'"
+    )))
+    .execute(&mut *transaction)
+    .await
+    .unwrap();
+
+    let answer = tokio::time::timeout(Duration::from_secs(5), provider.try_lock(&config("job")))
+        .await
+        .expect("the acquire queued for the row another transaction holds");
+    match answer {
+        Ok(Acquisition::NotAcquired(holder)) => assert!(holder.is_none(), "{holder:?}"),
+        Ok(Acquisition::Acquired(_)) => panic!("acquired a row another transaction is changing"),
+        Err(error) => panic!("the acquire failed instead of answering: {error}"),
+    }
+
+    transaction.rollback().await.unwrap();
+    match provider.try_lock(&config("job")).await.unwrap() {
+        Acquisition::Acquired(handle) => assert!(handle.unlock().await.unwrap()),
+        Acquisition::NotAcquired(holder) => {
+            panic!("the free lock was refused once the transaction ended: {holder:?}")
+        }
+    }
     database.drop_table(&table).await;
 }
 

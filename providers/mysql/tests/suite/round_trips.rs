@@ -12,6 +12,7 @@ shedlock_test_support::sql_tests_on!(
     round_trips::every_operation_is_one_round_trip,
     round_trips::every_admin_call_is_one_round_trip,
     round_trips::a_name_locked_on_every_run_stays_known_among_many_one_off_names,
+    round_trips::an_acquire_never_waits_for_another_transaction_holding_the_row,
     round_trips::an_idle_connection_is_kept_ready_off_the_callers_path,
     round_trips::a_connection_lost_while_idle_is_replaced_off_the_callers_path,
     round_trips::idle_check_intervals_out_of_range_are_refused,
@@ -53,57 +54,4 @@ async fn a_killed_connection_fails_one_operation_then_the_next_reconnects() {
         .await;
     exec(&admin, &format!("DROP TABLE {table}")).await;
     exec(&admin, &format!("DROP USER '{user}'@'%'")).await;
-}
-
-/// A transaction that is changing an expired lock's row (another node taking it over, a Java
-/// ShedLock node, an operator's session) holds that row's lock until it commits. A node that
-/// tries the lock meanwhile is told "not acquired" at once instead of queueing behind it: in a
-/// burst every loser would otherwise wait for the winner's commit, one after another. Once that
-/// transaction is gone, the lock is there to take.
-#[tokio::test]
-async fn an_acquire_never_waits_for_another_transaction_holding_the_row() {
-    use shedlock_core::{Acquisition, LockConfiguration, LockProvider};
-    use shedlock_mysql::MySqlLockProvider;
-    use std::time::Duration;
-
-    let table = MySql.new_table("row_lock");
-    let provider = MySqlLockProvider::builder()
-        .table_name(&table)
-        .create_table_with_fencing_if_missing()
-        .operation_timeout(Duration::from_secs(3))
-        .connect(url())
-        .await
-        .unwrap();
-    let config = LockConfiguration::new("job", Duration::from_secs(60), Duration::ZERO).unwrap();
-    let Acquisition::Acquired(first) = provider.try_lock(&config).await.unwrap() else {
-        panic!("a new name is free");
-    };
-    assert!(first.unlock().await.unwrap());
-
-    let mut other = <sqlx::MySqlConnection as sqlx::Connection>::connect(&url())
-        .await
-        .unwrap();
-    let mut transaction = sqlx::Connection::begin(&mut other).await.unwrap();
-    let locked = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "UPDATE {table} SET locked_by = 'someone-else#1' WHERE name = 'job'"
-    )))
-    .execute(&mut *transaction)
-    .await
-    .unwrap();
-    assert_eq!(locked.rows_affected(), 1);
-
-    match provider.try_lock(&config).await {
-        Ok(Acquisition::NotAcquired(holder)) => assert!(holder.is_none(), "{holder:?}"),
-        Ok(Acquisition::Acquired(_)) => panic!("acquired a row another transaction is changing"),
-        Err(error) => panic!("the acquire waited for the other transaction: {error}"),
-    }
-
-    transaction.rollback().await.unwrap();
-    match provider.try_lock(&config).await.unwrap() {
-        Acquisition::Acquired(handle) => assert!(handle.unlock().await.unwrap()),
-        Acquisition::NotAcquired(holder) => {
-            panic!("the free lock was refused once the transaction ended: {holder:?}")
-        }
-    }
-    MySql.drop_table(&table).await;
 }

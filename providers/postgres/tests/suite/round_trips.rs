@@ -1,6 +1,6 @@
 //! What each lock operation costs on the wire to a real PostgreSQL server.
 
-use shedlock_postgres::{PostgresBackend, PostgresLockProvider};
+use shedlock_postgres::PostgresBackend;
 use shedlock_test_support::sql::round_trips;
 use shedlock_test_support::sql::test_database::TestDatabase;
 
@@ -11,6 +11,7 @@ shedlock_test_support::sql_tests_on!(
     round_trips::every_operation_is_one_round_trip,
     round_trips::every_admin_call_is_one_round_trip,
     round_trips::a_name_locked_on_every_run_stays_known_among_many_one_off_names,
+    round_trips::an_acquire_never_waits_for_another_transaction_holding_the_row,
     round_trips::an_idle_connection_is_kept_ready_off_the_callers_path,
     round_trips::a_connection_lost_while_idle_is_replaced_off_the_callers_path,
     round_trips::idle_check_intervals_out_of_range_are_refused,
@@ -35,59 +36,6 @@ async fn a_killed_connection_fails_one_operation_then_the_next_reconnects() {
     };
     round_trips::a_killed_connection_fails_one_operation_then_the_next_reconnects(&provider, kill)
         .await;
-    Postgres.drop_table(&table).await;
-}
-
-/// A transaction that is changing an expired lock's row (another node taking it over, say)
-/// holds that row's lock until it commits. A node that tries the lock meanwhile must be told
-/// "not acquired" at once instead of queueing behind it: under contention every loser would
-/// otherwise wait for the winner's commit. Once that transaction is gone, the lock is there to
-/// take.
-#[tokio::test]
-async fn an_acquire_never_waits_for_another_transaction_holding_the_row() {
-    use shedlock_core::{Acquisition, LockConfiguration, LockProvider};
-    use std::time::Duration;
-
-    let table = Postgres.new_table("row_lock");
-    let provider = PostgresLockProvider::builder()
-        .table_name(&table)
-        .create_table_with_fencing_if_missing()
-        .operation_timeout(Duration::from_secs(3))
-        .connect(url())
-        .await
-        .unwrap();
-    let config = LockConfiguration::new("job", Duration::from_secs(60), Duration::ZERO).unwrap();
-    let Acquisition::Acquired(first) = provider.try_lock(&config).await.unwrap() else {
-        panic!("a new name is free");
-    };
-    assert!(first.unlock().await.unwrap());
-
-    let mut other = <sqlx::PgConnection as sqlx::Connection>::connect(&url())
-        .await
-        .unwrap();
-    let mut transaction = sqlx::Connection::begin(&mut other).await.unwrap();
-    let locked = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "UPDATE {table} SET locked_by = 'someone-else#1' WHERE name = 'job'"
-    )))
-    .execute(&mut *transaction)
-    .await
-    .unwrap();
-    assert_eq!(locked.rows_affected(), 1);
-
-    match provider.try_lock(&config).await {
-        // The row is free, and whoever is changing it has not committed: nobody to name.
-        Ok(Acquisition::NotAcquired(holder)) => assert!(holder.is_none(), "{holder:?}"),
-        Ok(Acquisition::Acquired(_)) => panic!("acquired a row another transaction is changing"),
-        Err(error) => panic!("the acquire waited for the other transaction: {error}"),
-    }
-
-    transaction.rollback().await.unwrap();
-    match provider.try_lock(&config).await.unwrap() {
-        Acquisition::Acquired(handle) => assert!(handle.unlock().await.unwrap()),
-        Acquisition::NotAcquired(holder) => {
-            panic!("the free lock was refused once the transaction ended: {holder:?}")
-        }
-    }
     Postgres.drop_table(&table).await;
 }
 
