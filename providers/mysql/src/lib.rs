@@ -86,9 +86,9 @@
 //! no lock wait shorter than a second, the take-over waits for the row as long as the session's
 //! `innodb_lock_wait_timeout` allows, which the provider sets to the operation timeout (whole
 //! seconds, at least 1), and answers "not acquired" if the row is still held when that wait
-//! ends (or fails with a timeout if the operation timeout ends first). So does a provider made by `connect_lazy`, which reads nothing from
-//! the server and so takes MySQL's statements. The insert of a name not seen yet waits on
-//! both servers, once per name.
+//! ends (or fails with a timeout if the operation timeout ends first). So does a provider made
+//! by `connect_lazy`, which reads nothing from the server and so takes MySQL's statements. The
+//! insert of a name not seen yet waits on both servers, once per name.
 //!
 //! Each statement is one wire round trip on a connection the provider opened itself from a URL:
 //! no health check is sent before or after it; a broken connection fails its statement (the

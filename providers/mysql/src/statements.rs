@@ -136,14 +136,13 @@ pub(crate) fn prepare_statements(
     ));
     let insert = w.finish();
 
-    // Take-over. On MariaDB it gives up at once when another transaction holds the row's lock
-    // (a contender's take-over, a Java node's `UPDATE`, an operator's session), with a lock
-    // wait error the storage answers as "not acquired", instead of queueing for the row: in a
-    // burst every loser would otherwise wait for the one before it. MySQL has no per-statement
-    // setting for this, and its lock wait is at least a second, so there the statement waits
-    // for the row as long as the session allows (the operation timeout). Every assignment is
-    // conditioned on the old lock_until, which is assigned last, so the conditions read the
-    // old row whether the server evaluates assignments left to right (MySQL, MariaDB) or simultaneously (MariaDB's SIMULTANEOUS_ASSIGNMENT).
+    // Take-over. On MariaDB it gives up at once when another transaction holds the row's lock,
+    // with a lock wait error the storage answers as "not acquired", instead of queueing for the
+    // row behind every other contender; MySQL has no per-statement lock wait (the crate docs
+    // say what that means there). Every assignment is conditioned on the old lock_until, which
+    // is assigned last, so the conditions read the old row whether the server evaluates
+    // assignments left to right (MySQL, MariaDB) or simultaneously (MariaDB's
+    // SIMULTANEOUS_ASSIGNMENT).
     // The taken branch sets the insert id to the new token (or 1), the other to 0. The WHERE
     // matches the row whether held or not, so the matched-row count tells a held row from a
     // missing one; a held row is assigned its own values, which InnoDB does not write.
